@@ -1,11 +1,13 @@
 //! Model weights, configurations and tokenizers from the files models ship in.
 
+pub mod chat_template;
 pub mod config;
 pub mod error;
 pub mod generate;
 pub mod gguf;
 pub mod layers;
 pub mod llama;
+pub mod pretrained;
 pub mod weights;
 
 use std::path::PathBuf;

@@ -1,0 +1,169 @@
+//! [`ChatTemplate`]: a model's own Jinja chat template (from `tokenizer_config.json` or GGUF
+//! metadata), rendered with minijinja the way HF `apply_chat_template` renders it.
+
+use minijinja::{context, Environment, Error, ErrorKind};
+use serde::Serialize;
+
+use super::error::ModelError;
+
+/// The name the template is registered under in its minijinja environment.
+const TEMPLATE_NAME: &str = "chat_template";
+
+/// One message as the template sees it (`message['role']`, `message['content']`).
+#[derive(Debug, Clone, Serialize)]
+pub struct TemplateMessage<'a> {
+    /// `system`, `user` or `assistant`.
+    pub role: &'a str,
+    /// The text.
+    pub content: &'a str,
+}
+
+/// A compiled chat template plus the special tokens templates refer to.
+pub struct ChatTemplate {
+    source: String,
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChatTemplate {
+    /// Compiles `source`. `bos_token` / `eos_token` are the strings templates print as
+    /// `{{ bos_token }}` / `{{ eos_token }}` (empty when the model has none).
+    pub fn new(
+        source: impl Into<String>,
+        bos_token: impl Into<String>,
+        eos_token: impl Into<String>,
+    ) -> Result<Self, ModelError> {
+        let source = source.into();
+        let mut env = Environment::new();
+        // HF renders with Jinja's defaults plus these: Python string methods, trim_blocks and
+        // lstrip_blocks, `raise_exception` and `strftime_now`.
+        minijinja_contrib::add_to_environment(&mut env);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.add_function(
+            "raise_exception",
+            |message: String| -> Result<String, Error> {
+                Err(Error::new(ErrorKind::InvalidOperation, message))
+            },
+        );
+        env.add_function("strftime_now", |_format: String| -> String {
+            // Deterministic rollouts: templates that print today's date get a fixed one.
+            "26 Jul 2024".to_owned()
+        });
+        env.add_template_owned(TEMPLATE_NAME, source.clone())
+            .map_err(|e| ModelError::Config(format!("chat template does not compile: {e:#}")))?;
+        Ok(Self {
+            source,
+            env,
+            bos_token: bos_token.into(),
+            eos_token: eos_token.into(),
+        })
+    }
+
+    /// The template text, as it would be written to `tokenizer_config.json`.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Renders `messages`; with `add_generation_prompt` the text ends where the assistant's
+    /// reply begins.
+    pub fn render(
+        &self,
+        messages: &[TemplateMessage<'_>],
+        add_generation_prompt: bool,
+    ) -> Result<String, ModelError> {
+        let template = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| ModelError::Config(format!("chat template: {e:#}")))?;
+        template
+            .render(context! {
+                messages => messages,
+                add_generation_prompt => add_generation_prompt,
+                bos_token => &self.bos_token,
+                eos_token => &self.eos_token,
+            })
+            .map_err(|e| ModelError::Input(format!("chat template failed to render: {e:#}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ChatML as Qwen2.5 and SmolLM2 write it.
+    const CHATML: &str =
+        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + \
+        message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}\
+        {{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    #[test]
+    fn renders_chatml_with_generation_prompt() {
+        let template = ChatTemplate::new(CHATML, "", "<|im_end|>").expect("compiles");
+        let text = template
+            .render(
+                &[
+                    TemplateMessage {
+                        role: "system",
+                        content: "Be brief.",
+                    },
+                    TemplateMessage {
+                        role: "user",
+                        content: "2+2?",
+                    },
+                ],
+                true,
+            )
+            .expect("renders");
+        assert_eq!(
+            text,
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n\
+             <|im_start|>assistant\n"
+        );
+    }
+
+    #[test]
+    fn python_methods_and_raise_exception_work() {
+        let source =
+            "{% if messages[0]['role'] != 'user' %}{{ raise_exception('first must be user') }}\
+            {% endif %}{{ bos_token }}{{ messages[0]['content'].strip().upper() }}";
+        let template = ChatTemplate::new(source, "<s>", "</s>").expect("compiles");
+        let ok = template
+            .render(
+                &[TemplateMessage {
+                    role: "user",
+                    content: "  hi ",
+                }],
+                false,
+            )
+            .expect("renders");
+        assert_eq!(ok, "<s>HI");
+        let err = template
+            .render(
+                &[TemplateMessage {
+                    role: "system",
+                    content: "x",
+                }],
+                false,
+            )
+            .expect_err("raises");
+        assert!(err.to_string().contains("first must be user"), "{err}");
+    }
+
+    #[test]
+    fn a_broken_template_is_a_config_error() {
+        let err = ChatTemplate::new("{% for %}", "", "").expect_err("does not compile");
+        assert!(err.to_string().contains("chat template"), "{err}");
+    }
+}
