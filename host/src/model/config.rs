@@ -1,21 +1,22 @@
-//! [`LlamaConfig`]: the sizes and options of a Llama-family decoder, read from an HF `config.json`.
+//! [`LlamaConfig`]: the sizes and options of a Llama-family decoder (Llama, Qwen2, Qwen3), read
+//! from and written to an HF `config.json`.
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{json, Map, Value};
 
+use super::architecture::Architecture;
 use super::error::ModelError;
 
-/// The Hugging Face classes [`LlamaConfig::from_json`] accepts.
-const LLAMA_CLASSES: &[&str] = &["LlamaForCausalLM", "LlamaModel"];
-
-/// A Llama decoder's configuration, as in an HF `config.json`.
+/// A Llama-family decoder's configuration, as in an HF `config.json`.
 ///
-/// Read leniently: unknown fields are ignored and optional ones get HF's defaults, so configs
-/// from GGUF files, HF checkpoints and fine-tunes all load. The attention options
-/// ([`LlamaConfig::attention_bias`], [`LlamaConfig::qk_norm`]) are what lets Qwen2/Qwen3 reuse
-/// the same layers.
+/// Read leniently: unknown fields are ignored and optional ones get the defaults of the
+/// architecture's HF config class, so configs from GGUF files, HF checkpoints and fine-tunes
+/// all load. The attention options ([`LlamaConfig::attention_bias`], [`LlamaConfig::qk_norm`])
+/// are what lets Qwen2/Qwen3 reuse the Llama layers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LlamaConfig {
+    /// Which HF architecture this is (written back as `architectures` and `model_type`).
+    pub architecture: Architecture,
     /// Width of the residual stream.
     pub hidden_size: usize,
     /// Width of the SwiGLU MLP's hidden layer.
@@ -72,31 +73,26 @@ pub enum RopeScaling {
     },
 }
 
-/// The fields of `config.json` this crate reads, with HF's defaults.
+/// The fields of `config.json` this crate reads, once the architecture's defaults are filled in.
 #[derive(Deserialize)]
 struct RawConfig {
-    #[serde(default)]
-    architectures: Vec<String>,
-    model_type: Option<String>,
     hidden_size: usize,
     intermediate_size: usize,
     num_hidden_layers: usize,
     num_attention_heads: usize,
     num_key_value_heads: Option<usize>,
     head_dim: Option<usize>,
-    #[serde(default = "default_rms_norm_eps")]
     rms_norm_eps: f64,
-    #[serde(default = "default_rope_theta")]
-    rope_theta: f64,
-    #[serde(default)]
+    rope_theta: Option<f64>,
     rope_scaling: Option<Value>,
+    /// transformers 5 keeps `rope_theta` and the scaling in here.
+    rope_parameters: Option<Value>,
     vocab_size: usize,
-    #[serde(default = "default_max_positions")]
     max_position_embeddings: usize,
-    #[serde(default)]
     tie_word_embeddings: bool,
-    #[serde(default)]
     attention_bias: bool,
+    use_sliding_window: bool,
+    layer_types: Option<Vec<String>>,
     bos_token_id: Option<i64>,
     eos_token_id: Option<TokenIds>,
 }
@@ -109,28 +105,68 @@ enum TokenIds {
     Many(Vec<i64>),
 }
 
-fn default_rms_norm_eps() -> f64 {
-    1e-6
+/// The defaults of the architecture's HF config class (`LlamaConfig`, `Qwen2Config`,
+/// `Qwen3Config` in transformers), for fields a `config.json` leaves out.
+fn hf_defaults(arch: Architecture) -> Value {
+    let mut defaults = json!({
+        "num_key_value_heads": null, "head_dim": null, "rms_norm_eps": 1e-6,
+        "rope_theta": null, "rope_scaling": null, "rope_parameters": null,
+        "tie_word_embeddings": false, "attention_bias": false, "use_sliding_window": false,
+        "layer_types": null,
+    });
+    let sizes = match arch {
+        Architecture::Llama => json!({
+            "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
+            "num_hidden_layers": 32, "num_attention_heads": 32,
+            "max_position_embeddings": 2048, "bos_token_id": 1, "eos_token_id": 2,
+        }),
+        Architecture::Qwen2 | Architecture::Qwen3 => json!({
+            "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016,
+            "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+            "max_position_embeddings": 32768, "bos_token_id": null, "eos_token_id": null,
+        }),
+    };
+    if let (Some(all), Value::Object(sizes)) = (defaults.as_object_mut(), sizes) {
+        all.extend(sizes);
+        if arch == Architecture::Qwen3 {
+            all.insert("head_dim".to_owned(), json!(128));
+        }
+    }
+    defaults
 }
 
-fn default_rope_theta() -> f64 {
-    10_000.0
-}
-
-fn default_max_positions() -> usize {
-    2048
-}
+/// The RoPE base used when a config names none (transformers' `default_theta`).
+const DEFAULT_ROPE_THETA: f64 = 10_000.0;
 
 impl LlamaConfig {
-    /// Reads a Llama configuration from an HF `config.json` value.
+    /// Reads a configuration from an HF `config.json` value (as written by transformers 4 or 5).
     ///
-    /// Fails naming the architecture when `architectures` lists no Llama class (or, when it is
-    /// absent, `model_type` is not `llama`), and naming the field when one is missing or
-    /// inconsistent (heads that do not divide the hidden size, an unknown RoPE scaling).
+    /// The architecture comes from `architectures` (`LlamaForCausalLM`, `Qwen2ForCausalLM`,
+    /// `Qwen3ForCausalLM`) or, when that is absent, `model_type`; fields left out get that
+    /// architecture's HF defaults. Qwen2 always has q/k/v biases, Qwen3 always q/k norms.
+    /// Fails naming the architecture when it is not supported, and naming the field when one
+    /// is missing or inconsistent (heads that do not divide the hidden size, an unknown RoPE
+    /// scaling, sliding-window attention).
     pub fn from_json(json: &Value) -> Result<Self, ModelError> {
+        let architecture = architecture(json)?;
+        let mut filled = hf_defaults(architecture);
+        if let (Some(filled), Some(given)) = (filled.as_object_mut(), json.as_object()) {
+            filled.extend(given.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
         let raw: RawConfig =
-            serde_json::from_value(json.clone()).map_err(|e| ModelError::Config(e.to_string()))?;
-        check_architecture(&raw)?;
+            serde_json::from_value(filled).map_err(|e| ModelError::Config(e.to_string()))?;
+        let sliding = raw
+            .layer_types
+            .iter()
+            .flatten()
+            .any(|t| t != "full_attention");
+        if raw.use_sliding_window || sliding {
+            return Err(ModelError::Config(format!(
+                "{} with sliding-window attention (use_sliding_window / layer_types) is not \
+                 supported; every layer must use full attention",
+                architecture.hf_class()
+            )));
+        }
         let heads = raw.num_attention_heads;
         let kv_heads = raw.num_key_value_heads.unwrap_or(heads);
         if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
@@ -153,10 +189,20 @@ impl LlamaConfig {
                 "head_dim {head_dim} must be even for rotary embeddings"
             )));
         }
-        let rope_scaling = raw
-            .rope_scaling
+        // transformers 5 writes `rope_parameters` (theta inside); 4 writes `rope_theta` and
+        // `rope_scaling` side by side.
+        let rope = raw
+            .rope_parameters
             .as_ref()
-            .map(RopeScaling::from_json)
+            .filter(|p| !p.is_null())
+            .or(raw.rope_scaling.as_ref());
+        let rope_theta = rope
+            .and_then(|p| p.get("rope_theta"))
+            .and_then(Value::as_f64)
+            .or(raw.rope_theta)
+            .unwrap_or(DEFAULT_ROPE_THETA);
+        let rope_scaling = rope
+            .map(|p| RopeScaling::from_json(p, raw.max_position_embeddings))
             .transpose()?
             .flatten();
         let eos_token_ids = match raw.eos_token_id {
@@ -165,6 +211,7 @@ impl LlamaConfig {
             Some(TokenIds::Many(ids)) => ids,
         };
         Ok(Self {
+            architecture,
             hidden_size: raw.hidden_size,
             intermediate_size: raw.intermediate_size,
             num_hidden_layers: raw.num_hidden_layers,
@@ -172,48 +219,107 @@ impl LlamaConfig {
             num_key_value_heads: kv_heads,
             head_dim,
             rms_norm_eps: raw.rms_norm_eps,
-            rope_theta: raw.rope_theta,
+            rope_theta,
             rope_scaling,
             vocab_size: raw.vocab_size,
             max_position_embeddings: raw.max_position_embeddings,
             tie_word_embeddings: raw.tie_word_embeddings,
-            attention_bias: raw.attention_bias,
-            qk_norm: false,
+            attention_bias: raw.attention_bias || architecture == Architecture::Qwen2,
+            qk_norm: architecture == Architecture::Qwen3,
             bos_token_id: raw.bos_token_id,
             eos_token_ids,
         })
     }
+
+    /// The HF `config.json` of this configuration (transformers 4 field names, which
+    /// transformers 5 also reads); [`LlamaConfig::from_json`] reads it back unchanged.
+    /// `torch_dtype` is left to the caller, who knows the weights' dtype.
+    pub fn to_json(&self) -> Value {
+        let arch = self.architecture;
+        let mut config = Map::new();
+        let mut put = |key: &str, value: Value| {
+            config.insert(key.to_owned(), value);
+        };
+        put("architectures", json!([arch.hf_class()]));
+        put("model_type", json!(arch.model_type()));
+        put("hidden_size", json!(self.hidden_size));
+        put("intermediate_size", json!(self.intermediate_size));
+        put("num_hidden_layers", json!(self.num_hidden_layers));
+        put("num_attention_heads", json!(self.num_attention_heads));
+        put("num_key_value_heads", json!(self.num_key_value_heads));
+        put("head_dim", json!(self.head_dim));
+        put("hidden_act", json!("silu"));
+        put("rms_norm_eps", json!(self.rms_norm_eps));
+        put("rope_theta", json!(self.rope_theta));
+        put(
+            "rope_scaling",
+            self.rope_scaling
+                .as_ref()
+                .map_or(Value::Null, RopeScaling::to_json),
+        );
+        put("vocab_size", json!(self.vocab_size));
+        put(
+            "max_position_embeddings",
+            json!(self.max_position_embeddings),
+        );
+        put("tie_word_embeddings", json!(self.tie_word_embeddings));
+        match arch {
+            Architecture::Llama => {
+                put("attention_bias", json!(self.attention_bias));
+                put("mlp_bias", json!(false));
+            }
+            Architecture::Qwen2 => put("use_sliding_window", json!(false)),
+            Architecture::Qwen3 => {
+                put("attention_bias", json!(self.attention_bias));
+                put("use_sliding_window", json!(false));
+            }
+        }
+        put("bos_token_id", json!(self.bos_token_id));
+        put(
+            "eos_token_id",
+            match self.eos_token_ids.as_slice() {
+                [] => Value::Null,
+                [one] => json!(one),
+                many => json!(many),
+            },
+        );
+        put("use_cache", json!(true));
+        Value::Object(config)
+    }
 }
 
-fn check_architecture(raw: &RawConfig) -> Result<(), ModelError> {
+/// The architecture `architectures` names (the first supported class), else `model_type`'s.
+fn architecture(json: &Value) -> Result<Architecture, ModelError> {
     let unsupported = |found: String| ModelError::UnsupportedArchitecture {
-        model: "the Llama model",
-        expected: "LlamaForCausalLM",
+        model: "this build",
+        expected: "LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM",
         found,
     };
-    if raw.architectures.is_empty() {
-        return match raw.model_type.as_deref() {
-            Some("llama") => Ok(()),
-            Some(other) => Err(unsupported(format!("model_type {other}"))),
-            None => Err(unsupported(
-                "none (no architectures or model_type)".to_owned(),
-            )),
-        };
+    let classes: Vec<&str> = json
+        .get("architectures")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if !classes.is_empty() {
+        return classes
+            .iter()
+            .find_map(|c| Architecture::from_hf_class(c))
+            .ok_or_else(|| unsupported(classes.join(", ")));
     }
-    if raw
-        .architectures
-        .iter()
-        .any(|a| LLAMA_CLASSES.contains(&a.as_str()))
-    {
-        Ok(())
-    } else {
-        Err(unsupported(raw.architectures.join(", ")))
+    match json.get("model_type").and_then(Value::as_str) {
+        Some(model_type) => Architecture::from_model_type(model_type)
+            .ok_or_else(|| unsupported(format!("model_type {model_type}"))),
+        None => Err(unsupported(
+            "none (no architectures or model_type)".to_owned(),
+        )),
     }
 }
 
 impl RopeScaling {
-    /// Reads HF's `rope_scaling` object; `None` for no scaling (`null` or type `default`).
-    fn from_json(json: &Value) -> Result<Option<Self>, ModelError> {
+    /// Reads HF's `rope_scaling` (or transformers 5's `rope_parameters`) object; `None` for no
+    /// scaling (`null`, or type `default`). Llama 3 scaling without
+    /// `original_max_position_embeddings` gets `max_positions`, as transformers does.
+    fn from_json(json: &Value, max_positions: usize) -> Result<Option<Self>, ModelError> {
         if json.is_null() {
             return Ok(None);
         }
@@ -221,7 +327,7 @@ impl RopeScaling {
             .get("rope_type")
             .or_else(|| json.get("type"))
             .and_then(Value::as_str)
-            .ok_or_else(|| ModelError::Config("rope_scaling has no rope_type".to_owned()))?;
+            .unwrap_or("default");
         let number = |key: &str| {
             json.get(key).and_then(Value::as_f64).ok_or_else(|| {
                 ModelError::Config(format!("rope_scaling of type {kind} needs a number {key}"))
@@ -236,12 +342,33 @@ impl RopeScaling {
                 factor: number("factor")?,
                 low_freq_factor: number("low_freq_factor")?,
                 high_freq_factor: number("high_freq_factor")?,
-                original_max_position_embeddings: number("original_max_position_embeddings")?
-                    as usize,
+                original_max_position_embeddings: json
+                    .get("original_max_position_embeddings")
+                    .and_then(Value::as_u64)
+                    .map_or(max_positions, |n| n as usize),
             })),
             other => Err(ModelError::Config(format!(
                 "rope_scaling type {other} is not supported (supported: default, linear, llama3)"
             ))),
+        }
+    }
+
+    /// The `rope_scaling` object of `config.json`.
+    fn to_json(&self) -> Value {
+        match *self {
+            Self::Linear { factor } => json!({"rope_type": "linear", "factor": factor}),
+            Self::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => json!({
+                "rope_type": "llama3",
+                "factor": factor,
+                "low_freq_factor": low_freq_factor,
+                "high_freq_factor": high_freq_factor,
+                "original_max_position_embeddings": original_max_position_embeddings,
+            }),
         }
     }
 
@@ -303,9 +430,113 @@ mod tests {
     #[test]
     fn other_architectures_are_named() {
         let mut json = smollm();
+        json["architectures"] = json!(["MistralForCausalLM"]);
+        let err = LlamaConfig::from_json(&json).expect_err("not supported");
+        assert!(err.to_string().contains("MistralForCausalLM"), "{err}");
+        let err = LlamaConfig::from_json(&json!({"model_type": "gemma"})).expect_err("gemma");
+        assert!(err.to_string().contains("model_type gemma"), "{err}");
+    }
+
+    #[test]
+    fn qwen2_always_has_biases_and_qwen3_q_k_norms() {
+        let mut json = smollm();
         json["architectures"] = json!(["Qwen2ForCausalLM"]);
-        let err = LlamaConfig::from_json(&json).expect_err("not Llama");
-        assert!(err.to_string().contains("Qwen2ForCausalLM"), "{err}");
+        let qwen2 = LlamaConfig::from_json(&json).expect("a Qwen2 config");
+        assert_eq!(qwen2.architecture, Architecture::Qwen2);
+        assert!(qwen2.attention_bias && !qwen2.qk_norm);
+        assert_eq!(
+            qwen2.max_position_embeddings, 32768,
+            "Qwen2Config's default"
+        );
+
+        json["architectures"] = json!(["Qwen3ForCausalLM"]);
+        let qwen3 = LlamaConfig::from_json(&json).expect("a Qwen3 config");
+        assert!(!qwen3.attention_bias && qwen3.qk_norm);
+        assert_eq!(qwen3.head_dim, 128, "Qwen3Config's default head_dim");
+        json["attention_bias"] = json!(true);
+        json["head_dim"] = json!(32);
+        let qwen3 = LlamaConfig::from_json(&json).expect("a Qwen3 config");
+        assert!(qwen3.attention_bias);
+        assert_eq!(qwen3.head_dim, 32);
+    }
+
+    #[test]
+    fn sliding_windows_are_refused() {
+        let mut json = smollm();
+        json["architectures"] = json!(["Qwen2ForCausalLM"]);
+        json["use_sliding_window"] = json!(false);
+        json["sliding_window"] = json!(4096);
+        LlamaConfig::from_json(&json).expect("a window that is off is fine");
+        json["use_sliding_window"] = json!(true);
+        let err = LlamaConfig::from_json(&json).expect_err("sliding window");
+        assert!(err.to_string().contains("use_sliding_window"), "{err}");
+        json["use_sliding_window"] = json!(false);
+        json["layer_types"] = json!(["full_attention", "sliding_attention"]);
+        LlamaConfig::from_json(&json).expect_err("a sliding layer");
+    }
+
+    #[test]
+    fn missing_fields_get_the_architectures_defaults() {
+        let llama = LlamaConfig::from_json(&json!({"model_type": "llama"})).expect("defaults");
+        assert_eq!(
+            (llama.vocab_size, llama.hidden_size, llama.head_dim),
+            (32000, 4096, 128)
+        );
+        assert_eq!(
+            (llama.bos_token_id, llama.eos_token_ids),
+            (Some(1), vec![2])
+        );
+        assert_eq!((llama.rope_theta, llama.rms_norm_eps), (10_000.0, 1e-6));
+        let qwen2 = LlamaConfig::from_json(&json!({"model_type": "qwen2"})).expect("defaults");
+        assert_eq!((qwen2.vocab_size, qwen2.num_key_value_heads), (151936, 32));
+        assert_eq!((qwen2.bos_token_id, qwen2.eos_token_ids), (None, vec![]));
+    }
+
+    #[test]
+    fn reads_transformers_5_rope_parameters() {
+        let mut json = smollm();
+        json.as_object_mut().map(|o| o.remove("rope_theta"));
+        json["rope_parameters"] = json!({"rope_type": "default", "rope_theta": 500000.0});
+        let config = LlamaConfig::from_json(&json).expect("a v5 config");
+        assert_eq!((config.rope_theta, config.rope_scaling), (500000.0, None));
+        json["rope_parameters"] = json!({
+            "rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        });
+        let config = LlamaConfig::from_json(&json).expect("a v5 config");
+        assert_eq!(
+            config.rope_scaling,
+            Some(RopeScaling::Llama3 {
+                factor: 32.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_position_embeddings: 2048,
+            })
+        );
+    }
+
+    #[test]
+    fn to_json_round_trips() {
+        for (arch, scaling) in [
+            (
+                "LlamaForCausalLM",
+                json!({"rope_type": "llama3", "factor": 8.0,
+                "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192}),
+            ),
+            ("Qwen2ForCausalLM", json!({"type": "linear", "factor": 2.0})),
+            ("Qwen3ForCausalLM", Value::Null),
+        ] {
+            let mut json = smollm();
+            json["architectures"] = json!([arch]);
+            json["rope_scaling"] = scaling;
+            json["eos_token_id"] = json!([2, 7]);
+            let config = LlamaConfig::from_json(&json).expect("a config");
+            let written = config.to_json();
+            assert_eq!(written["architectures"], json!([arch]));
+            let again = LlamaConfig::from_json(&written).expect("reads back");
+            assert_eq!(again, config, "{arch}");
+        }
     }
 
     #[test]

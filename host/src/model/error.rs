@@ -1,5 +1,7 @@
 //! Everything that can go wrong building, loading or running a model, each naming what it is about.
 
+use std::path::PathBuf;
+
 use super::gguf::GgufError;
 
 /// A model that cannot be configured, loaded or run.
@@ -8,11 +10,29 @@ pub enum ModelError {
     /// The GGUF file could not be read.
     #[error(transparent)]
     Gguf(#[from] GgufError),
-    /// A `config.json` field that is missing or holds something unusable.
-    #[error("config.json: {0}")]
+    /// A model file or folder that is missing, unreadable or malformed.
+    #[error("{path}: {what}")]
+    File {
+        /// The file (or folder).
+        path: PathBuf,
+        /// What is wrong with it.
+        what: String,
+    },
+    /// An error about the contents of one file (a tensor of a safetensors shard, a field of a
+    /// `config.json`).
+    #[error("{path}: {source}")]
+    InFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong in it.
+        source: Box<ModelError>,
+    },
+    /// A configuration field (of `config.json`, GGUF metadata or a chat template) that is
+    /// missing or holds something unusable.
+    #[error("{0}")]
     Config(String),
     /// A `config.json` whose `architectures` this model family does not implement.
-    #[error("config.json: architecture {found} is not supported by {model} (expected {expected})")]
+    #[error("architecture {found} is not supported by {model} (expected {expected})")]
     UnsupportedArchitecture {
         /// The model family that was asked to load it.
         model: &'static str,
@@ -49,10 +69,36 @@ pub enum ModelError {
     /// A checkpoint weight the model has no place for (a different architecture or size).
     #[error("tensor {0} in the checkpoint has no counterpart in the model")]
     UnexpectedTensor(String),
+    /// A tensor stored in a dtype this crate cannot load.
+    #[error("tensor {tensor}: dtype {dtype} is not supported (supported: F32, F16, BF16)")]
+    Dtype {
+        /// The Hugging Face tensor name.
+        tensor: String,
+        /// The dtype the checkpoint declares.
+        dtype: String,
+    },
     /// Inputs of inconsistent shapes, or a KV cache too small for them.
     #[error("{0}")]
     Input(String),
     /// libtorch reported an error.
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),
+}
+
+impl ModelError {
+    /// This error, said to be about `path`.
+    pub fn in_file(self, path: impl Into<PathBuf>) -> Self {
+        Self::InFile {
+            path: path.into(),
+            source: Box::new(self),
+        }
+    }
+
+    /// A [`ModelError::File`] error about `path`.
+    pub fn file(path: impl Into<PathBuf>, what: impl std::fmt::Display) -> Self {
+        Self::File {
+            path: path.into(),
+            what: what.to_string(),
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! Model weights, configurations and tokenizers from the files models ship in.
 
+pub mod architecture;
 pub mod chat_template;
 pub mod config;
 pub mod error;

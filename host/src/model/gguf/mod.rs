@@ -8,7 +8,6 @@
 //! Supported: GGUF versions 2 and 3 (little-endian); architectures `llama`, `qwen2`, `qwen3`;
 //! tensor types F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K.
 
-pub mod architecture;
 pub mod config;
 pub mod dequant;
 pub mod error;
@@ -20,5 +19,7 @@ pub mod permute;
 pub mod reader;
 pub mod tokenizer;
 
+/// The architectures, shared with HF `config.json` reading (see [`super::architecture`]).
+pub use super::architecture;
 pub use error::GgufError;
 pub use model::GgufModel;
