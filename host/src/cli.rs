@@ -1,8 +1,9 @@
-//! The command line: `drmas-host [train|eval|plugins] --plugins DIR --config FILE`.
+//! The command line: `drmas-host [train|eval|plugins|check] --plugins DIR --config FILE`, and
+//! `drmas-host convert MODEL OUT`.
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Train and evaluate multi-agent LLM systems with reinforcement learning.
 #[derive(Debug, Parser)]
@@ -35,7 +36,7 @@ pub struct CommonArgs {
 }
 
 /// The subcommands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum Command {
     /// Train the agents that the run file describes.
     Train,
@@ -45,4 +46,37 @@ pub enum Command {
     Plugins,
     /// Check a run file without doing any work.
     Check,
+    /// Convert a model (a GGUF file or an HF folder) into a Hugging Face folder that
+    /// transformers and drmas load (see docs/install.md).
+    Convert {
+        /// The model to read: a `.gguf` file or an HF model folder.
+        model: PathBuf,
+        /// The folder to write (replaced whole if it exists).
+        out: PathBuf,
+        /// The dtype of the written weights.
+        #[arg(long, value_enum, default_value_t = Dtype::F32)]
+        dtype: Dtype,
+    },
+}
+
+/// A weight dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Dtype {
+    /// 32-bit float.
+    F32,
+    /// bfloat16.
+    Bf16,
+    /// IEEE half precision.
+    F16,
+}
+
+impl Dtype {
+    /// The libtorch kind.
+    pub fn kind(self) -> tch::Kind {
+        match self {
+            Self::F32 => tch::Kind::Float,
+            Self::Bf16 => tch::Kind::BFloat16,
+            Self::F16 => tch::Kind::Half,
+        }
+    }
 }

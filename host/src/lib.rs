@@ -18,6 +18,7 @@ use anyhow::Context;
 pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
     let command = cli.command.unwrap_or(cli::Command::Train);
     match command {
+        cli::Command::Convert { model, out, dtype } => convert(&model, &out, dtype),
         cli::Command::Plugins => {
             let registry = plugins::Registry::load_folder(
                 &cli.common.plugins,
@@ -50,6 +51,34 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `convert`: loads `model` (GGUF file or HF folder) on the CPU in `dtype` and writes it to
+/// `out` as an HF folder.
+pub fn convert(
+    model: &std::path::Path,
+    out: &std::path::Path,
+    dtype: cli::Dtype,
+) -> anyhow::Result<()> {
+    let start = std::time::Instant::now();
+    let pretrained = model::pretrained::Pretrained::load(model, tch::Device::Cpu, dtype.kind())
+        .with_context(|| format!("loading {}", model.display()))?;
+    pretrained
+        .save_hf(out)
+        .with_context(|| format!("writing {}", out.display()))?;
+    let config = pretrained.model.config();
+    println!(
+        "{} -> {}: {} ({} layers, hidden {}, vocab {}), {:?} weights, in {:.1?}",
+        model.display(),
+        out.display(),
+        config.architecture.hf_class(),
+        config.num_hidden_layers,
+        config.hidden_size,
+        config.vocab_size,
+        dtype,
+        start.elapsed()
+    );
+    Ok(())
 }
 
 /// The `plugins` listing: one line per component, grouped by kind.

@@ -151,12 +151,28 @@ pub fn resolve_model(model: &str, file: &RunFile) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// Opens a model and says what it is. GGUF files only in this build: the tch model engine that
-/// reads HF folders is not in yet.
+/// Opens a model (a GGUF file, or an HF folder's configuration, tokenizer and weight file
+/// list) and says what it is, without loading the weights.
 fn describe_model(path: &std::path::Path) -> anyhow::Result<String> {
+    if path.is_dir() {
+        let folder = crate::model::hf_folder::HfFolder::read(path)?;
+        let (files, _) = crate::model::checkpoint::checkpoint_files(path)?;
+        let c = &folder.config;
+        return Ok(format!(
+            "{} ({:?}, HF folder, {} weight file(s)), {} layers, hidden {}, vocab {}",
+            path.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            c.architecture,
+            files.len(),
+            c.num_hidden_layers,
+            c.hidden_size,
+            folder.tokenizer.get_vocab_size(true)
+        ));
+    }
     if path.extension().is_none_or(|e| e != "gguf") {
         bail!(
-            "{}: only .gguf models can be read by this build (HF folders need the model engine)",
+            "{}: neither a .gguf file nor a Hugging Face model folder",
             path.display()
         );
     }

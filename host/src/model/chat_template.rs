@@ -76,6 +76,16 @@ impl ChatTemplate {
         &self.source
     }
 
+    /// The string `{{ bos_token }}` prints (empty when the model has none).
+    pub fn bos_token(&self) -> &str {
+        &self.bos_token
+    }
+
+    /// The string `{{ eos_token }}` prints (empty when the model has none).
+    pub fn eos_token(&self) -> &str {
+        &self.eos_token
+    }
+
     /// Renders `messages`; with `add_generation_prompt` the text ends where the assistant's
     /// reply begins.
     pub fn render(

@@ -1,4 +1,5 @@
-//! [`Llama`]: the Llama decoder (SmolLM, Llama 2/3) on libtorch, with HF parameter names.
+//! [`Llama`]: the Llama-family decoder (Llama 2/3, SmolLM, Qwen2, Qwen3) on libtorch, with HF
+//! parameter names.
 
 use std::path::Path;
 
@@ -11,9 +12,13 @@ use super::gguf::GgufModel;
 use super::layers::{AttentionConfig, AttentionContext, DecoderLayer, KvCache, RmsNorm, Rotary};
 use super::weights::load_into;
 
-/// A Llama causal LM whose weights live in a [`VarStore`] under HF names
+/// A Llama-family causal LM whose weights live in a [`VarStore`] under HF names
 /// (`model.embed_tokens.weight`, `model.layers.N.self_attn.q_proj.weight`, …, `lm_head.weight`
 /// unless tied to the embeddings), so HF checkpoints load by name and optimisers see them all.
+///
+/// One network implements the three supported architectures (see
+/// [`super::architecture::Architecture`]): Qwen2 is Llama with q/k/v projection biases, Qwen3
+/// is Llama with per-head q/k RMSNorm; [`LlamaConfig`] switches them on.
 #[derive(Debug)]
 pub struct Llama {
     vs: VarStore,
@@ -26,10 +31,16 @@ pub struct Llama {
 }
 
 impl Llama {
-    /// A model of `config` on `device` with placeholder weights (zeros, norms at one), to be
-    /// overwritten by a checkpoint.
+    /// A model of `config` on `device` with f32 placeholder weights (zeros, norms at one), to
+    /// be overwritten by a checkpoint.
     pub fn new(config: LlamaConfig, device: Device) -> Self {
-        let vs = VarStore::new(device);
+        Self::with_kind(config, device, Kind::Float)
+    }
+
+    /// Like [`Llama::new`], with weights of dtype `kind` (`Float`, `BFloat16`, `Half`).
+    pub fn with_kind(config: LlamaConfig, device: Device, kind: Kind) -> Self {
+        let mut vs = VarStore::new(device);
+        vs.set_kind(kind);
         let root = vs.root();
         let model = &root / "model";
         let c = &config;
@@ -100,6 +111,11 @@ impl Llama {
     /// The variables (for optimisers, saving, moving to another device).
     pub fn var_store(&self) -> &VarStore {
         &self.vs
+    }
+
+    /// The dtype of the weights.
+    pub fn kind(&self) -> Kind {
+        self.embed_tokens.kind()
     }
 
     /// An empty KV cache for `batch` sequences of up to `max_len` tokens, in the model's

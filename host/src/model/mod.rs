@@ -1,14 +1,18 @@
 //! Model weights, configurations and tokenizers from the files models ship in.
 
 pub mod architecture;
+pub mod atomic_dir;
 pub mod chat_template;
+pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod generate;
 pub mod gguf;
+pub mod hf_folder;
 pub mod layers;
 pub mod llama;
 pub mod pretrained;
+pub mod save_hf;
 pub mod weights;
 
 use std::path::PathBuf;

@@ -8,6 +8,61 @@ use tch::Tensor;
 use super::error::ModelError;
 use super::gguf::model::HfTensor;
 
+/// The variables of a [`VarStore`] being filled from a checkpoint, one named tensor at a time,
+/// with the names that have received nothing yet.
+pub struct WeightSink {
+    variables: HashMap<String, Tensor>,
+    missing: BTreeSet<String>,
+}
+
+impl WeightSink {
+    /// Starts filling `vs`: every variable is missing.
+    pub fn new(vs: &VarStore) -> Self {
+        let variables = vs.variables();
+        let missing = variables.keys().cloned().collect();
+        Self { variables, missing }
+    }
+
+    /// Checks that `name` is a variable of shape `shape`, naming the tensor (and both shapes)
+    /// when it is not.
+    pub fn check(&self, name: &str, shape: &[usize]) -> Result<(), ModelError> {
+        let Some(variable) = self.variables.get(name) else {
+            return Err(ModelError::UnexpectedTensor(name.to_owned()));
+        };
+        let expected = variable.size();
+        if expected.len() != shape.len()
+            || expected.iter().zip(shape).any(|(&e, &f)| e as usize != f)
+        {
+            return Err(ModelError::Shape {
+                tensor: name.to_owned(),
+                expected,
+                found: shape.to_vec(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Copies `values` into the variable `name` (after [`WeightSink::check`]), converting
+    /// them to the variable's dtype and device.
+    pub fn copy(&mut self, name: &str, values: &Tensor) -> Result<(), ModelError> {
+        let shape: Vec<usize> = values.size().iter().map(|&d| d as usize).collect();
+        self.check(name, &shape)?;
+        if let Some(variable) = self.variables.get(name) {
+            tch::no_grad(|| variable.shallow_clone().f_copy_(values))?;
+        }
+        self.missing.remove(name);
+        Ok(())
+    }
+
+    /// Ends the filling: fails naming a variable that received no tensor.
+    pub fn finish(self) -> Result<(), ModelError> {
+        match self.missing.into_iter().next() {
+            Some(name) => Err(ModelError::MissingTensor(name)),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Copies every tensor of `tensors` into the variable of `vs` of the same name.
 ///
 /// Fails, naming the tensor, when a tensor has no variable, its shape differs from the
@@ -20,22 +75,10 @@ pub fn load_into<E>(
 where
     ModelError: From<E>,
 {
-    let variables: HashMap<String, Tensor> = vs.variables();
-    let mut missing: BTreeSet<&str> = variables.keys().map(String::as_str).collect();
+    let mut sink = WeightSink::new(vs);
     for tensor in tensors {
         let tensor = tensor?;
-        let Some(variable) = variables.get(&tensor.name) else {
-            return Err(ModelError::UnexpectedTensor(tensor.name));
-        };
-        let expected = variable.size();
-        let found: Vec<i64> = tensor.shape.iter().map(|&d| d as i64).collect();
-        if expected != found {
-            return Err(ModelError::Shape {
-                tensor: tensor.name,
-                expected,
-                found: tensor.shape,
-            });
-        }
+        sink.check(&tensor.name, &tensor.shape)?;
         let count: usize = tensor.shape.iter().product();
         if tensor.data.len() != count {
             return Err(ModelError::DataLength {
@@ -45,17 +88,9 @@ where
                 found: tensor.data.len(),
             });
         }
-        let values = Tensor::from_slice(&tensor.data)
-            .view(found.as_slice())
-            .to_kind(variable.kind());
-        tch::no_grad(|| {
-            let mut variable = variable.shallow_clone();
-            variable.f_copy_(&values)
-        })?;
-        missing.remove(tensor.name.as_str());
+        let shape: Vec<i64> = tensor.shape.iter().map(|&d| d as i64).collect();
+        let values = Tensor::from_slice(&tensor.data).view(shape.as_slice());
+        sink.copy(&tensor.name, &values)?;
     }
-    match missing.first() {
-        Some(name) => Err(ModelError::MissingTensor((*name).to_owned())),
-        None => Ok(()),
-    }
+    sink.finish()
 }
