@@ -1,0 +1,446 @@
+//! Hugging Face folders: tiny random Llama / Qwen2 / Qwen3 models written and run by HF
+//! transformers (`scripts/golden/make_fixtures.py`, fixtures in tests/fixtures/hf/) give the
+//! same logits, greedy tokens, chat text and token ids here; `save_hf` round-trips bit for bit;
+//! the SmolLM2 GGUF converts to an equivalent folder; bad folders fail with clear errors.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::Parser;
+use drmas_host::model::architecture::Architecture;
+use drmas_host::model::chat_template::TemplateMessage;
+use drmas_host::model::checkpoint::write_safetensors;
+use drmas_host::model::error::ModelError;
+use drmas_host::model::llama::Llama;
+use drmas_host::model::pretrained::Pretrained;
+use serde_json::Value;
+use tch::{Device, Kind, Tensor};
+
+const FAMILIES: [(&str, Architecture); 3] = [
+    ("llama", Architecture::Llama),
+    ("qwen2", Architecture::Qwen2),
+    ("qwen3", Architecture::Qwen3),
+];
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf")
+}
+
+fn golden(family: &str) -> Value {
+    let path = fixtures().join(format!("{family}.golden.json"));
+    let text = fs::read_to_string(&path).expect("golden file is committed");
+    serde_json::from_str(&text).expect("golden file is JSON")
+}
+
+fn load(dir: &Path, kind: Kind) -> Pretrained {
+    Pretrained::load(dir, Device::Cpu, kind)
+        .unwrap_or_else(|e| panic!("{} loads: {e}", dir.display()))
+}
+
+fn int_list(value: &Value) -> Vec<i64> {
+    let items = value.as_array().expect("a list");
+    items.iter().map(|v| v.as_i64().expect("an int")).collect()
+}
+
+fn ids(tokens: &[i64]) -> Tensor {
+    Tensor::from_slice(tokens).view([1, tokens.len() as i64])
+}
+
+/// `new` tokens by argmax, decoding with the KV cache (no EOS stop).
+fn greedy(model: &Llama, prompt: &[i64], new: usize) -> Vec<i64> {
+    let mut cache = model
+        .new_cache(1, (prompt.len() + new) as i64)
+        .expect("a cache");
+    let mut logits =
+        tch::no_grad(|| model.forward(&ids(prompt), None, Some(&mut cache))).expect("prefill");
+    let mut out = Vec::with_capacity(new);
+    for _ in 0..new {
+        let next = logits.select(1, -1).argmax(-1, false).int64_value(&[0]);
+        out.push(next);
+        logits =
+            tch::no_grad(|| model.forward(&ids(&[next]), None, Some(&mut cache))).expect("step");
+    }
+    out
+}
+
+/// Logits of the golden batch (left-padded, masked), and the largest difference from
+/// transformers' over the real positions.
+fn batch_logits(model: &Llama, golden: &Value) -> (Tensor, f64) {
+    let batch = &golden["batch"];
+    let rows: Vec<Vec<i64>> = batch["input_ids"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(int_list)
+        .collect();
+    let masks: Vec<Vec<i64>> = batch["attention_mask"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(int_list)
+        .collect();
+    let width = rows[0].len() as i64;
+    let input = Tensor::from_slice(&rows.concat()).view([rows.len() as i64, width]);
+    let mask = Tensor::from_slice(&masks.concat()).view([rows.len() as i64, width]);
+    let logits = tch::no_grad(|| model.forward(&input, Some(&mask), None)).expect("forward");
+    let mut worst = 0.0f64;
+    for (i, want) in batch["logits"]
+        .as_array()
+        .expect("logits")
+        .iter()
+        .enumerate()
+    {
+        let want: Vec<f32> = want
+            .as_array()
+            .expect("positions")
+            .iter()
+            .flat_map(|row| row.as_array().expect("a row").iter())
+            .map(|v| v.as_f64().expect("a number") as f32)
+            .collect();
+        let start = masks[i].iter().position(|&m| m == 1).expect("a real token") as i64;
+        let got = logits.get(i as i64).narrow(0, start, width - start);
+        let want = Tensor::from_slice(&want).view(got.size().as_slice());
+        worst = worst.max((&got - &want).abs().max().double_value(&[]));
+    }
+    (logits, worst)
+}
+
+fn check_family(family: &str, arch: Architecture) {
+    let golden = golden(family);
+    let start = Instant::now();
+    let pretrained = load(&fixtures().join(family), Kind::Float);
+    let loaded = start.elapsed();
+    let model = &pretrained.model;
+    assert_eq!(model.config().architecture, arch);
+
+    let (_, worst) = batch_logits(model, &golden);
+    eprintln!("{family}: loaded in {loaded:.2?}; max |logit - transformers| = {worst:.2e}");
+    assert!(
+        worst < 1e-4,
+        "{family}: logits differ from transformers by {worst}"
+    );
+
+    let prompt = int_list(&golden["greedy"]["prompt_ids"]);
+    let want = int_list(&golden["greedy"]["new_ids"]);
+    assert_eq!(
+        greedy(model, &prompt, want.len()),
+        want,
+        "{family}: greedy tokens"
+    );
+
+    let chat = &golden["chat"];
+    let messages: Vec<TemplateMessage<'_>> = chat["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| TemplateMessage {
+            role: m["role"].as_str().expect("role"),
+            content: m["content"].as_str().expect("content"),
+        })
+        .collect();
+    let text = pretrained
+        .chat_template
+        .render(&messages, true)
+        .expect("renders");
+    assert_eq!(
+        text,
+        chat["text"].as_str().expect("text"),
+        "{family}: chat text"
+    );
+    let chat_ids = pretrained.encode_chat(&messages).expect("encodes");
+    assert_eq!(chat_ids, int_list(&chat["ids"]), "{family}: chat ids");
+
+    let plain = &golden["plain"];
+    let encoding = pretrained
+        .tokenizer
+        .encode(plain["text"].as_str().expect("text"), false)
+        .expect("encodes");
+    let plain_ids: Vec<i64> = encoding.get_ids().iter().map(|&i| i64::from(i)).collect();
+    assert_eq!(
+        plain_ids,
+        int_list(&plain["ids"]),
+        "{family}: plain text ids"
+    );
+    let decoded = pretrained.decode(&plain_ids).expect("decodes");
+    assert_eq!(decoded, plain["text"].as_str().expect("text"));
+
+    let eos = golden["eos_token_id"].as_i64().expect("eos id");
+    assert_eq!(model.config().eos_token_ids, [eos]);
+    assert_eq!(pretrained.chat_template.eos_token(), "<|im_end|>");
+    assert_eq!(pretrained.chat_template.bos_token(), "<|endoftext|>");
+}
+
+#[test]
+fn llama_matches_transformers() {
+    check_family(FAMILIES[0].0, FAMILIES[0].1);
+}
+
+#[test]
+fn qwen2_matches_transformers() {
+    check_family(FAMILIES[1].0, FAMILIES[1].1);
+}
+
+#[test]
+fn qwen3_sharded_matches_transformers() {
+    check_family(FAMILIES[2].0, FAMILIES[2].1);
+}
+
+/// Every variable of `a` equals `b`'s bit for bit (same names, dtypes, shapes and values).
+fn assert_same_weights(a: &Llama, b: &Llama) {
+    let (a, b) = (a.var_store().variables(), b.var_store().variables());
+    let mut names: Vec<_> = a.keys().collect();
+    names.sort();
+    let mut other: Vec<_> = b.keys().collect();
+    other.sort();
+    assert_eq!(names, other, "variable names");
+    for name in names {
+        let (x, y) = (&a[name], &b[name]);
+        assert_eq!(x.kind(), y.kind(), "{name}: dtype");
+        assert!(x.equal(y), "{name}: values differ");
+    }
+}
+
+#[test]
+fn save_hf_round_trips_bit_for_bit() {
+    let root = tempfile::tempdir().expect("a temp dir");
+    for (family, _) in FAMILIES {
+        let original = load(&fixtures().join(family), Kind::Float);
+        let out = root.path().join(family);
+        original.save_hf(&out).expect("saves");
+        // Saving again over the folder replaces it whole.
+        original.save_hf(&out).expect("saves over");
+        let again = load(&out, Kind::Float);
+        assert_same_weights(&original.model, &again.model);
+        assert_eq!(
+            original.model.config(),
+            again.model.config(),
+            "{family}: config"
+        );
+        assert_eq!(
+            original.chat_template.source(),
+            again.chat_template.source()
+        );
+        let golden = golden(family);
+        let (a, _) = batch_logits(&original.model, &golden);
+        let (b, _) = batch_logits(&again.model, &golden);
+        assert!(a.equal(&b), "{family}: logits after the round trip");
+        let files: Vec<String> = fs::read_dir(&out)
+            .expect("lists")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            !files.iter().any(|f| f == "lm_head.weight"),
+            "{family}: {files:?}"
+        );
+        let config: Value = serde_json::from_str(
+            &fs::read_to_string(out.join("config.json")).expect("config.json"),
+        )
+        .expect("JSON");
+        assert_eq!(config["torch_dtype"], "float32");
+    }
+    let left: Vec<_> = fs::read_dir(root.path()).expect("lists").collect();
+    assert_eq!(left.len(), FAMILIES.len(), "no temporary siblings are left");
+}
+
+#[test]
+fn bf16_loads_close_to_f32_and_saves_as_bf16() {
+    let dir = fixtures().join("llama");
+    let golden = golden("llama");
+    let bf16 = load(&dir, Kind::BFloat16);
+    assert_eq!(bf16.model.kind(), Kind::BFloat16);
+    for (name, t) in bf16.model.var_store().variables() {
+        assert_eq!(t.kind(), Kind::BFloat16, "{name}");
+    }
+    let (logits, worst) = batch_logits(&bf16.model, &golden);
+    let scale = logits.to_kind(Kind::Float).abs().max().double_value(&[]);
+    eprintln!("bf16: max |logit - transformers f32| = {worst:.3} (logits up to {scale:.1})");
+    assert!(worst < 0.05 * scale, "bf16 logits drift by {worst}");
+
+    let root = tempfile::tempdir().expect("a temp dir");
+    let out = root.path().join("bf16");
+    bf16.save_hf(&out).expect("saves");
+    let config: Value =
+        serde_json::from_str(&fs::read_to_string(out.join("config.json")).expect("config"))
+            .expect("JSON");
+    assert_eq!(config["torch_dtype"], "bfloat16");
+    let again = load(&out, Kind::BFloat16);
+    assert_same_weights(&bf16.model, &again.model);
+}
+
+#[test]
+fn smollm2_gguf_converts_to_an_equivalent_hf_folder() {
+    let gguf = drmas_host::model::default_model_path();
+    assert!(
+        gguf.is_file(),
+        "{} is missing: run scripts/install-model.sh",
+        gguf.display()
+    );
+    let root = tempfile::tempdir().expect("a temp dir");
+    let out = root.path().join("smollm2");
+    let start = Instant::now();
+    let cli = drmas_host::cli::Cli::try_parse_from([
+        "drmas-host".as_ref(),
+        "convert".as_ref(),
+        gguf.as_os_str(),
+        out.as_os_str(),
+    ])
+    .expect("parses");
+    drmas_host::run(cli).expect("converts");
+    eprintln!("converted in {:.2?}", start.elapsed());
+
+    let from_gguf = load(&gguf, Kind::Float);
+    let from_folder = load(&out, Kind::Float);
+    assert_same_weights(&from_gguf.model, &from_folder.model);
+    assert_eq!(from_gguf.model.config(), from_folder.model.config());
+    assert_eq!(
+        from_gguf.chat_template.source(),
+        from_folder.chat_template.source()
+    );
+    let messages = [TemplateMessage {
+        role: "user",
+        content: "What is the capital of France?",
+    }];
+    let prompt = from_gguf.encode_chat(&messages).expect("encodes");
+    assert_eq!(prompt, from_folder.encode_chat(&messages).expect("encodes"));
+    let a = tch::no_grad(|| from_gguf.model.forward(&ids(&prompt), None, None)).expect("fwd");
+    let b = tch::no_grad(|| from_folder.model.forward(&ids(&prompt), None, None)).expect("fwd");
+    assert!(a.equal(&b), "logits of the GGUF and the converted folder");
+}
+
+// ---- bad folders -------------------------------------------------------------------------
+
+/// A writable copy of the fixture `family`.
+fn copy_fixture(family: &str, root: &Path) -> PathBuf {
+    let dir = root.join(family);
+    fs::create_dir_all(&dir).expect("mkdir");
+    for entry in fs::read_dir(fixtures().join(family)).expect("lists") {
+        let entry = entry.expect("entry");
+        fs::copy(entry.path(), dir.join(entry.file_name())).expect("copies");
+    }
+    dir
+}
+
+fn edit_config(dir: &Path, edit: impl FnOnce(&mut Value)) {
+    let path = dir.join("config.json");
+    let mut config: Value =
+        serde_json::from_str(&fs::read_to_string(&path).expect("reads")).expect("JSON");
+    edit(&mut config);
+    fs::write(&path, config.to_string()).expect("writes");
+}
+
+fn load_err(dir: &Path) -> ModelError {
+    Pretrained::load(dir, Device::Cpu, Kind::Float).expect_err("does not load")
+}
+
+fn assert_mentions(err: &ModelError, parts: &[&str]) {
+    let message = err.to_string();
+    eprintln!("error: {message}");
+    for part in parts {
+        assert!(message.contains(part), "{part:?} not in: {message}");
+    }
+}
+
+#[test]
+fn a_truncated_safetensors_file_is_named() {
+    let root = tempfile::tempdir().expect("a temp dir");
+    let dir = copy_fixture("llama", root.path());
+    let file = dir.join("model.safetensors");
+    let len = fs::metadata(&file).expect("stat").len();
+    let bytes = fs::read(&file).expect("reads");
+    fs::write(&file, &bytes[..(len / 2) as usize]).expect("truncates");
+    let err = load_err(&dir);
+    assert_mentions(&err, &["model.safetensors", "truncated or corrupt"]);
+    fs::write(&file, &bytes[..4]).expect("truncates more");
+    assert_mentions(&load_err(&dir), &["model.safetensors"]);
+}
+
+#[test]
+fn a_wrong_shape_names_the_file_tensor_and_both_shapes() {
+    let root = tempfile::tempdir().expect("a temp dir");
+    let dir = copy_fixture("qwen2", root.path());
+    edit_config(&dir, |c| c["intermediate_size"] = 96.into());
+    let err = load_err(&dir);
+    assert_mentions(
+        &err,
+        &[
+            "model.safetensors",
+            "model.layers.0.mlp.down_proj.weight",
+            "[64, 96]",
+            "[64, 128]",
+        ],
+    );
+}
+
+#[test]
+fn a_missing_tensor_or_shard_is_named() {
+    let root = tempfile::tempdir().expect("a temp dir");
+    let dir = copy_fixture("llama", root.path());
+    let file = dir.join("model.safetensors");
+    let mut tensors: std::collections::BTreeMap<String, Tensor> = Tensor::read_safetensors(&file)
+        .expect("reads")
+        .into_iter()
+        .collect();
+    let _ = tensors.remove("model.norm.weight").expect("was there");
+    write_safetensors(&file, &tensors).expect("writes");
+    assert_mentions(
+        &load_err(&dir),
+        &["model.safetensors", "model.norm.weight", "missing"],
+    );
+
+    // Tied models ignore a stored copy of the LM head.
+    let qwen2 = copy_fixture("qwen2", root.path());
+    let tied_file = qwen2.join("model.safetensors");
+    let mut tied: std::collections::BTreeMap<String, Tensor> = Tensor::read_safetensors(&tied_file)
+        .expect("reads")
+        .into_iter()
+        .collect();
+    let embed = tied["model.embed_tokens.weight"].copy();
+    tied.insert("lm_head.weight".to_owned(), embed);
+    write_safetensors(&tied_file, &tied).expect("writes");
+    Pretrained::load(&qwen2, Device::Cpu, Kind::Float).expect("a tied copy is ignored");
+
+    let qwen3 = copy_fixture("qwen3", root.path());
+    fs::remove_file(qwen3.join("model-00002-of-00003.safetensors")).expect("removes");
+    assert_mentions(
+        &load_err(&qwen3),
+        &["model-00002-of-00003.safetensors", "missing"],
+    );
+}
+
+#[test]
+fn missing_files_and_unsupported_architectures_are_named() {
+    let root = tempfile::tempdir().expect("a temp dir");
+    let dir = copy_fixture("llama", root.path());
+    edit_config(&dir, |c| {
+        c["architectures"] = serde_json::json!(["MistralForCausalLM"])
+    });
+    let err = load_err(&dir);
+    assert_mentions(
+        &err,
+        &["config.json", "MistralForCausalLM", "not supported"],
+    );
+
+    edit_config(&dir, |c| {
+        c["architectures"] = serde_json::json!(["Qwen2ForCausalLM"]);
+        c["use_sliding_window"] = true.into();
+    });
+    assert_mentions(&load_err(&dir), &["config.json", "sliding"]);
+
+    fs::remove_file(dir.join("config.json")).expect("removes");
+    assert_mentions(&load_err(&dir), &["config.json", "missing"]);
+
+    let dir = copy_fixture("qwen2", root.path());
+    fs::remove_file(dir.join("tokenizer.json")).expect("removes");
+    assert_mentions(&load_err(&dir), &["tokenizer.json", "missing"]);
+
+    let dir = copy_fixture("qwen3", root.path());
+    fs::remove_file(dir.join("model.safetensors.index.json")).expect("removes");
+    assert_mentions(&load_err(&dir), &["model.safetensors.index.json"]);
+
+    let err = load_err(&root.path().join("nothing-here"));
+    assert_mentions(&err, &["nothing-here", "no such file"]);
+    let err = Pretrained::load(&fixtures().join("llama"), Device::Cpu, Kind::Int64)
+        .expect_err("not a float dtype");
+    assert_mentions(&err, &["Int64"]);
+}
