@@ -1,4 +1,5 @@
-//! The command line: `drmas-host [train|eval|plugins] --plugins DIR --config FILE`.
+//! The command line: `drmas-host [train|eval|plugins|check] --plugins DIR --config FILE`, and
+//! `drmas-host plot RUN_DIR`.
 
 use std::path::PathBuf;
 
@@ -35,7 +36,7 @@ pub struct CommonArgs {
 }
 
 /// The subcommands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum Command {
     /// Train the agents that the run file describes.
     Train,
@@ -45,4 +46,9 @@ pub enum Command {
     Plugins,
     /// Check a run file without doing any work.
     Check,
+    /// Draw PNG charts (reward, gradient norms, amplification) from a run's metrics.jsonl.
+    Plot {
+        /// The run folder (the run file's `[run] output_dir`); the charts are written there.
+        run_dir: PathBuf,
+    },
 }
