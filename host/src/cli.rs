@@ -1,5 +1,5 @@
 //! The command line: `drmas-host [train|eval|plugins|check] --plugins DIR --config FILE`, and
-//! `drmas-host convert MODEL OUT`.
+//! `drmas-host convert MODEL OUT`, `drmas-host plot RUN_DIR`.
 
 use std::path::PathBuf;
 
@@ -46,6 +46,11 @@ pub enum Command {
     Plugins,
     /// Check a run file without doing any work.
     Check,
+    /// Draw PNG charts (reward, gradient norms, amplification) from a run's metrics.jsonl.
+    Plot {
+        /// The run folder (the run file's `[run] output_dir`); the charts are written there.
+        run_dir: PathBuf,
+    },
     /// Convert a model (a GGUF file or an HF folder) into a Hugging Face folder that
     /// transformers and drmas load (see docs/install.md).
     Convert {

@@ -8,6 +8,7 @@ pub mod advantage;
 pub mod cli;
 pub mod config;
 pub mod model;
+pub mod plot;
 pub mod plugins;
 pub mod preflight;
 pub mod train;
@@ -19,6 +20,12 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
     let command = cli.command.unwrap_or(cli::Command::Train);
     match command {
         cli::Command::Convert { model, out, dtype } => convert(&model, &out, dtype),
+        cli::Command::Plot { run_dir } => {
+            for path in plot::plot_run(&run_dir)? {
+                println!("{}", path.display());
+            }
+            Ok(())
+        }
         cli::Command::Plugins => {
             let registry = plugins::Registry::load_folder(
                 &cli.common.plugins,

@@ -1,0 +1,165 @@
+//! Which charts a run gets and what each shows, built from its metrics.
+//!
+//! - `reward.png`: `reward/mean` with a `± reward/std` band, and every `eval/avg@K` and
+//!   `eval/pass@K` as marked lines (evals are sparse).
+//! - `grad_norm.png`: one solid line per `grad_norm/agent/NAME`, one dashed line per
+//!   `grad_norm/group/NAME`; log-scale y when the norms span more than two decades.
+//! - `amplification.png`: one line per `advantage/amplification/NAME`.
+//!
+//! An agent keeps its colour across charts.
+
+use std::collections::BTreeMap;
+
+use super::chart::{Band, Chart, Line, Stroke, YScale};
+use super::metrics::Metrics;
+
+/// Mean training reward per iteration.
+pub const REWARD_MEAN: &str = "reward/mean";
+/// Standard deviation of the training reward per iteration.
+pub const REWARD_STD: &str = "reward/std";
+/// Prefix of the eval scores (`eval/avg@4`, `eval/pass@4`, ...).
+pub const EVAL_PREFIX: &str = "eval/";
+/// Prefix of per-agent gradient norms.
+pub const GRAD_NORM_AGENT_PREFIX: &str = "grad_norm/agent/";
+/// Prefix of per-worker-group gradient norms.
+pub const GRAD_NORM_GROUP_PREFIX: &str = "grad_norm/group/";
+/// Prefix of per-agent advantage amplification.
+pub const AMPLIFICATION_PREFIX: &str = "advantage/amplification/";
+
+const X_LABEL: &str = "iteration";
+
+/// Every chart of a run, by file name; some may be empty.
+pub fn all(metrics: &Metrics) -> Vec<(&'static str, Chart)> {
+    let colors = AgentColors::new(metrics);
+    vec![
+        ("reward.png", reward(metrics)),
+        ("grad_norm.png", grad_norm(metrics, &colors)),
+        ("amplification.png", amplification(metrics, &colors)),
+    ]
+}
+
+/// Reward per iteration with its spread, and eval scores.
+pub fn reward(metrics: &Metrics) -> Chart {
+    let mut chart = Chart::new("Reward", X_LABEL, "reward / score");
+    if let Some(mean) = metrics.series(REWARD_MEAN) {
+        if let Some(std) = metrics.series(REWARD_STD) {
+            let std: BTreeMap<u64, f64> = std.iter().copied().collect();
+            let points = mean
+                .iter()
+                .filter_map(|&(iteration, mean)| {
+                    let std = std.get(&iteration)?;
+                    Some((iteration as i64, mean - std, mean + std))
+                })
+                .collect();
+            chart.bands.push(Band {
+                label: "reward ± std".to_string(),
+                points,
+                color: 0,
+            });
+        }
+        chart.lines.push(Line {
+            label: "reward (mean)".to_string(),
+            points: points(mean),
+            stroke: Stroke::Solid,
+            color: 0,
+        });
+    }
+    let evals = metrics
+        .with_prefix(EVAL_PREFIX)
+        .filter(|(name, _)| name.starts_with("avg@") || name.starts_with("pass@"));
+    for (color, (name, series)) in (1..).zip(evals) {
+        chart.lines.push(Line {
+            label: format!("eval {name}"),
+            points: points(series),
+            stroke: Stroke::Marked,
+            color,
+        });
+    }
+    chart
+}
+
+/// Gradient norm per agent (solid) and per worker group (dashed).
+pub fn grad_norm(metrics: &Metrics, colors: &AgentColors) -> Chart {
+    let title = if metrics.with_prefix(GRAD_NORM_GROUP_PREFIX).next().is_some() {
+        "Gradient norm: agents (solid), worker groups (dashed)"
+    } else {
+        "Gradient norm per agent"
+    };
+    let mut chart = Chart::new(title, X_LABEL, "gradient L2 norm");
+    chart.y_scale = YScale::Auto;
+    for (agent, series) in metrics.with_prefix(GRAD_NORM_AGENT_PREFIX) {
+        chart.lines.push(Line {
+            label: agent.to_string(),
+            points: points(series),
+            stroke: Stroke::Solid,
+            color: colors.agent(agent),
+        });
+    }
+    for (index, (group, series)) in metrics.with_prefix(GRAD_NORM_GROUP_PREFIX).enumerate() {
+        chart.lines.push(Line {
+            label: format!("group {group}"),
+            points: points(series),
+            stroke: Stroke::Dashed,
+            color: colors.agents() + index,
+        });
+    }
+    chart
+}
+
+/// Advantage amplification per agent.
+pub fn amplification(metrics: &Metrics, colors: &AgentColors) -> Chart {
+    let mut chart = Chart::new(
+        "Advantage amplification per agent",
+        X_LABEL,
+        "amplification",
+    );
+    for (agent, series) in metrics.with_prefix(AMPLIFICATION_PREFIX) {
+        chart.lines.push(Line {
+            label: agent.to_string(),
+            points: points(series),
+            stroke: Stroke::Solid,
+            color: colors.agent(agent),
+        });
+    }
+    chart
+}
+
+/// One palette index per agent name, the same in every chart.
+#[derive(Debug, Clone, Default)]
+pub struct AgentColors {
+    names: Vec<String>,
+}
+
+impl AgentColors {
+    /// Every agent named by a per-agent key, sorted.
+    pub fn new(metrics: &Metrics) -> Self {
+        let mut names: Vec<String> = metrics
+            .with_prefix(GRAD_NORM_AGENT_PREFIX)
+            .chain(metrics.with_prefix(AMPLIFICATION_PREFIX))
+            .map(|(name, _)| name.to_string())
+            .collect();
+        names.sort();
+        names.dedup();
+        Self { names }
+    }
+
+    /// The palette index of an agent (past the known ones if it is not among them).
+    pub fn agent(&self, name: &str) -> usize {
+        self.names
+            .iter()
+            .position(|known| known == name)
+            .unwrap_or(self.names.len())
+    }
+
+    /// How many agents have a colour; further colours are free for other lines.
+    pub fn agents(&self) -> usize {
+        self.names.len()
+    }
+}
+
+fn points(series: &[(u64, f64)]) -> Vec<(i64, f64)> {
+    series
+        .iter()
+        .map(|&(iteration, value)| (iteration as i64, value))
+        .collect()
+}
