@@ -2,7 +2,6 @@
 
 pub mod config;
 pub mod error;
-pub mod generate;
 pub mod gguf;
 pub mod layers;
 pub mod llama;
