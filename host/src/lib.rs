@@ -7,6 +7,7 @@
 pub mod advantage;
 pub mod cli;
 pub mod config;
+pub mod engine;
 pub mod model;
 pub mod plot;
 pub mod plugins;

