@@ -39,7 +39,7 @@ pub struct CommonArgs {
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum Command {
     /// Train the agents that the run file describes.
-    Train,
+    Train(TrainArgs),
     /// Evaluate the agents that the run file describes (avg@k, pass@k per data source).
     Eval,
     /// List every component the plugins folder offers.
@@ -84,4 +84,12 @@ impl Dtype {
             Self::F16 => tch::Kind::Half,
         }
     }
+}
+
+/// Options of `train`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Args)]
+pub struct TrainArgs {
+    /// Continue from the newest checkpoint in the run folder instead of starting over.
+    #[arg(long)]
+    pub resume: bool,
 }

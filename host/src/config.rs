@@ -484,6 +484,36 @@ impl RunConfig {
                 "[rollout] prompts_per_batch and group_size must be ≥ 1".into(),
             ));
         }
+        if r.max_response_tokens == 0 || r.max_prompt_tokens == 0 {
+            return Err(file.invalid(
+                0,
+                "[rollout] max_prompt_tokens and max_response_tokens must be ≥ 1".into(),
+            ));
+        }
+        for agent in &self.agents {
+            if agent.max_new_tokens == Some(0) || agent.micro_batch_size == Some(0) {
+                return Err(file.invalid(
+                    agent.role.span().start,
+                    format!(
+                        "agent `{}`: max_new_tokens and micro_batch_size must be ≥ 1",
+                        agent.role.get_ref()
+                    ),
+                ));
+            }
+        }
+        for (name, group) in &self.worker_groups {
+            if group.micro_batch_size == 0
+                || group.learning_rate.is_nan()
+                || group.learning_rate <= 0.0
+            {
+                return Err(file.invalid(
+                    0,
+                    format!(
+                        "[worker_groups.{name}] needs micro_batch_size ≥ 1 and learning_rate > 0"
+                    ),
+                ));
+            }
+        }
         if !(r.temperature >= 0.0 && r.top_p > 0.0 && r.top_p <= 1.0) {
             return Err(file.invalid(
                 0,

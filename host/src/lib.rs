@@ -12,13 +12,17 @@ pub mod model;
 pub mod plot;
 pub mod plugins;
 pub mod preflight;
+pub mod rollout;
 pub mod train;
+pub mod trainer;
 
 use anyhow::Context;
 
 /// Runs one command line to completion.
 pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
-    let command = cli.command.unwrap_or(cli::Command::Train);
+    let command = cli
+        .command
+        .unwrap_or(cli::Command::Train(cli::TrainArgs::default()));
     match command {
         cli::Command::Convert { model, out, dtype } => convert(&model, &out, dtype),
         cli::Command::Plot { run_dir } => {
@@ -35,27 +39,44 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
             print!("{}", list_components(&registry));
             Ok(())
         }
-        cli::Command::Check | cli::Command::Train | cli::Command::Eval => {
-            let path = cli
-                .common
-                .config
-                .context("--config FILE is required (see docs/config.md)")?;
-            let (config, file) = config::RunConfig::load(&path)?;
-            let registry = plugins::Registry::load_folder(
-                &cli.common.plugins,
-                plugins::BuildProfile::Release,
-            )?;
-            let plan = preflight::prepare(&config, &file, &registry)?;
-            println!("{}: ready\n{}", path.display(), plan.summary(&config));
-            if command != cli::Command::Check {
-                // Honest about this build: rollouts and updates need sampling, the rollout engine
-                // and the trainer, which have not landed yet. Everything above ran for real.
-                println!(
-                    "`{}` stops here: this build has no rollout engine or trainer yet (see docs/status.md); \
-                     the run file, plugins, datasets, estimator and model files above were all checked.",
-                    if command == cli::Command::Train { "train" } else { "eval" }
+        cli::Command::Check => {
+            let (config, file, plan) = prepare(&cli.common)?;
+            println!("{}: ready\n{}", file.origin, plan.summary(&config));
+            Ok(())
+        }
+        cli::Command::Train(args) => {
+            let (config, file, plan) = prepare(&cli.common)?;
+            println!("{}: ready\n{}", file.origin, plan.summary(&config));
+            let mut trainer = trainer::Trainer::new(config, &file, plan)?;
+            if args.resume {
+                match trainer.resume()? {
+                    Some(iteration) => println!("resuming after iteration {iteration}"),
+                    None => println!("no checkpoint to resume from; starting at iteration 1"),
+                }
+            } else if trainer::Checkpoint::latest(trainer.out_dir())?.is_some() {
+                anyhow::bail!(
+                    "the run folder {} already holds checkpoints; pass --resume to continue that \
+                     run, or set another [run] output_dir",
+                    trainer.out_dir().display()
                 );
             }
+            let summary = trainer.train()?;
+            print!("{}", summary.render());
+            match plot::plot_run(&summary.out_dir) {
+                Ok(charts) => {
+                    for chart in charts {
+                        println!("plot                {}", chart.display());
+                    }
+                }
+                Err(error) => tracing::warn!("no plots: {error:#}"),
+            }
+            Ok(())
+        }
+        cli::Command::Eval => {
+            let (config, file, plan) = prepare(&cli.common)?;
+            let mut trainer = trainer::Trainer::new(config, &file, plan)?;
+            let report = trainer.evaluate("eval")?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }
     }
@@ -87,6 +108,20 @@ pub fn convert(
         start.elapsed()
     );
     Ok(())
+}
+
+/// Reads the run file, loads the plugins and runs every pre-flight check.
+fn prepare(
+    common: &cli::CommonArgs,
+) -> anyhow::Result<(config::RunConfig, config::RunFile, preflight::Plan)> {
+    let path = common
+        .config
+        .as_ref()
+        .context("--config FILE is required (see docs/config.md)")?;
+    let (config, file) = config::RunConfig::load(path)?;
+    let registry = plugins::Registry::load_folder(&common.plugins, plugins::BuildProfile::Release)?;
+    let plan = preflight::prepare(&config, &file, &registry)?;
+    Ok((config, file, plan))
 }
 
 /// The `plugins` listing: one line per component, grouped by kind.

@@ -111,6 +111,13 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
 
     let mut models = Vec::new();
     for (name, group) in &config.worker_groups {
+        if group.offload {
+            bail!(
+                "{}: [worker_groups.{name}] offload = true is not implemented in this build; \
+                 remove it (every group stays on its device)",
+                file.origin
+            );
+        }
         let path = resolve_model(&group.model, file)?;
         let summary = describe_model(&path)
             .with_context(|| format!("worker group `{name}` in {}", file.origin))?;

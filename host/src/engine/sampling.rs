@@ -99,6 +99,18 @@ impl SamplerRng {
         }
     }
 
+    /// The generator's position, for a checkpoint.
+    pub fn state(&self) -> Vec<u64> {
+        self.state.to_vec()
+    }
+
+    /// The generator at a saved [`Self::state`]; `None` unless it holds four words.
+    pub fn from_state(state: &[u64]) -> Option<Self> {
+        Some(Self {
+            state: state.try_into().ok()?,
+        })
+    }
+
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         let s = &mut self.state;

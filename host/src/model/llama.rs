@@ -118,6 +118,11 @@ impl Llama {
         self.embed_tokens.kind()
     }
 
+    /// Stops gradients to every weight (a frozen reference model).
+    pub fn freeze(&mut self) {
+        self.vs.freeze();
+    }
+
     /// An empty KV cache for `batch` sequences of up to `max_len` tokens, in the model's
     /// dtype and device.
     pub fn new_cache(&self, batch: i64, max_len: i64) -> Result<KvCache, ModelError> {
@@ -138,13 +143,30 @@ impl Llama {
         ))
     }
 
-    /// Logits `[B, T, vocab]` for `input_ids` `[B, T]` (int64).
+    /// Logits `[B, T, vocab]` for `input_ids` `[B, T]` (int64): [`Self::forward_hidden`]
+    /// followed by [`Self::logits`].
+    pub fn forward(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor, ModelError> {
+        Ok(self.logits(&self.forward_hidden(input_ids, attention_mask, cache)?))
+    }
+
+    /// The LM head: logits `[…, vocab]` of final hidden states `[…, hidden]`. Training applies
+    /// it to the response positions only, which saves most of the head's cost.
+    pub fn logits(&self, hidden: &Tensor) -> Tensor {
+        hidden.linear::<Tensor>(&self.lm_head, None)
+    }
+
+    /// Final (normed) hidden states `[B, T, hidden]` for `input_ids` `[B, T]` (int64).
     ///
     /// `attention_mask` `[B, T]` (1 = token, 0 = left padding; all ones when `None`) keeps
     /// padding out of attention and RoPE positions. With a `cache` the tokens follow those
     /// already cached (prefill when it is empty, decode after) and are added to it; without
     /// one they are a whole sequence (the training forward).
-    pub fn forward(
+    pub fn forward_hidden(
         &self,
         input_ids: &Tensor,
         attention_mask: Option<&Tensor>,
@@ -211,6 +233,6 @@ impl Llama {
         if let Some(cache) = cache {
             cache.advance(&valid);
         }
-        Ok(self.norm.forward(&x).linear::<Tensor>(&self.lm_head, None))
+        Ok(self.norm.forward(&x))
     }
 }

@@ -1,12 +1,18 @@
 //! Training: the policy loss on per-token log-probabilities (PPO clipped surrogate with DAPO's
 //! decoupled clip and dual clip, token aggregation modes, entropy bonus, KL to a reference).
 
+mod adamw;
 mod aggregate;
+mod batch;
 mod grad_norm;
 mod kl;
 mod loss;
+mod update;
 
+pub use adamw::{warmup_lr, AdamW};
 pub use aggregate::aggregate;
+pub use batch::TrainingBatch;
 pub use grad_norm::{global_norm, GradientLedger};
 pub use kl::kl_penalty;
 pub use loss::{policy_loss, LossInputs, LossStats};
+pub use update::{update_group, AgentTraining, UpdateReport};

@@ -184,9 +184,118 @@ impl Episode for WordEpisode {
     }
 }
 
+/// Two agents in a row: `first` answers the task, `second` sees that answer and its action is
+/// submitted. The smallest workflow with two roles, for trainer tests.
+pub struct PairOrchestra;
+
+impl Component for PairOrchestra {
+    const NAME: &'static str = "pair";
+    const DESCRIPTION: &'static str =
+        "calls `first`, then `second` on its answer, submits `second`'s action";
+    fn from_config(_config: &str) -> Result<Self> {
+        Ok(Self)
+    }
+}
+
+impl Orchestra for PairOrchestra {
+    fn roles(&self) -> Result<Vec<String>> {
+        Ok(vec!["first".into(), "second".into()])
+    }
+
+    fn start(&self, task: &Task) -> Result<Box<dyn Routing>> {
+        Ok(Box::new(Pair {
+            question: task.prompt.clone(),
+            first: None,
+            second: None,
+        }))
+    }
+}
+
+struct Pair {
+    question: String,
+    first: Option<String>,
+    second: Option<String>,
+}
+
+impl Routing for Pair {
+    fn on_observation(&mut self, _observation: &str) -> Result<()> {
+        Ok(())
+    }
+
+    fn next(&mut self) -> Result<Next> {
+        let context = |observation: &str| AgentContext {
+            question: self.question.clone(),
+            observation: observation.to_owned(),
+            ..AgentContext::default()
+        };
+        Ok(match (&self.first, self.second.take()) {
+            (None, _) => Next::Act {
+                role: "first".into(),
+                context: context(&self.question),
+            },
+            (Some(first), None) => Next::Act {
+                role: "second".into(),
+                context: context(first),
+            },
+            (Some(_), Some(action)) => Next::Submit { action },
+        })
+    }
+
+    fn observe(&mut self, role: &str, output: &AgentOutput) -> Result<()> {
+        match role {
+            "first" => self.first = Some(output.raw.clone()),
+            _ => self.second = Some(output.action.clone()),
+        }
+        Ok(())
+    }
+}
+
+/// Tasks are words; the reward is 1 when the action has an even number of characters. Any
+/// model, even an untrained random one, earns it about half of the time, so rewards vary
+/// within every group and the trainer always has a signal to follow.
+pub struct ParityEnvironment;
+
+impl Component for ParityEnvironment {
+    const NAME: &'static str = "parity";
+    const DESCRIPTION: &'static str = "reward 1 for an action of even length";
+    fn from_config(_config: &str) -> Result<Self> {
+        Ok(Self)
+    }
+}
+
+impl Environment for ParityEnvironment {
+    fn load_tasks(&self, spec: &DatasetSpec) -> Result<Vec<Task>> {
+        WordsEnvironment.load_tasks(spec)
+    }
+
+    fn reset(&self, task: &Task) -> Result<Reset> {
+        Ok(Reset {
+            episode: Box::new(ParityEpisode),
+            observation: task.prompt.clone(),
+        })
+    }
+}
+
+struct ParityEpisode;
+
+impl Episode for ParityEpisode {
+    fn step(&mut self, action: &str) -> Result<Step> {
+        Ok(Step {
+            observation: String::new(),
+            reward: if action.chars().count() % 2 == 0 {
+                1.0
+            } else {
+                0.0
+            },
+            done: true,
+            metrics: Vec::new(),
+        })
+    }
+}
+
 drmas_sdk::export_plugin! {
     name: "fixture",
     agents: [ShoutAgent],
-    orchestras: [RelayOrchestra],
-    environments: [WordsEnvironment],
+    orchestras: [RelayOrchestra, PairOrchestra],
+    environments: [WordsEnvironment, ParityEnvironment],
 }

@@ -1,0 +1,24 @@
+//! [`AgentCall`]: one agent call of a rollout, as the trainer consumes it.
+
+use crate::engine::FinishReason;
+
+/// One agent call: what the model saw, what it wrote, and how likely each token was.
+#[derive(Debug, Clone)]
+pub struct AgentCall {
+    /// Index of the episode (in the rollout's episode list) the call belongs to.
+    pub episode: usize,
+    /// Index of the calling agent in the run's agent list.
+    pub agent: usize,
+    /// The chat-templated prompt tokens (after any truncation).
+    pub prompt: Vec<i64>,
+    /// The generated tokens (the final EOS included when the model wrote one).
+    pub response: Vec<i64>,
+    /// Log-probability of each response token under the sampling distribution at `temperature`.
+    pub logprobs: Vec<f32>,
+    /// The temperature the response was sampled at (the training forward divides by it too).
+    pub temperature: f64,
+    /// Whether the agent judged the output's format valid.
+    pub valid: bool,
+    /// Why generation stopped.
+    pub finish: FinishReason,
+}

@@ -1,0 +1,139 @@
+//! One episode's state between rounds: its routing state machine, its environment episode and
+//! the agent call it is waiting for.
+
+use anyhow::{anyhow, bail, Context};
+use drmas_sdk::{
+    AgentContext, AgentOutput, Environment, Episode, Metric, Next, Orchestra, Routing, Task,
+};
+
+use super::TeamMember;
+
+/// More agent calls than this in one episode means a routing that never submits.
+const MAX_CALLS_PER_EPISODE: usize = 256;
+
+/// How an episode ended.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EpisodeOutcome {
+    /// The sum of the environment's step rewards.
+    pub reward: f64,
+    /// The environment's metrics, the latest value of each name.
+    pub metrics: Vec<Metric>,
+    /// Environment steps taken.
+    pub steps: u32,
+    /// Agent calls made.
+    pub calls: usize,
+}
+
+/// A running episode.
+pub(super) struct EpisodeState {
+    routing: Box<dyn Routing>,
+    episode: Box<dyn Episode>,
+    /// The call the episode waits for: (team member index, what it sees).
+    pending: Option<(usize, AgentContext)>,
+    done: bool,
+    outcome: EpisodeOutcome,
+}
+
+impl EpisodeState {
+    /// Resets the environment on `task` and starts the orchestra's routing on its first
+    /// observation.
+    pub fn start(
+        orchestra: &dyn Orchestra,
+        environment: &dyn Environment,
+        task: &Task,
+    ) -> anyhow::Result<Self> {
+        let reset = environment
+            .reset(task)
+            .map_err(|e| anyhow!("{e}"))
+            .with_context(|| format!("resetting the environment on task `{}`", task.id))?;
+        let mut routing = orchestra
+            .start(task)
+            .map_err(|e| anyhow!("{e}"))
+            .with_context(|| format!("starting the orchestra on task `{}`", task.id))?;
+        routing
+            .on_observation(&reset.observation)
+            .map_err(|e| anyhow!("{e}"))?;
+        Ok(Self {
+            routing,
+            episode: reset.episode,
+            pending: None,
+            done: false,
+            outcome: EpisodeOutcome::default(),
+        })
+    }
+
+    /// Runs the routing until it asks for an agent call or the environment ends the episode.
+    pub fn advance(&mut self, team: &[TeamMember]) -> anyhow::Result<()> {
+        while !self.done && self.pending.is_none() {
+            match self.routing.next().map_err(|e| anyhow!("{e}"))? {
+                Next::Act { role, context } => {
+                    let Some(member) = team.iter().position(|m| m.role == role) else {
+                        let roles: Vec<&str> = team.iter().map(|m| m.role.as_str()).collect();
+                        bail!(
+                            "the orchestra asked for role `{role}`, which no agent fills (roles: [{}])",
+                            roles.join(", ")
+                        );
+                    };
+                    if self.outcome.calls >= MAX_CALLS_PER_EPISODE {
+                        bail!(
+                            "the orchestra made {MAX_CALLS_PER_EPISODE} agent calls in one episode \
+                             without ending it; does its routing ever submit?"
+                        );
+                    }
+                    self.pending = Some((member, context));
+                }
+                Next::Submit { action } => {
+                    let step = self.episode.step(&action).map_err(|e| anyhow!("{e}"))?;
+                    self.outcome.steps += 1;
+                    self.outcome.reward += step.reward;
+                    for metric in step.metrics {
+                        match self
+                            .outcome
+                            .metrics
+                            .iter_mut()
+                            .find(|m| m.name == metric.name)
+                        {
+                            Some(known) => known.value = metric.value,
+                            None => self.outcome.metrics.push(metric),
+                        }
+                    }
+                    if step.done {
+                        self.done = true;
+                    } else {
+                        self.routing
+                            .on_observation(&step.observation)
+                            .map_err(|e| anyhow!("{e}"))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The call the episode waits for, if any.
+    pub fn pending(&self) -> Option<&(usize, AgentContext)> {
+        self.pending.as_ref()
+    }
+
+    /// Hands the pending call's output back to the routing.
+    pub fn deliver(&mut self, team: &[TeamMember], output: &AgentOutput) -> anyhow::Result<()> {
+        let (member, _) = self
+            .pending
+            .take()
+            .context("an agent output was delivered to an episode that asked for none")?;
+        self.outcome.calls += 1;
+        self.routing
+            .observe(&team[member].role, output)
+            .map_err(|e| anyhow!("{e}"))
+    }
+
+    /// Whether the environment ended the episode.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// The outcome so far (final once [`Self::is_done`]).
+    pub fn into_outcome(self) -> EpisodeOutcome {
+        self.outcome
+    }
+}

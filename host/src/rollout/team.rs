@@ -1,0 +1,19 @@
+//! [`TeamMember`]: one agent of the run with the worker group and sampling settings it uses.
+
+use drmas_sdk::ffi::ForeignAgent;
+
+use crate::engine::SamplingParams;
+
+/// An agent filling one orchestra role, and how its calls are generated.
+pub struct TeamMember {
+    /// The orchestra role it fills.
+    pub role: String,
+    /// The agent component.
+    pub agent: ForeignAgent,
+    /// Index of the worker group whose model generates for it.
+    pub group: usize,
+    /// Sampling settings of its calls.
+    pub sampling: SamplingParams,
+    /// The most tokens one call may generate.
+    pub max_new_tokens: usize,
+}

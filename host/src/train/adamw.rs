@@ -1,0 +1,213 @@
+//! [`AdamW`]: decoupled-weight-decay Adam over a worker group's parameters, with its moments
+//! held as named tensors so checkpoints can save and restore them exactly.
+
+use tch::{Kind, Tensor};
+
+use crate::model::error::ModelError;
+
+/// AdamW (Loshchilov & Hutter) exactly as `torch.optim.AdamW` computes it (no amsgrad).
+pub struct AdamW {
+    params: Vec<(String, Tensor)>,
+    first_moments: Vec<Tensor>,
+    second_moments: Vec<Tensor>,
+    steps: u64,
+    weight_decay: f64,
+}
+
+/// β₁, β₂ and ε of PyTorch's defaults.
+const BETA1: f64 = 0.9;
+const BETA2: f64 = 0.999;
+const EPSILON: f64 = 1e-8;
+
+impl AdamW {
+    /// An optimizer over `params` (name, trainable tensor) with zero moments.
+    pub fn new(params: Vec<(String, Tensor)>, weight_decay: f64) -> Self {
+        let zeros = |params: &[(String, Tensor)]| -> Vec<Tensor> {
+            params
+                .iter()
+                .map(|(_, p)| p.zeros_like().to_kind(Kind::Float))
+                .collect()
+        };
+        Self {
+            first_moments: zeros(&params),
+            second_moments: zeros(&params),
+            params,
+            steps: 0,
+            weight_decay,
+        }
+    }
+
+    /// Optimizer steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// The optimized tensors.
+    pub fn params(&self) -> impl Iterator<Item = &Tensor> {
+        self.params.iter().map(|(_, p)| p)
+    }
+
+    /// Clears every parameter's gradient.
+    pub fn zero_grad(&mut self) {
+        for (_, param) in &mut self.params {
+            param.zero_grad();
+        }
+    }
+
+    /// One update at learning rate `lr` from the accumulated gradients (parameters without a
+    /// gradient are left alone).
+    pub fn step(&mut self, lr: f64) {
+        self.steps += 1;
+        let t = self.steps as i32;
+        let bias1 = 1.0 - BETA1.powi(t);
+        let bias2 = 1.0 - BETA2.powi(t);
+        tch::no_grad(|| {
+            for (((_, param), m), v) in self
+                .params
+                .iter_mut()
+                .zip(&mut self.first_moments)
+                .zip(&mut self.second_moments)
+            {
+                let grad = param.grad();
+                if !grad.defined() {
+                    continue;
+                }
+                let grad = grad.to_kind(Kind::Float);
+                let _ = param.g_mul_scalar_(1.0 - lr * self.weight_decay);
+                let _ = m.g_mul_scalar_(BETA1);
+                let _ = m.g_add_(&(&grad * (1.0 - BETA1)));
+                let _ = v.g_mul_scalar_(BETA2);
+                let _ = v.g_add_(&(grad.square() * (1.0 - BETA2)));
+                let denominator = (&*v / bias2).sqrt() + EPSILON;
+                let update = (&*m / bias1) / denominator * lr;
+                let _ = param.g_sub_(&update.to_kind(param.kind()));
+            }
+        });
+    }
+
+    /// The state as named tensors: `step` and each parameter's `exp_avg.NAME` /
+    /// `exp_avg_sq.NAME`, for a checkpoint.
+    pub fn state(&self) -> Vec<(String, Tensor)> {
+        let mut state = vec![("step".to_owned(), Tensor::from_slice(&[self.steps as i64]))];
+        for (((name, _), m), v) in self
+            .params
+            .iter()
+            .zip(&self.first_moments)
+            .zip(&self.second_moments)
+        {
+            state.push((format!("exp_avg.{name}"), m.shallow_clone()));
+            state.push((format!("exp_avg_sq.{name}"), v.shallow_clone()));
+        }
+        state
+    }
+
+    /// Restores a [`Self::state`]; every moment must be present with the parameter's shape.
+    pub fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), ModelError> {
+        let find = |name: &str| -> Result<&Tensor, ModelError> {
+            state
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, t)| t)
+                .ok_or_else(|| ModelError::MissingTensor(format!("optimizer state {name}")))
+        };
+        let steps = find("step")?.int64_value(&[0]);
+        for (((name, param), m), v) in self
+            .params
+            .iter()
+            .zip(&mut self.first_moments)
+            .zip(&mut self.second_moments)
+        {
+            for (key, moment) in [
+                (format!("exp_avg.{name}"), m),
+                (format!("exp_avg_sq.{name}"), v),
+            ] {
+                let saved = find(&key)?;
+                if saved.size() != param.size() {
+                    return Err(ModelError::Shape {
+                        tensor: key,
+                        expected: param.size(),
+                        found: saved.size().iter().map(|&d| d as usize).collect(),
+                    });
+                }
+                tch::no_grad(|| moment.copy_(saved));
+            }
+        }
+        self.steps = steps.max(0) as u64;
+        Ok(())
+    }
+}
+
+/// The learning rate of optimizer step `step` (1-based): a linear ramp from `base / warmup`
+/// to `base` over the first `warmup` steps, then `base`.
+pub fn warmup_lr(base: f64, step: u64, warmup: u32) -> f64 {
+    if warmup == 0 || step >= u64::from(warmup) {
+        base
+    } else {
+        base * step as f64 / f64::from(warmup)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tch::nn::{self, OptimizerConfig};
+    use tch::Device;
+
+    use super::*;
+
+    fn values(t: &Tensor) -> Vec<f64> {
+        Vec::<f64>::try_from(t.to_kind(Kind::Double).flatten(0, -1)).expect("values")
+    }
+
+    #[test]
+    fn matches_libtorch_adamw_over_several_steps() {
+        let init = [0.5f32, -1.5, 2.0, 0.25];
+        let target = Tensor::from_slice(&[1.0f32, 0.0, -1.0, 3.0]);
+        let ours_vs = nn::VarStore::new(Device::Cpu);
+        let ours = ours_vs.root().var_copy("w", &Tensor::from_slice(&init));
+        let mut optimizer = AdamW::new(vec![("w".into(), ours.shallow_clone())], 0.01);
+        let theirs_vs = nn::VarStore::new(Device::Cpu);
+        let theirs = theirs_vs.root().var_copy("w", &Tensor::from_slice(&init));
+        let mut reference = nn::AdamW::default()
+            .build(&theirs_vs, 0.1)
+            .expect("libtorch AdamW");
+        for step in 1..=5 {
+            let lr = warmup_lr(0.1, step, 2);
+            optimizer.zero_grad();
+            (&ours - &target).square().sum(Kind::Float).backward();
+            optimizer.step(lr);
+            reference.set_lr(lr);
+            reference.zero_grad();
+            (&theirs - &target).square().sum(Kind::Float).backward();
+            reference.step();
+        }
+        for (a, b) in values(&ours).iter().zip(values(&theirs)) {
+            assert!((a - b).abs() < 1e-6, "{a} vs {b}");
+        }
+        assert_eq!(optimizer.steps(), 5);
+    }
+
+    #[test]
+    fn state_round_trips() {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let w = vs.root().var_copy("w", &Tensor::from_slice(&[1.0f32, 2.0]));
+        let mut optimizer = AdamW::new(vec![("w".into(), w.shallow_clone())], 0.0);
+        w.square().sum(Kind::Float).backward();
+        optimizer.step(0.01);
+        let state = optimizer.state();
+        let mut restored = AdamW::new(vec![("w".into(), w.shallow_clone())], 0.0);
+        restored.load_state(&state).expect("loads");
+        assert_eq!(restored.steps(), 1);
+        assert_eq!(values(&restored.state()[1].1), values(&state[1].1));
+        let err = restored
+            .load_state(&state[..1])
+            .expect_err("moments missing");
+        assert!(err.to_string().contains("exp_avg.w"), "{err}");
+    }
+
+    #[test]
+    fn warmup_ramps_linearly() {
+        assert_eq!(warmup_lr(1.0, 1, 4), 0.25);
+        assert_eq!(warmup_lr(1.0, 4, 4), 1.0);
+        assert_eq!(warmup_lr(1.0, 9, 0), 1.0);
+    }
+}

@@ -1,0 +1,160 @@
+//! [`Checkpoint`]: a run's state at the end of an iteration — per worker group an HF-layout model
+//! folder plus its optimizer moments, and the trainer's own position (iteration, data cursor,
+//! sampler RNG) — written into a temporary folder and renamed into place, so a crash never
+//! leaves a half-written checkpoint that looks complete.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+use tch::Tensor;
+
+use super::{TaskOrder, WorkerGroup};
+use crate::model::checkpoint::load_checkpoint;
+
+/// Checkpoints kept in a run folder; older ones are deleted after a new one lands.
+const KEEP: usize = 2;
+/// The trainer state file inside a checkpoint.
+const STATE_FILE: &str = "trainer_state.json";
+/// A worker group's optimizer moments inside its folder.
+const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+
+/// The trainer's position, saved with the weights.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainerState {
+    /// The last finished iteration.
+    pub iteration: u32,
+    /// Where the data order stands.
+    pub task_order: TaskOrder,
+    /// The sampler RNG's state.
+    pub rng: Vec<u64>,
+    /// Optimizer steps skipped so far.
+    pub skipped_steps: u64,
+}
+
+/// A complete checkpoint folder `RUN/checkpoints/iteration_NNNNN`.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    dir: PathBuf,
+}
+
+impl Checkpoint {
+    /// Writes `state` and every group's model and optimizer; returns the checkpoint folder.
+    pub fn write(
+        run_dir: &Path,
+        state: &TrainerState,
+        groups: &[WorkerGroup],
+    ) -> anyhow::Result<PathBuf> {
+        let root = run_dir.join("checkpoints");
+        let name = format!("iteration_{:05}", state.iteration);
+        let final_dir = root.join(&name);
+        let staging = root.join(format!(".{name}.partial"));
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging)?;
+        }
+        std::fs::create_dir_all(&staging)
+            .with_context(|| format!("creating {}", staging.display()))?;
+        for group in groups {
+            let dir = staging.join(&group.name);
+            group
+                .pretrained
+                .save_hf(&dir)
+                .with_context(|| format!("saving worker group `{}`", group.name))?;
+            let named = group.optimizer.state();
+            let refs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
+            Tensor::write_safetensors(&refs, dir.join(OPTIMIZER_FILE))
+                .with_context(|| format!("saving the optimizer of `{}`", group.name))?;
+        }
+        std::fs::write(staging.join(STATE_FILE), serde_json::to_vec_pretty(state)?)?;
+        sync_dir(&staging);
+        if final_dir.exists() {
+            std::fs::remove_dir_all(&final_dir)?;
+        }
+        std::fs::rename(&staging, &final_dir)
+            .with_context(|| format!("moving the checkpoint into {}", final_dir.display()))?;
+        sync_dir(&root);
+        prune(&root)?;
+        Ok(final_dir)
+    }
+
+    /// The newest complete checkpoint of a run folder, if any.
+    pub fn latest(run_dir: &Path) -> anyhow::Result<Option<Self>> {
+        Ok(complete(&run_dir.join("checkpoints"))?
+            .pop()
+            .map(|(_, dir)| Self { dir }))
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Loads every group's weights and optimizer state; returns the trainer state.
+    pub fn restore(&self, groups: &mut [WorkerGroup]) -> anyhow::Result<TrainerState> {
+        let state_path = self.dir.join(STATE_FILE);
+        let state: TrainerState = serde_json::from_slice(
+            &std::fs::read(&state_path)
+                .with_context(|| format!("reading {}", state_path.display()))?,
+        )
+        .with_context(|| format!("parsing {}", state_path.display()))?;
+        for group in groups {
+            let dir = self.dir.join(&group.name);
+            if !dir.is_dir() {
+                bail!(
+                    "checkpoint {} has no worker group `{}`; was it written by another run file?",
+                    self.dir.display(),
+                    group.name
+                );
+            }
+            load_checkpoint(group.pretrained.model.var_store(), &dir, |_| false)
+                .with_context(|| format!("restoring worker group `{}`", group.name))?;
+            let optimizer = dir.join(OPTIMIZER_FILE);
+            let saved = Tensor::read_safetensors(&optimizer)
+                .with_context(|| format!("reading {}", optimizer.display()))?;
+            group
+                .optimizer
+                .load_state(&saved)
+                .with_context(|| format!("restoring {}", optimizer.display()))?;
+        }
+        Ok(state)
+    }
+}
+
+/// Complete checkpoints under `root`, oldest first.
+fn complete(root: &Path) -> anyhow::Result<Vec<(u32, PathBuf)>> {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Ok(Vec::new());
+    };
+    let mut found = Vec::new();
+    for entry in entries {
+        let path = entry?.path();
+        let iteration = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("iteration_"))
+            .and_then(|n| n.parse::<u32>().ok());
+        if let Some(iteration) = iteration {
+            if path.join(STATE_FILE).is_file() {
+                found.push((iteration, path));
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Deletes all but the newest [`KEEP`] checkpoints.
+fn prune(root: &Path) -> anyhow::Result<()> {
+    let found = complete(root)?;
+    for (_, dir) in found.iter().take(found.len().saturating_sub(KEEP)) {
+        std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// Flushes a folder's entries to disk (best effort: not every platform can open folders).
+fn sync_dir(dir: &Path) {
+    if let Ok(handle) = std::fs::File::open(dir) {
+        let _ = handle.sync_all();
+    }
+}

@@ -1,0 +1,92 @@
+//! [`MetricsLog`]: one flat JSON object per iteration in `RUN_DIR/metrics.jsonl`, written and
+//! flushed as each iteration ends so a killed run keeps every finished iteration.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde_json::{Map, Value};
+
+/// Named numbers of one iteration, keys like `reward/mean` or `grad_norm/agent/solver`.
+#[derive(Debug, Clone, Default)]
+pub struct Metrics(Map<String, Value>);
+
+impl Metrics {
+    /// An empty record for `iteration`.
+    pub fn new(iteration: u32) -> Self {
+        let mut map = Map::new();
+        map.insert("iteration".into(), iteration.into());
+        Self(map)
+    }
+
+    /// Sets `key` to `value` (non-finite values are written as `null`).
+    pub fn set(&mut self, key: impl Into<String>, value: f64) {
+        let value = serde_json::Number::from_f64(value).map_or(Value::Null, Value::Number);
+        self.0.insert(key.into(), value);
+    }
+
+    /// The value of `key`, if set and finite.
+    pub fn get(&self, key: &str) -> Option<f64> {
+        self.0.get(key).and_then(Value::as_f64)
+    }
+
+    /// The record as one JSON line (no newline).
+    pub fn to_line(&self) -> String {
+        Value::Object(self.0.clone()).to_string()
+    }
+}
+
+/// The run's metrics file, opened for appending.
+pub struct MetricsLog {
+    path: PathBuf,
+    writer: BufWriter<File>,
+}
+
+impl MetricsLog {
+    /// Opens `dir/metrics.jsonl` for appending (a resumed run continues the same file).
+    pub fn open(dir: &Path) -> anyhow::Result<Self> {
+        let path = dir.join("metrics.jsonl");
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        Ok(Self {
+            path,
+            writer: BufWriter::new(file),
+        })
+    }
+
+    /// Drops the records of iterations after `iteration` (a resumed run redoes them), and a
+    /// torn last line a kill may have left.
+    pub fn truncate_after(dir: &Path, iteration: u32) -> anyhow::Result<()> {
+        let path = dir.join("metrics.jsonl");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            return Ok(());
+        };
+        let kept: String = text
+            .lines()
+            .filter(|line| {
+                serde_json::from_str::<Value>(line)
+                    .ok()
+                    .and_then(|v| v.get("iteration").and_then(Value::as_u64))
+                    .is_some_and(|i| i <= u64::from(iteration))
+            })
+            .flat_map(|line| [line, "\n"])
+            .collect();
+        std::fs::write(&path, kept).with_context(|| format!("rewriting {}", path.display()))
+    }
+
+    /// Appends one record and flushes it to disk.
+    pub fn write(&mut self, metrics: &Metrics) -> anyhow::Result<()> {
+        writeln!(self.writer, "{}", metrics.to_line())
+            .and_then(|()| self.writer.flush())
+            .with_context(|| format!("writing {}", self.path.display()))
+    }
+
+    /// Where the file is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}

@@ -1,0 +1,558 @@
+//! The trainer behind `drmas-host train` and `eval`: rollouts → rewards (+ invalid-action
+//! penalties) → the estimator's advantages → one update per worker group, with evaluation,
+//! metrics and checkpoints along the way.
+
+mod checkpoint;
+mod eval;
+mod metrics;
+mod setup;
+mod task_order;
+mod worker_group;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use drmas_sdk::ffi::{ForeignEnvironment, ForeignOrchestra};
+use drmas_sdk::Task;
+use indicatif::{ProgressBar, ProgressStyle};
+
+pub use checkpoint::Checkpoint;
+pub use eval::{score, EvalReport, SourceScore, SOLVED_REWARD};
+pub use metrics::{Metrics, MetricsLog};
+pub use setup::Phase;
+pub use task_order::TaskOrder;
+pub use worker_group::{tch_device, WorkerGroup};
+
+use crate::advantage::{Diagnostics, Estimator, Penalty, Sample};
+use crate::config::{RunConfig, RunFile};
+use crate::engine::SamplerRng;
+use crate::preflight::{resolve_model, Plan};
+use crate::rollout::{self, Rollout, RolloutLimits, TeamMember};
+use crate::train::{update_group, warmup_lr, AgentTraining};
+
+/// Sequences in one generation batch at most (bounds KV-cache memory).
+const MAX_GENERATION_BATCH: usize = 64;
+
+/// A run in progress: components, models, optimizers and the data/RNG position.
+pub struct Trainer {
+    config: RunConfig,
+    environment: ForeignEnvironment,
+    orchestra: ForeignOrchestra,
+    team: Vec<TeamMember>,
+    agent_training: Vec<AgentTraining>,
+    groups: Vec<WorkerGroup>,
+    estimator: Box<dyn Estimator>,
+    penalty: Penalty,
+    train_tasks: Vec<Task>,
+    eval_tasks: Vec<Task>,
+    order: TaskOrder,
+    rng: SamplerRng,
+    iteration: u32,
+    skipped_steps: u64,
+    out_dir: PathBuf,
+}
+
+/// What a finished training run reports.
+#[derive(Debug, Clone)]
+pub struct TrainSummary {
+    /// Iterations run by this process (a resumed run counts only its own).
+    pub iterations: u32,
+    /// Mean training reward of the first and the last iteration run.
+    pub reward_first_last: Option<(f64, f64)>,
+    /// Evaluation before the first and after the last iteration (when there is eval data).
+    pub eval_before_after: Option<(EvalReport, EvalReport)>,
+    /// Optimizer steps skipped because of non-finite values.
+    pub skipped_steps: u64,
+    /// The run folder (metrics, evaluations, checkpoints).
+    pub out_dir: PathBuf,
+    /// The newest checkpoint.
+    pub checkpoint: Option<PathBuf>,
+}
+
+impl TrainSummary {
+    /// The summary printed at the end of `train`.
+    pub fn render(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::from("\n== summary ==\n");
+        let _ = writeln!(out, "iterations run      {}", self.iterations);
+        if let Some((first, last)) = self.reward_first_last {
+            let _ = writeln!(
+                out,
+                "train reward        {first:.3} (first) → {last:.3} (last)"
+            );
+        }
+        if let Some((before, after)) = &self.eval_before_after {
+            let k = before.overall.k;
+            let _ = writeln!(
+                out,
+                "eval avg@{k}          {:.3} → {:.3}",
+                before.overall.avg_at_k, after.overall.avg_at_k
+            );
+            let _ = writeln!(
+                out,
+                "eval pass@{k}         {:.3} → {:.3}",
+                before.overall.pass_at_k, after.overall.pass_at_k
+            );
+        }
+        let _ = writeln!(out, "skipped steps       {}", self.skipped_steps);
+        let _ = writeln!(
+            out,
+            "metrics             {}",
+            self.out_dir.join("metrics.jsonl").display()
+        );
+        if let Some(checkpoint) = &self.checkpoint {
+            let _ = writeln!(out, "checkpoint          {}", checkpoint.display());
+        }
+        out
+    }
+}
+
+impl Trainer {
+    /// Loads every worker group's model and sets up the run `plan` describes.
+    pub fn new(config: RunConfig, file: &RunFile, mut plan: Plan) -> anyhow::Result<Self> {
+        let learning_rates = setup::group_learning_rates(&config, &file.origin)?;
+        let mut groups = Vec::new();
+        for ((name, section), learning_rate) in config.worker_groups.iter().zip(learning_rates) {
+            let model = resolve_model(&section.model, file)?;
+            let reference = section
+                .reference_model
+                .as_deref()
+                .map(|m| resolve_model(m, file))
+                .transpose()?;
+            tracing::info!("worker group `{name}`: loading {}", model.display());
+            groups.push(WorkerGroup::load(
+                name,
+                section,
+                &model,
+                reference.as_deref(),
+                learning_rate,
+                config.algorithm.loss.weight_decay,
+            )?);
+        }
+        let team = setup::team(&config, &mut plan, Phase::Train);
+        let penalty = Penalty::new(
+            config
+                .agents
+                .iter()
+                .map(|a| {
+                    a.invalid_action_penalty
+                        .unwrap_or(config.algorithm.invalid_action_penalty)
+                })
+                .collect(),
+        );
+        let out_dir = file.resolve(&config.run.output_dir.to_string_lossy());
+        std::fs::create_dir_all(&out_dir)
+            .with_context(|| format!("creating the run folder {}", out_dir.display()))?;
+        Ok(Self {
+            agent_training: setup::agent_training(&config),
+            order: TaskOrder::new(plan.train_tasks.len(), config.run.seed),
+            rng: SamplerRng::new(config.run.seed),
+            environment: plan.environment,
+            orchestra: plan.orchestra,
+            estimator: plan.estimator,
+            train_tasks: plan.train_tasks,
+            eval_tasks: plan.eval_tasks,
+            team,
+            groups,
+            penalty,
+            iteration: 0,
+            skipped_steps: 0,
+            out_dir,
+            config,
+        })
+    }
+
+    /// The run folder.
+    pub fn out_dir(&self) -> &std::path::Path {
+        &self.out_dir
+    }
+
+    /// Continues from the newest checkpoint in the run folder, if there is one; returns the
+    /// iteration it resumes after.
+    pub fn resume(&mut self) -> anyhow::Result<Option<u32>> {
+        let Some(checkpoint) = Checkpoint::latest(&self.out_dir)? else {
+            return Ok(None);
+        };
+        let state = checkpoint.restore(&mut self.groups)?;
+        self.iteration = state.iteration;
+        self.order = state.task_order;
+        self.rng = SamplerRng::from_state(&state.rng).with_context(|| {
+            format!(
+                "{}: the sampler state is not four words",
+                checkpoint.dir().display()
+            )
+        })?;
+        self.skipped_steps = state.skipped_steps;
+        MetricsLog::truncate_after(&self.out_dir, state.iteration)?;
+        Ok(Some(state.iteration))
+    }
+
+    /// Trains until `[run] iterations`, evaluating and saving at the configured cadence.
+    pub fn train(&mut self) -> anyhow::Result<TrainSummary> {
+        let mut log = MetricsLog::open(&self.out_dir)?;
+        let total = self.config.run.iterations;
+        let first = self.iteration + 1;
+        let before = if self.has_eval() && self.iteration == 0 {
+            let report = self.evaluate("before training")?;
+            let mut metrics = Metrics::new(0);
+            record_eval(&mut metrics, &report);
+            log.write(&metrics)?;
+            Some(report)
+        } else {
+            None
+        };
+        let mut reward_first_last = None;
+        let mut after = None;
+        let mut checkpoint = None;
+        for iteration in first..=total {
+            self.iteration = iteration;
+            let mut metrics = self.train_iteration()?;
+            let reward = metrics.get("reward/mean").unwrap_or(f64::NAN);
+            reward_first_last = Some((reward_first_last.map_or(reward, |(f, _)| f), reward));
+            println!("{}", iteration_line(&metrics, total));
+            let last = iteration == total;
+            let every = |n: u32| n > 0 && iteration % n == 0;
+            if self.has_eval() && (every(self.config.run.eval_every) || last) {
+                let report = self.evaluate(&format!("after iteration {iteration}"))?;
+                record_eval(&mut metrics, &report);
+                if last {
+                    after = Some(report);
+                }
+            }
+            log.write(&metrics)?;
+            if every(self.config.run.save_every) || last {
+                checkpoint = Some(self.save()?);
+            }
+        }
+        Ok(TrainSummary {
+            iterations: total.saturating_sub(first - 1),
+            reward_first_last,
+            eval_before_after: before.zip(after),
+            skipped_steps: self.skipped_steps,
+            out_dir: self.out_dir.clone(),
+            checkpoint,
+        })
+    }
+
+    /// Writes a checkpoint of the current iteration; returns its folder.
+    pub fn save(&self) -> anyhow::Result<PathBuf> {
+        Checkpoint::write(
+            &self.out_dir,
+            &checkpoint::TrainerState {
+                iteration: self.iteration,
+                task_order: self.order,
+                rng: self.rng.state(),
+                skipped_steps: self.skipped_steps,
+            },
+            &self.groups,
+        )
+    }
+
+    fn has_eval(&self) -> bool {
+        !self.eval_tasks.is_empty() && self.config.eval.k > 0
+    }
+
+    /// One iteration: rollout, advantages, one update per worker group; returns its metrics.
+    fn train_iteration(&mut self) -> anyhow::Result<Metrics> {
+        let mut metrics = Metrics::new(self.iteration);
+        let rollout_cfg = &self.config.rollout;
+        let group_size = rollout_cfg.group_size;
+        let picks = self.order.next_batch(rollout_cfg.prompts_per_batch);
+        let batch: Vec<Task> = picks.iter().map(|&i| self.train_tasks[i].clone()).collect();
+        let tasks: Vec<&Task> = batch
+            .iter()
+            .flat_map(|task| std::iter::repeat_n(task, group_size))
+            .collect();
+
+        let started = Instant::now();
+        let rollout = self.rollout(&tasks, "rollout")?;
+        let rollout_seconds = started.elapsed().as_secs_f64();
+        record_rollout(&mut metrics, &rollout, &self.team, rollout_seconds);
+
+        let samples: Vec<Sample> = rollout
+            .calls
+            .iter()
+            .map(|call| Sample {
+                uid: (call.episode / group_size) as u32,
+                trajectory: call.episode as u32,
+                agent: call.agent as u16,
+                worker_group: self.team[call.agent].group as u16,
+                reward: rollout.episodes[call.episode].reward,
+                valid: call.valid,
+                padding: false,
+            })
+            .collect();
+        let rewards = self.penalty.apply(&samples);
+        let advantages = self.estimator.advantages(&samples, &rewards);
+        record_advantages(
+            &mut metrics,
+            &Diagnostics::compute(&samples, &rewards),
+            &samples,
+            &advantages,
+            &self.team,
+        );
+
+        let started = Instant::now();
+        let bar = phase_bar(self.groups.len() as u64, "update");
+        let mut trained_tokens = 0;
+        for (index, group) in self.groups.iter_mut().enumerate() {
+            let (calls, group_advantages): (Vec<_>, Vec<f64>) = rollout
+                .calls
+                .iter()
+                .zip(&advantages)
+                .filter(|(call, _)| self.team[call.agent].group == index)
+                .unzip();
+            let lr = warmup_lr(
+                group.learning_rate,
+                group.optimizer.steps() + 1,
+                self.config.algorithm.loss.warmup_steps,
+            );
+            let report = update_group(
+                &group.pretrained.model,
+                group.reference.as_ref().map(|r| &r.model),
+                &mut group.optimizer,
+                &calls,
+                &group_advantages,
+                &self.agent_training,
+                self.config.algorithm.loss.grad_clip,
+                lr,
+            )
+            .with_context(|| format!("updating worker group `{}`", group.name))?;
+            if report.skipped {
+                self.skipped_steps += 1;
+                tracing::warn!(
+                    "worker group `{}`: non-finite loss or gradient at iteration {}; step skipped \
+                     ({} skipped so far)",
+                    group.name,
+                    self.iteration,
+                    self.skipped_steps
+                );
+            }
+            trained_tokens += report.forward_tokens;
+            let name = &group.name;
+            metrics.set(format!("grad_norm/group/{name}"), report.grad_norm);
+            for (agent, norm) in &report.agent_grad_norms {
+                metrics.set(format!("grad_norm/agent/{}", self.team[*agent].role), *norm);
+            }
+            metrics.set(format!("lr/{name}"), lr);
+            metrics.set(format!("loss/policy/{name}"), report.stats.policy_loss);
+            metrics.set(
+                format!("loss/clip_fraction/{name}"),
+                report.stats.clip_fraction,
+            );
+            metrics.set(
+                format!("loss/dual_clip_fraction/{name}"),
+                report.stats.dual_clip_fraction,
+            );
+            metrics.set(format!("loss/kl/{name}"), report.stats.kl);
+            metrics.set(format!("loss/entropy/{name}"), report.stats.entropy);
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        let update_seconds = started.elapsed().as_secs_f64();
+        metrics.set("time/update_s", update_seconds);
+        metrics.set(
+            "tokens_per_s/update",
+            trained_tokens as f64 / update_seconds,
+        );
+        metrics.set("skipped_steps", self.skipped_steps as f64);
+        Ok(metrics)
+    }
+
+    /// Rolls out one episode per task with the team's current sampling settings.
+    fn rollout(&mut self, tasks: &[&Task], label: &str) -> anyhow::Result<Rollout> {
+        let bar = phase_bar(tasks.len() as u64, label);
+        let models: Vec<_> = self.groups.iter().map(|g| &g.pretrained).collect();
+        let rollout = rollout::run(
+            &rollout::Crew {
+                orchestra: &self.orchestra,
+                environment: &self.environment,
+                team: &self.team,
+                models: &models,
+            },
+            tasks,
+            RolloutLimits {
+                max_prompt_tokens: self.config.rollout.max_prompt_tokens,
+                max_batch: MAX_GENERATION_BATCH,
+            },
+            &mut self.rng,
+            &mut |finished| bar.set_position(finished as u64),
+        )?;
+        bar.finish_and_clear();
+        if rollout.truncated_prompts > 0 {
+            tracing::warn!(
+                "{} prompts were longer than [rollout] max_prompt_tokens = {} and lost their \
+                 beginning",
+                rollout.truncated_prompts,
+                self.config.rollout.max_prompt_tokens
+            );
+        }
+        Ok(rollout)
+    }
+
+    /// Runs `[eval] k` episodes per evaluation task at the eval sampling settings, writes
+    /// `eval/<label>.json` in the run folder and prints the scores.
+    pub fn evaluate(&mut self, label: &str) -> anyhow::Result<EvalReport> {
+        let k = self.config.eval.k;
+        setup::set_phase(&self.config, &mut self.team, Phase::Eval);
+        let tasks: Vec<Task> = self.eval_tasks.clone();
+        let episodes: Vec<&Task> = tasks
+            .iter()
+            .flat_map(|t| std::iter::repeat_n(t, k))
+            .collect();
+        // Evaluation draws from its own RNG so it never shifts the training samples.
+        let training_rng = std::mem::replace(
+            &mut self.rng,
+            SamplerRng::new(self.config.run.seed ^ 0xE7A1 ^ u64::from(self.iteration)),
+        );
+        let result = self.rollout(&episodes, "eval");
+        self.rng = training_rng;
+        setup::set_phase(&self.config, &mut self.team, Phase::Train);
+        let rollout = result?;
+        let rewards: Vec<Vec<f64>> = rollout
+            .episodes
+            .chunks(k)
+            .map(|chunk| chunk.iter().map(|e| e.reward).collect())
+            .collect();
+        let sources: Vec<&str> = tasks.iter().map(|t| t.data_source.as_str()).collect();
+        let report = score(&sources, &rewards);
+        let dir = self.out_dir.join("eval");
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join(format!("iteration_{:05}.json", self.iteration));
+        std::fs::write(&path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!(
+            "eval {label}: avg@{k} {:.3}  pass@{k} {:.3}  mean reward {:.3}  ({} questions)",
+            report.overall.avg_at_k,
+            report.overall.pass_at_k,
+            report.overall.mean_reward,
+            report.overall.questions
+        );
+        Ok(report)
+    }
+}
+
+/// A progress bar on stderr for one phase (drawn only when stderr is a terminal).
+fn phase_bar(len: u64, label: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    if let Ok(style) =
+        ProgressStyle::with_template("{prefix:>8} [{bar:30}] {pos}/{len} {elapsed_precise}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_prefix(label.to_owned());
+    bar
+}
+
+fn record_rollout(metrics: &mut Metrics, rollout: &Rollout, team: &[TeamMember], seconds: f64) {
+    let rewards: Vec<f64> = rollout.episodes.iter().map(|e| e.reward).collect();
+    let (mean, std) = mean_std(&rewards);
+    metrics.set("reward/mean", mean);
+    metrics.set("reward/std", std);
+    metrics.set(
+        "episode/calls_mean",
+        rollout.calls.len() as f64 / rollout.episodes.len().max(1) as f64,
+    );
+    let mut env_metrics: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    for episode in &rollout.episodes {
+        for metric in &episode.metrics {
+            env_metrics
+                .entry(&metric.name)
+                .or_default()
+                .push(metric.value);
+        }
+    }
+    for (name, values) in env_metrics {
+        metrics.set(format!("env/{name}"), mean_std(&values).0);
+    }
+    for (index, member) in team.iter().enumerate() {
+        let calls: Vec<_> = rollout.calls.iter().filter(|c| c.agent == index).collect();
+        if calls.is_empty() {
+            continue;
+        }
+        let n = calls.len() as f64;
+        let role = &member.role;
+        metrics.set(format!("calls/{role}"), n);
+        metrics.set(
+            format!("invalid_rate/{role}"),
+            calls.iter().filter(|c| !c.valid).count() as f64 / n,
+        );
+        metrics.set(
+            format!("response_len/{role}"),
+            calls.iter().map(|c| c.response.len()).sum::<usize>() as f64 / n,
+        );
+    }
+    metrics.set("time/rollout_s", seconds);
+    metrics.set("time/generation_s", rollout.generation_seconds);
+    metrics.set(
+        "tokens_per_s/rollout",
+        rollout.generated_tokens as f64 / rollout.generation_seconds.max(1e-9),
+    );
+    metrics.set("prompts/truncated", rollout.truncated_prompts as f64);
+}
+
+fn record_advantages(
+    metrics: &mut Metrics,
+    diagnostics: &Diagnostics,
+    samples: &[Sample],
+    advantages: &[f64],
+    team: &[TeamMember],
+) {
+    metrics.set("advantage/reward_mean", diagnostics.mean);
+    metrics.set("advantage/reward_std", diagnostics.std);
+    for agent in &diagnostics.agents {
+        let role = &team[usize::from(agent.agent)].role;
+        metrics.set(format!("advantage/reward_mean/{role}"), agent.mean);
+        metrics.set(format!("advantage/reward_std/{role}"), agent.std);
+        metrics.set(
+            format!("advantage/amplification/{role}"),
+            agent.amplification.unwrap_or(f64::NAN),
+        );
+        let own: Vec<f64> = samples
+            .iter()
+            .zip(advantages)
+            .filter(|(s, _)| s.agent == agent.agent)
+            .map(|(_, &a)| a)
+            .collect();
+        let (mean, std) = mean_std(&own);
+        metrics.set(format!("advantage/mean/{role}"), mean);
+        metrics.set(format!("advantage/std/{role}"), std);
+    }
+}
+
+fn record_eval(metrics: &mut Metrics, report: &EvalReport) {
+    let k = report.overall.k;
+    metrics.set(format!("eval/avg@{k}"), report.overall.avg_at_k);
+    metrics.set(format!("eval/pass@{k}"), report.overall.pass_at_k);
+    metrics.set("eval/mean_reward", report.overall.mean_reward);
+    for (source, score) in &report.sources {
+        metrics.set(format!("eval/{source}/avg@{k}"), score.avg_at_k);
+        metrics.set(format!("eval/{source}/pass@{k}"), score.pass_at_k);
+    }
+}
+
+/// The one-line progress report of an iteration.
+fn iteration_line(metrics: &Metrics, total: u32) -> String {
+    let get = |key: &str| metrics.get(key).unwrap_or(f64::NAN);
+    format!(
+        "iteration {:>3}/{total}  reward {:.3} ± {:.3}  rollout {:.1}s ({:.0} tok/s)  update {:.1}s",
+        get("iteration"),
+        get("reward/mean"),
+        get("reward/std"),
+        get("time/rollout_s"),
+        get("tokens_per_s/rollout"),
+        get("time/update_s"),
+    )
+}
+
+/// Mean and population standard deviation (0, 0 for no values).
+fn mean_std(values: &[f64]) -> (f64, f64) {
+    if values.is_empty() {
+        return (0.0, 0.0);
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+    (mean, var.sqrt())
+}

@@ -1,0 +1,129 @@
+//! Turns the run file and the preflight plan into the trainer's pieces: the team (agents with
+//! their sampling settings and worker group), each agent's training settings, and each worker
+//! group's effective learning rate — rejecting agents that share a model but disagree on it.
+
+use anyhow::bail;
+
+use crate::config::{AgentSection, RunConfig};
+use crate::engine::SamplingParams;
+use crate::preflight::Plan;
+use crate::rollout::TeamMember;
+use crate::train::AgentTraining;
+
+/// How rollouts sample: training (`[rollout]`) or evaluation (`[eval]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Training rollouts: `[rollout]` with the agents' overrides.
+    Train,
+    /// Evaluation: `[eval]` temperature and top-p for every agent.
+    Eval,
+}
+
+/// The team of `plan` (in run-file order) with the sampling settings of `phase`; takes the
+/// agents out of the plan. [`set_phase`] switches the team to the other phase's settings.
+pub fn team(config: &RunConfig, plan: &mut Plan, phase: Phase) -> Vec<TeamMember> {
+    let groups: Vec<&String> = config.worker_groups.keys().collect();
+    std::mem::take(&mut plan.agents)
+        .into_iter()
+        .zip(&config.agents)
+        .map(|((role, agent), section)| {
+            let (sampling, max_new_tokens) = sampling(config, section, phase);
+            TeamMember {
+                role,
+                agent,
+                group: groups
+                    .iter()
+                    .position(|g| *g == section.worker_group.get_ref())
+                    .unwrap_or_default(),
+                sampling,
+                max_new_tokens,
+            }
+        })
+        .collect()
+}
+
+/// Sets every member's sampling settings to those of `phase` (members are in run-file order).
+pub fn set_phase(config: &RunConfig, team: &mut [TeamMember], phase: Phase) {
+    for (member, section) in team.iter_mut().zip(&config.agents) {
+        (member.sampling, member.max_new_tokens) = sampling(config, section, phase);
+    }
+}
+
+/// An agent's sampling settings and response budget in `phase`.
+fn sampling(config: &RunConfig, section: &AgentSection, phase: Phase) -> (SamplingParams, usize) {
+    let rollout = &config.rollout;
+    let max_new_tokens = section
+        .max_new_tokens
+        .unwrap_or(rollout.max_response_tokens);
+    let params = match phase {
+        Phase::Train => SamplingParams {
+            temperature: section.temperature.unwrap_or(rollout.temperature),
+            top_p: section.top_p.unwrap_or(rollout.top_p),
+            top_k: rollout.top_k,
+        },
+        Phase::Eval => SamplingParams {
+            temperature: config.eval.temperature,
+            top_p: config.eval.top_p,
+            top_k: 0,
+        },
+    };
+    (params, max_new_tokens)
+}
+
+/// Each agent's training settings: `[algorithm.loss]` and the group's micro-batch size with
+/// the agent's overrides.
+pub fn agent_training(config: &RunConfig) -> Vec<AgentTraining> {
+    config
+        .agents
+        .iter()
+        .map(|section| {
+            let mut loss = config.algorithm.loss.clone();
+            let group = &config.worker_groups[section.worker_group.get_ref()];
+            if let Some(v) = section.clip_low {
+                loss.clip_low = v;
+            }
+            if let Some(v) = section.clip_high {
+                loss.clip_high = v;
+            }
+            if let Some(v) = section.entropy_coef {
+                loss.entropy_coef = v;
+            }
+            if let Some(v) = section.kl_coef {
+                loss.kl_coef = v;
+            }
+            AgentTraining {
+                loss,
+                micro_batch_size: section.micro_batch_size.unwrap_or(group.micro_batch_size),
+            }
+        })
+        .collect()
+}
+
+/// The learning rate of each worker group (in name order): the group's, or the one its agents
+/// set. A model has one optimizer, so agents sharing it must agree.
+pub fn group_learning_rates(config: &RunConfig, origin: &str) -> anyhow::Result<Vec<f64>> {
+    let mut rates = Vec::new();
+    for (name, group) in &config.worker_groups {
+        let mut chosen: Option<(f64, &str)> = None;
+        for section in config
+            .agents
+            .iter()
+            .filter(|a| a.worker_group.get_ref() == name)
+        {
+            let Some(rate) = section.learning_rate else {
+                continue;
+            };
+            match chosen {
+                Some((other, role)) if other != rate => bail!(
+                    "{origin}: agents `{role}` and `{}` share worker group `{name}` (one model, one \
+                     optimizer) but set different learning_rate ({other} vs {rate}); set it once in \
+                     [worker_groups.{name}]",
+                    section.role.get_ref()
+                ),
+                _ => chosen = Some((rate, section.role.get_ref())),
+            }
+        }
+        rates.push(chosen.map_or(group.learning_rate, |(rate, _)| rate));
+    }
+    Ok(rates)
+}

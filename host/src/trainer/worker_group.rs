@@ -1,0 +1,85 @@
+//! [`WorkerGroup`]: one model serving and training the agents mapped to it, with its own
+//! optimizer and learning rate, and optionally a frozen reference model for the KL term.
+
+use std::path::Path;
+
+use anyhow::Context;
+
+use crate::config;
+use crate::model::pretrained::Pretrained;
+use crate::train::AdamW;
+
+/// A worker group at run time.
+pub struct WorkerGroup {
+    /// Its name in the run file.
+    pub name: String,
+    /// The model, its tokenizer and chat template.
+    pub pretrained: Pretrained,
+    /// The frozen reference model, when the group has one.
+    pub reference: Option<Pretrained>,
+    /// The optimizer over every weight of the model.
+    pub optimizer: AdamW,
+    /// The peak learning rate (before warmup).
+    pub learning_rate: f64,
+}
+
+impl WorkerGroup {
+    /// Loads the group's model from `model` (and its reference from `reference`) and builds
+    /// its optimizer.
+    pub fn load(
+        name: &str,
+        section: &config::WorkerGroupSection,
+        model: &Path,
+        reference: Option<&Path>,
+        learning_rate: f64,
+        weight_decay: f64,
+    ) -> anyhow::Result<Self> {
+        let device = tch_device(section.device);
+        let kind = tch_kind(section.dtype);
+        let pretrained = Pretrained::load(model, device, kind)
+            .with_context(|| format!("worker group `{name}`: loading {}", model.display()))?;
+        let reference = reference
+            .map(|path| {
+                let mut reference = Pretrained::load(path, device, kind).with_context(|| {
+                    format!(
+                        "worker group `{name}`: loading reference {}",
+                        path.display()
+                    )
+                })?;
+                reference.model.freeze();
+                anyhow::Ok(reference)
+            })
+            .transpose()?;
+        let mut params: Vec<(String, tch::Tensor)> = pretrained
+            .model
+            .var_store()
+            .variables()
+            .into_iter()
+            .collect();
+        params.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(Self {
+            name: name.to_owned(),
+            optimizer: AdamW::new(params, weight_decay),
+            pretrained,
+            reference,
+            learning_rate,
+        })
+    }
+}
+
+/// The libtorch device of a run-file device.
+pub fn tch_device(device: config::Device) -> tch::Device {
+    match device {
+        config::Device::Cpu => tch::Device::Cpu,
+        config::Device::Cuda(n) => tch::Device::Cuda(n),
+    }
+}
+
+/// The libtorch dtype of a run-file dtype.
+pub fn tch_kind(dtype: config::Dtype) -> tch::Kind {
+    match dtype {
+        config::Dtype::F32 => tch::Kind::Float,
+        config::Dtype::Bf16 => tch::Kind::BFloat16,
+        config::Dtype::F16 => tch::Kind::Half,
+    }
+}

@@ -1,0 +1,274 @@
+//! The trainer end to end on tiny random models (host/tests/fixtures/hf): rollouts through a real
+//! plugin, advantages, updates, checkpoints and resume — shared, separate and heterogeneous
+//! worker groups — plus run files that must fail before any work.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use drmas_host::config::RunConfig;
+use drmas_host::plugins::{BuildProfile, Registry};
+use drmas_host::trainer::Trainer;
+use serde_json::Value;
+
+/// The fixture plugin (agents that shout, the `pair` orchestra, the `parity` environment whose
+/// reward any model earns about half of the time), built once per test process.
+fn registry() -> Registry {
+    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
+    let library = LIBRARY.get_or_init(|| {
+        let folder = common::scratch(&format!("trainer-plugin-{}", std::process::id()));
+        std::os::unix::fs::symlink(
+            common::repo().join("tests/fixture-plugin"),
+            folder.join("fixture"),
+        )
+        .expect("symlink");
+        let libraries =
+            drmas_host::plugins::discover(&folder, BuildProfile::Dev).expect("discover");
+        libraries[0].clone()
+    });
+    let mut registry = Registry::default();
+    registry.load_file(library).expect("load fixture plugin");
+    registry
+}
+
+fn tiny_model(family: &str) -> String {
+    common::repo()
+        .join("host/tests/fixtures/hf")
+        .join(family)
+        .display()
+        .to_string()
+}
+
+/// A two-agent run file (`first` and `second` in a `pair`) on `groups`, `iterations` long.
+fn run_file(first_group: &str, second_group: &str, groups: &str, iterations: u32) -> String {
+    format!(
+        r#"
+[run]
+output_dir = "run"
+seed = 5
+iterations = {iterations}
+save_every = 1
+
+[environment]
+name = "parity"
+train_data = {{ path = "alpha, beta, gamma, delta, epsilon" }}
+eval_data = {{ path = "alpha, beta" }}
+
+[orchestra]
+name = "pair"
+
+[[agents]]
+role = "first"
+agent = "Shout Agent"
+worker_group = "{first_group}"
+max_new_tokens = 6
+
+[[agents]]
+role = "second"
+agent = "Shout Agent"
+worker_group = "{second_group}"
+max_new_tokens = 5
+
+{groups}
+
+[algorithm]
+estimator = "drmas"
+invalid_action_penalty = 0.1
+
+[rollout]
+prompts_per_batch = 2
+group_size = 4
+max_response_tokens = 8
+
+[eval]
+k = 2
+"#
+    )
+}
+
+fn group(name: &str, family: &str) -> String {
+    format!(
+        "[worker_groups.{name}]\nmodel = \"{}\"\nlearning_rate = 1e-3\nmicro_batch_size = 3\n",
+        tiny_model(family)
+    )
+}
+
+/// Parses, checks and builds a trainer for `text` written to `dir/run.toml`.
+fn trainer(dir: &Path, text: &str) -> anyhow::Result<Trainer> {
+    let path = dir.join("run.toml");
+    std::fs::write(&path, text)?;
+    let (config, file) = RunConfig::load(&path)?;
+    let plan = drmas_host::preflight::prepare(&config, &file, &registry())?;
+    Trainer::new(config, &file, plan)
+}
+
+fn metrics(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("run/metrics.jsonl"))
+        .expect("metrics.jsonl")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
+}
+
+fn weights(checkpoint: &Path, group: &str) -> Vec<u8> {
+    std::fs::read(checkpoint.join(group).join("model.safetensors")).expect("checkpoint weights")
+}
+
+/// The largest absolute difference between same-named tensors of two safetensors files.
+fn max_weight_change(a: &Path, b: &Path) -> f64 {
+    let read = |p: &Path| tch::Tensor::read_safetensors(p).expect("safetensors");
+    let (a, b) = (read(a), read(b));
+    a.iter()
+        .map(|(name, x)| {
+            let (_, y) = b.iter().find(|(n, _)| n == name).expect("same tensors");
+            (x - y).abs().max().double_value(&[])
+        })
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn a_shared_model_trains_and_reports_each_agents_gradient() {
+    let dir = common::scratch(&format!("trainer-shared-{}", std::process::id()));
+    let text = run_file("shared", "shared", &group("shared", "llama"), 1);
+    let summary = trainer(&dir, &text)
+        .expect("trainer")
+        .train()
+        .expect("one iteration");
+    assert_eq!(summary.iterations, 1);
+    let checkpoint = summary.checkpoint.expect("a checkpoint at the end");
+    let change = max_weight_change(
+        &Path::new(&tiny_model("llama")).join("model.safetensors"),
+        &checkpoint.join("shared/model.safetensors"),
+    );
+    assert!(change > 0.0, "the update changed the weights");
+
+    let lines = metrics(&dir);
+    assert_eq!(lines[0]["iteration"], 0, "eval before training");
+    assert!(lines[0]["eval/avg@2"].is_number(), "{}", lines[0]);
+    let first = &lines[1];
+    for key in [
+        "grad_norm/agent/first",
+        "grad_norm/agent/second",
+        "grad_norm/group/shared",
+    ] {
+        let norm = first[key].as_f64().unwrap_or(f64::NAN);
+        assert!(norm.is_finite() && norm > 0.0, "{key} = {norm} in {first}");
+    }
+    assert_eq!(first["calls/first"], 8.0, "2 prompts × 4 samples");
+    assert_eq!(first["calls/second"], 8.0);
+    assert!(
+        first["eval/pass@2"].is_number(),
+        "eval after the last iteration"
+    );
+}
+
+#[test]
+fn separate_and_heterogeneous_groups_each_take_their_own_step() {
+    let dir = common::scratch(&format!("trainer-hetero-{}", std::process::id()));
+    let groups = format!("{}\n{}", group("llama", "llama"), group("qwen", "qwen2"));
+    // The second agent's output decides the reward; the tiny Llama's sampled lengths vary, so
+    // both agents see rewards that differ within their groups.
+    let summary = trainer(&dir, &run_file("qwen", "llama", &groups, 1))
+        .expect("trainer")
+        .train()
+        .expect("one iteration");
+    let checkpoint = summary.checkpoint.expect("checkpoint");
+    for (name, family) in [("llama", "llama"), ("qwen", "qwen2")] {
+        let change = max_weight_change(
+            &Path::new(&tiny_model(family)).join("model.safetensors"),
+            &checkpoint.join(name).join("model.safetensors"),
+        );
+        assert!(change > 0.0, "group `{name}` stepped");
+        let config: Value = serde_json::from_slice(
+            &std::fs::read(checkpoint.join(name).join("config.json")).expect("config.json"),
+        )
+        .expect("json");
+        assert!(
+            config["architectures"][0]
+                .as_str()
+                .is_some_and(|a| a.to_lowercase().starts_with(family)),
+            "{config}"
+        );
+    }
+    let line = &metrics(&dir)[1];
+    assert!(
+        line["grad_norm/group/llama"]
+            .as_f64()
+            .is_some_and(|n| n > 0.0),
+        "{line}"
+    );
+    assert!(
+        line["grad_norm/group/qwen"]
+            .as_f64()
+            .is_some_and(|n| n > 0.0),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_resumed_run_ends_exactly_where_an_uninterrupted_one_does() {
+    let straight = common::scratch(&format!("trainer-straight-{}", std::process::id()));
+    let text = run_file("shared", "shared", &group("shared", "llama"), 2);
+    let end = trainer(&straight, &text)
+        .expect("trainer")
+        .train()
+        .expect("two iterations")
+        .checkpoint
+        .expect("checkpoint");
+
+    let resumed = common::scratch(&format!("trainer-resumed-{}", std::process::id()));
+    let first_half = run_file("shared", "shared", &group("shared", "llama"), 1);
+    trainer(&resumed, &first_half)
+        .expect("trainer")
+        .train()
+        .expect("first iteration");
+    let mut second_half = trainer(&resumed, &text).expect("trainer");
+    assert_eq!(second_half.resume().expect("resume"), Some(1));
+    let summary = second_half.train().expect("second iteration");
+    assert_eq!(summary.iterations, 1, "only the missing iteration ran");
+    let resumed_end = summary.checkpoint.expect("checkpoint");
+
+    assert!(
+        weights(&end, "shared") == weights(&resumed_end, "shared"),
+        "resumed weights differ from the uninterrupted run's"
+    );
+    let (a, b) = (metrics(&straight), metrics(&resumed));
+    assert_eq!(a.len(), b.len(), "one line per iteration, no duplicates");
+    for key in [
+        "reward/mean",
+        "grad_norm/agent/first",
+        "advantage/mean/second",
+    ] {
+        assert_eq!(a[2][key], b[2][key], "{key}");
+    }
+}
+
+#[test]
+fn run_files_that_cannot_train_fail_before_any_work() {
+    let dir = common::scratch(&format!("trainer-bad-{}", std::process::id()));
+    let conflict = run_file("shared", "shared", &group("shared", "llama"), 1).replacen(
+        "max_new_tokens = 6",
+        "max_new_tokens = 6\nlearning_rate = 1e-4",
+        1,
+    );
+    let conflict = conflict.replacen(
+        "max_new_tokens = 5",
+        "max_new_tokens = 5\nlearning_rate = 2e-4",
+        1,
+    );
+    let error = format!("{:#}", trainer(&dir, &conflict).err().expect("lr conflict"));
+    assert!(
+        error.contains("agents `first` and `second` share worker group `shared`"),
+        "{error}"
+    );
+
+    let missing = run_file("shared", "shared", &group("shared", "llama"), 1)
+        .replace(&tiny_model("llama"), "/nowhere/model");
+    let error = format!(
+        "{:#}",
+        trainer(&dir, &missing).err().expect("missing model")
+    );
+    assert!(error.contains("/nowhere/model does not exist"), "{error}");
+    assert!(!dir.join("run").exists(), "nothing was written");
+}
