@@ -282,7 +282,7 @@ impl Episode for ParityEpisode {
     fn step(&mut self, action: &str) -> Result<Step> {
         Ok(Step {
             observation: String::new(),
-            reward: if action.chars().count() % 2 == 0 {
+            reward: if action.chars().count().is_multiple_of(2) {
                 1.0
             } else {
                 0.0
