@@ -132,6 +132,38 @@ impl Llama {
         &self,
         input_ids: &Tensor,
         attention_mask: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor, ModelError> {
+        let hidden = self.hidden_states(input_ids, attention_mask, cache)?;
+        Ok(self
+            .norm
+            .forward(&hidden)
+            .linear::<Tensor>(&self.lm_head, None))
+    }
+
+    /// Logits `[B, 1, vocab]` of the last position only, otherwise as [`Llama::forward`]: what
+    /// generation needs (the next token), without the LM head over every prompt position.
+    /// With left padding the last position is every sequence's last token.
+    pub fn forward_last(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor, ModelError> {
+        let hidden = self.hidden_states(input_ids, attention_mask, cache)?;
+        let last = hidden.narrow(1, hidden.size()[1] - 1, 1);
+        Ok(self
+            .norm
+            .forward(&last)
+            .linear::<Tensor>(&self.lm_head, None))
+    }
+
+    /// The decoder stack's output `[B, T, hidden]` before the final norm (see
+    /// [`Llama::forward`] for the arguments).
+    fn hidden_states(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
         mut cache: Option<&mut KvCache>,
     ) -> Result<Tensor, ModelError> {
         let size = input_ids.size();
@@ -195,6 +227,6 @@ impl Llama {
         if let Some(cache) = cache {
             cache.advance(&valid);
         }
-        Ok(self.norm.forward(&x).linear::<Tensor>(&self.lm_head, None))
+        Ok(x)
     }
 }
