@@ -129,6 +129,8 @@ fn logprobs_match_a_training_forward() {
             request(&prompts[1], nucleus, 9),
             request(&prompts[2], SamplingParams::GREEDY, 12),
             request(&prompts[3], SamplingParams::with_temperature(1.0), 14),
+            // The same prompt as the first (prefilled once), another temperature.
+            request(&prompts[0], SamplingParams::with_temperature(1.3), 6),
         ];
         let generations =
             generate(llama, tokenizer, &requests, &mut SamplerRng::new(7)).expect("generates");
@@ -403,6 +405,48 @@ fn the_sampler_draws_from_the_filtered_distribution() {
         &frequencies(&logits, SamplingParams::GREEDY, 10),
         &[0.0, 1.0, 0.0, 0.0],
     );
+}
+
+#[test]
+fn top_p_over_a_long_tail_keeps_exactly_the_nucleus() {
+    // Four likely tokens hold 0.9 (as 0.05, 0.5, 0.15, 0.2); 4,996 others share 0.1 equally.
+    // The nucleus of 0.75 lies in the first candidates, that of 0.95 needs thousands of tail
+    // tokens, that of 0.999 nearly all: every way the sampler finds the nucleus.
+    let vocab = 5000;
+    let tail = 0.1 / (vocab - 4) as f64;
+    let mut probs = vec![0.05, 0.5, 0.15, 0.2];
+    probs.resize(vocab, tail);
+    let logits: Vec<f32> = probs.iter().map(|&p| (p as f32).ln()).collect();
+    let rows = 4000;
+    for top_p in [0.75, 0.95, 0.999] {
+        let params = SamplingParams {
+            top_p,
+            ..SamplingParams::default()
+        };
+        let found = frequencies(&logits, params, rows);
+        // Kept: the likely tokens while the mass before them is within top_p, then tail tokens.
+        let mut kept = vec![0.0; vocab];
+        let mut before = 0.0;
+        for i in [1, 3, 2, 0].into_iter().chain(4..vocab) {
+            if before <= top_p {
+                kept[i] = probs[i];
+            }
+            before += probs[i];
+        }
+        let mass: f64 = kept.iter().sum();
+        let tail_found: f64 = found[4..].iter().sum();
+        let tail_kept: f64 = kept[4..].iter().sum::<f64>() / mass;
+        let mut expected: Vec<f64> = kept[..4].iter().map(|p| p / mass).collect();
+        expected.push(tail_kept);
+        let mut got = found[..4].to_vec();
+        got.push(tail_found);
+        for (f, e) in got.iter().zip(&expected) {
+            assert!(
+                (f - e).abs() < 0.03,
+                "top_p {top_p}: {got:?} vs {expected:?}"
+            );
+        }
+    }
 }
 
 #[test]

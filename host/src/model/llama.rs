@@ -160,6 +160,19 @@ impl Llama {
         hidden.linear::<Tensor>(&self.lm_head, None)
     }
 
+    /// Logits `[B, 1, vocab]` of the last position only, otherwise as [`Llama::forward`]: what
+    /// generation needs (the next token), without the LM head over every prompt position.
+    /// With left padding the last position is every sequence's last token.
+    pub fn forward_last(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor, ModelError> {
+        let hidden = self.forward_hidden(input_ids, attention_mask, cache)?;
+        Ok(self.logits(&hidden.narrow(1, hidden.size()[1] - 1, 1)))
+    }
+
     /// Final (normed) hidden states `[B, T, hidden]` for `input_ids` `[B, T]` (int64).
     ///
     /// `attention_mask` `[B, T]` (1 = token, 0 = left padding; all ones when `None`) keeps

@@ -59,8 +59,9 @@ impl KvCache {
     }
 
     /// Keeps only the sequences at `rows` (`[B']` int64 indices into the batch, in the order
-    /// given), dropping the others: the filled slots of every layer are copied into a new,
-    /// smaller cache of the same `max_len`. Lets finished sequences stop costing compute.
+    /// given; an index may repeat), dropping the others: the filled slots of every layer are
+    /// copied into a new cache of the same `max_len`. Lets finished sequences stop costing
+    /// compute, and a prompt prefilled once continue as several sequences.
     pub fn retain(&mut self, rows: &Tensor) {
         let used = self.len;
         for cache in self.keys.iter_mut().chain(self.values.iter_mut()) {

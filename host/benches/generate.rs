@@ -1,0 +1,140 @@
+//! Generation throughput of the embedded default model (SmolLM2-135M-Instruct, f32 on CPU):
+//! a ~70-token chat prompt continued by 128 tokens at temperature 1, at batch 1, 16 and 64,
+//! on 2 libtorch threads.
+//!
+//! Run with `cargo bench -p drmas-host --bench generate` (`$DRMAS_MODEL` or the default model
+//! path must hold the GGUF). `DRMAS_BENCH_BATCHES=1,16` picks the batch sizes and
+//! `DRMAS_BENCH_THREADS` the thread count. Prints, per batch, the prefill time of distinct
+//! prompts, then for the same prompt in every row (a sampling group: prefilled once) and for
+//! distinct prompts the tokens generated and tokens per second over the whole `generate` call
+//! (prefill included).
+
+use std::time::Instant;
+
+use drmas_host::engine::{generate, GenerationRequest, SamplerRng, SamplingParams};
+use drmas_host::model::gguf::GgufModel;
+use drmas_host::model::llama::Llama;
+use tch::{Device, Tensor};
+
+const NEW_TOKENS: usize = 128;
+
+fn main() {
+    let env_or = |name: &str, default: &str| std::env::var(name).unwrap_or(default.to_owned());
+    let threads: i32 = env_or("DRMAS_BENCH_THREADS", "2")
+        .parse()
+        .expect("DRMAS_BENCH_THREADS is a number");
+    let batches: Vec<usize> = env_or("DRMAS_BENCH_BATCHES", "1,16,64")
+        .split(',')
+        .map(|b| b.trim().parse().expect("DRMAS_BENCH_BATCHES lists numbers"))
+        .collect();
+    tch::set_num_threads(threads);
+    let path = drmas_host::model::default_model_path();
+    let gguf = GgufModel::open(&path).expect("the model file opens (scripts/install-model.sh)");
+    let tokenizer = gguf.tokenizer().expect("the tokenizer loads");
+    let llama = Llama::from_gguf(&gguf, Device::Cpu).expect("the model loads");
+    let text =
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging \
+                Face<|im_end|>\n<|im_start|>user\nA farmer has 17 sheep, 3 cows and twice as many \
+                chickens as cows. He sells 5 sheep and buys 4 more cows. How many animals does \
+                he have now? Explain your reasoning step by step.<|im_end|>\n\
+                <|im_start|>assistant\n";
+    let prompt: Vec<i64> = tokenizer
+        .encode(text, false)
+        .expect("encodes")
+        .get_ids()
+        .iter()
+        .map(|&id| i64::from(id))
+        .collect();
+    println!(
+        "SmolLM2-135M f32, {threads} threads, {}-token prompt, {NEW_TOKENS} new tokens, \
+         temperature 1",
+        prompt.len()
+    );
+    let request = GenerationRequest {
+        prompt: prompt.clone(),
+        params: SamplingParams::with_temperature(1.0),
+        max_new_tokens: NEW_TOKENS,
+        stop: Vec::new(),
+    };
+    // Warm-up: libtorch's first calls allocate and pick kernels.
+    let warm = GenerationRequest {
+        max_new_tokens: 4,
+        ..request.clone()
+    };
+    generate(
+        &llama,
+        &tokenizer,
+        &[warm.clone(), warm],
+        &mut SamplerRng::new(0),
+    )
+    .expect("generates");
+    for batch in batches {
+        // Distinct prompts: the same question numbered differently, so nothing is shared.
+        let distinct: Vec<Vec<i64>> = (0..batch)
+            .map(|i| {
+                let numbered = text.replace("A farmer", &format!("Farmer {i}"));
+                let encoding = tokenizer.encode(numbered, false).expect("encodes");
+                encoding.get_ids().iter().map(|&id| i64::from(id)).collect()
+            })
+            .collect();
+        let longest = distinct.iter().map(Vec::len).max().unwrap_or(0);
+        let padded: Vec<i64> = distinct
+            .iter()
+            .flat_map(|p| std::iter::repeat_n(0, longest - p.len()).chain(p.iter().copied()))
+            .collect();
+        let valid: Vec<bool> = distinct
+            .iter()
+            .flat_map(|p| {
+                std::iter::repeat_n(false, longest - p.len())
+                    .chain(std::iter::repeat_n(true, p.len()))
+            })
+            .collect();
+        let shape = [batch as i64, longest as i64];
+        let (ids, mask) = (
+            Tensor::from_slice(&padded).view(shape),
+            Tensor::from_slice(&valid).view(shape),
+        );
+        let mut cache = llama
+            .new_cache(batch as i64, longest as i64)
+            .expect("a cache");
+        let start = Instant::now();
+        let _ = tch::no_grad(|| llama.forward_last(&ids, Some(&mask), Some(&mut cache)))
+            .expect("prefill");
+        let prefill = start.elapsed().as_secs_f64();
+        drop(cache);
+        println!(
+            "batch {batch:>3}: prefill of {batch} distinct prompts {:.1} ms",
+            prefill * 1e3
+        );
+        let runs = [
+            ("same prompt", vec![request.clone(); batch]),
+            (
+                "distinct prompts",
+                distinct
+                    .into_iter()
+                    .map(|prompt| GenerationRequest {
+                        prompt,
+                        ..request.clone()
+                    })
+                    .collect(),
+            ),
+        ];
+        for (name, requests) in runs {
+            let start = Instant::now();
+            let generations = generate(&llama, &tokenizer, &requests, &mut SamplerRng::new(1))
+                .expect("generates");
+            let elapsed = start.elapsed().as_secs_f64();
+            let tokens: usize = generations.iter().map(|g| g.tokens.len()).sum();
+            let longest = generations
+                .iter()
+                .map(|g| g.tokens.len())
+                .max()
+                .unwrap_or(0);
+            println!(
+                "  {name:<16}: {tokens:>5} tokens (longest {longest}) in {elapsed:>6.2} s = \
+                 {:>7.1} tokens/s",
+                tokens as f64 / elapsed,
+            );
+        }
+    }
+}
