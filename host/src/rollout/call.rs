@@ -13,6 +13,8 @@ pub struct AgentCall {
     pub prompt: Vec<i64>,
     /// The generated tokens (the final EOS included when the model wrote one).
     pub response: Vec<i64>,
+    /// The response as text (what the agent parsed).
+    pub text: String,
     /// Log-probability of each response token under the sampling distribution at `temperature`.
     pub logprobs: Vec<f32>,
     /// The temperature the response was sampled at (the training forward divides by it too).

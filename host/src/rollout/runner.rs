@@ -184,7 +184,7 @@ fn generate_calls(
         let raw = model.decode(&generation.tokens)?;
         let parsed = member.agent.parse(&raw).map_err(|e| anyhow!("{e}"))?;
         let output = AgentOutput {
-            raw,
+            raw: raw.clone(),
             action: parsed.action,
             valid: parsed.valid,
         };
@@ -195,6 +195,7 @@ fn generate_calls(
             agent: member_index,
             prompt: request.prompt,
             response: generation.tokens,
+            text: raw,
             logprobs: generation.logprobs,
             temperature: member.sampling.temperature,
             valid: parsed.valid,

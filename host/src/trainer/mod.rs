@@ -60,6 +60,9 @@ pub struct TrainSummary {
     pub iterations: u32,
     /// Mean training reward of the first and the last iteration run.
     pub reward_first_last: Option<(f64, f64)>,
+    /// The same with the invalid-action penalty applied (mean over agent calls): what the
+    /// estimator optimises, so format learning shows here first.
+    pub penalised_first_last: Option<(f64, f64)>,
     /// Evaluation before the first and after the last iteration (when there is eval data).
     pub eval_before_after: Option<(EvalReport, EvalReport)>,
     /// Optimizer steps skipped because of non-finite values.
@@ -203,6 +206,7 @@ impl Trainer {
             None
         };
         let mut reward_first_last = None;
+        let mut penalised_first_last = None;
         let mut after = None;
         let mut checkpoint = None;
         for iteration in first..=total {
@@ -210,6 +214,9 @@ impl Trainer {
             let mut metrics = self.train_iteration()?;
             let reward = metrics.get("reward/mean").unwrap_or(f64::NAN);
             reward_first_last = Some((reward_first_last.map_or(reward, |(f, _)| f), reward));
+            let penalised = metrics.get("reward/penalised_mean").unwrap_or(f64::NAN);
+            penalised_first_last =
+                Some((penalised_first_last.map_or(penalised, |(f, _)| f), penalised));
             println!("{}", iteration_line(&metrics, total));
             let last = iteration == total;
             let every = |n: u32| n > 0 && iteration % n == 0;
@@ -228,6 +235,7 @@ impl Trainer {
         Ok(TrainSummary {
             iterations: total.saturating_sub(first - 1),
             reward_first_last,
+            penalised_first_last,
             eval_before_after: before.zip(after),
             skipped_steps: self.skipped_steps,
             out_dir: self.out_dir.clone(),
@@ -270,6 +278,7 @@ impl Trainer {
         let rollout_seconds = started.elapsed().as_secs_f64();
         record_rollout(&mut metrics, &rollout, &self.team, rollout_seconds);
 
+        self.write_samples(&rollout, &batch, group_size)?;
         let samples: Vec<Sample> = rollout
             .calls
             .iter()
@@ -284,6 +293,10 @@ impl Trainer {
             })
             .collect();
         let rewards = self.penalty.apply(&samples);
+        metrics.set(
+            "reward/penalised_mean",
+            rewards.iter().sum::<f64>() / rewards.len().max(1) as f64,
+        );
         let advantages = self.estimator.advantages(&samples, &rewards);
         record_advantages(
             &mut metrics,
@@ -358,6 +371,36 @@ impl Trainer {
         );
         metrics.set("skipped_steps", self.skipped_steps as f64);
         Ok(metrics)
+    }
+
+    /// Appends the first prompt group's calls (role, text, validity, episode reward) to
+    /// `samples.jsonl`, so what the agents actually write can be read along the metrics.
+    fn write_samples(
+        &self,
+        rollout: &Rollout,
+        batch: &[Task],
+        group_size: usize,
+    ) -> anyhow::Result<()> {
+        use std::io::Write;
+        let path = self.out_dir.join("samples.jsonl");
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        for call in rollout.calls.iter().filter(|c| c.episode < group_size) {
+            let line = serde_json::json!({
+                "iteration": self.iteration,
+                "episode": call.episode,
+                "task": batch.first().map(|t| t.prompt.as_str()),
+                "role": self.team[call.agent].role,
+                "valid": call.valid,
+                "reward": rollout.episodes[call.episode].reward,
+                "text": call.text,
+            });
+            writeln!(file, "{line}").with_context(|| format!("writing {}", path.display()))?;
+        }
+        Ok(())
     }
 
     /// Rolls out one episode per task with the team's current sampling settings.
@@ -536,10 +579,12 @@ fn record_eval(metrics: &mut Metrics, report: &EvalReport) {
 fn iteration_line(metrics: &Metrics, total: u32) -> String {
     let get = |key: &str| metrics.get(key).unwrap_or(f64::NAN);
     format!(
-        "iteration {:>3}/{total}  reward {:.3} ± {:.3}  rollout {:.1}s ({:.0} tok/s)  update {:.1}s",
+        "iteration {:>3}/{total}  reward {:.3} ± {:.3} (with format penalty {:.3})  rollout {:.1}s \
+         ({:.0} tok/s)  update {:.1}s",
         get("iteration"),
         get("reward/mean"),
         get("reward/std"),
+        get("reward/penalised_mean"),
         get("time/rollout_s"),
         get("tokens_per_s/rollout"),
         get("time/update_s"),
