@@ -31,7 +31,7 @@ fn prepare(text: &str) -> Result<String, String> {
 fn the_demo_config_resolves_every_part() {
     let summary = prepare(&demo_text()).expect("the demo config is valid");
     assert!(
-        summary.contains("(2000 train tasks, 64 eval tasks)"),
+        summary.contains("(2000 train tasks, 16 eval tasks)"),
         "{summary}"
     );
     assert!(summary.contains("role solver"), "{summary}");

@@ -58,24 +58,14 @@ impl MetricsLog {
         })
     }
 
-    /// Drops the records of iterations after `iteration` (a resumed run redoes them), and a
-    /// torn last line a kill may have left.
+    /// Drops the records of iterations after `iteration` from the run's JSONL files
+    /// (`metrics.jsonl`, `samples.jsonl`) — a resumed run redoes them — and a torn last line a
+    /// kill may have left.
     pub fn truncate_after(dir: &Path, iteration: u32) -> anyhow::Result<()> {
-        let path = dir.join("metrics.jsonl");
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            return Ok(());
-        };
-        let kept: String = text
-            .lines()
-            .filter(|line| {
-                serde_json::from_str::<Value>(line)
-                    .ok()
-                    .and_then(|v| v.get("iteration").and_then(Value::as_u64))
-                    .is_some_and(|i| i <= u64::from(iteration))
-            })
-            .flat_map(|line| [line, "\n"])
-            .collect();
-        std::fs::write(&path, kept).with_context(|| format!("rewriting {}", path.display()))
+        for name in ["metrics.jsonl", "samples.jsonl"] {
+            truncate_jsonl(&dir.join(name), iteration)?;
+        }
+        Ok(())
     }
 
     /// Appends one record and flushes it to disk.
@@ -89,4 +79,22 @@ impl MetricsLog {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Keeps the lines of `path` whose `iteration` is at most `iteration` (a missing file is fine).
+fn truncate_jsonl(path: &Path, iteration: u32) -> anyhow::Result<()> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(());
+    };
+    let kept: String = text
+        .lines()
+        .filter(|line| {
+            serde_json::from_str::<Value>(line)
+                .ok()
+                .and_then(|v| v.get("iteration").and_then(Value::as_u64))
+                .is_some_and(|i| i <= u64::from(iteration))
+        })
+        .flat_map(|line| [line, "\n"])
+        .collect();
+    std::fs::write(path, kept).with_context(|| format!("rewriting {}", path.display()))
 }
