@@ -358,7 +358,9 @@ fn frequencies(logits: &[f32], params: SamplingParams, rows: usize) -> Vec<f64> 
     let mut rng = SamplerRng::new(11);
     let mut counts = vec![0.0; logits.len()];
     for _ in 0..3 {
-        let (tokens, _) = sampler.sample(&batch, &vec![true; per_draw], &mut rng);
+        let (tokens, _) = sampler
+            .sample(&batch, &vec![true; per_draw], &mut rng)
+            .expect("samples");
         for t in Vec::<i64>::try_from(&tokens.view([-1])).expect("i64s") {
             counts[t as usize] += 1.0 / (3 * per_draw) as f64;
         }

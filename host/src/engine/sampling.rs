@@ -3,6 +3,8 @@
 
 use tch::{Device, Kind, Tensor};
 
+use crate::model::error::ModelError;
+
 /// How to pick the next token. `temperature == 0.0` means greedy (argmax).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SamplingParams {
@@ -232,8 +234,9 @@ impl Sampler {
         self.set_params(params);
     }
 
-    /// Picks one token for every row of `logits` `[B, V]` and returns (tokens `[B, 1]` int64,
-    /// logprobs `[B, 1]` f32).
+    /// Picks one token for every row of `logits` `[B, V]` (`B` rows and `V` tokens as the
+    /// sampler was made for, else an input error) and returns (tokens `[B, 1]` int64, logprobs
+    /// `[B, 1]` f32).
     ///
     /// The logprob is `log_softmax(logits / T)` over the whole vocabulary at the chosen token,
     /// with `T` the row's temperature (1 when greedy) and no top-k/top-p truncation: what a
@@ -244,7 +247,15 @@ impl Sampler {
         logits: &Tensor,
         live: &[bool],
         rng: &mut SamplerRng,
-    ) -> (Tensor, Tensor) {
+    ) -> Result<(Tensor, Tensor), ModelError> {
+        let (rows, vocab) = (self.params.len() as i64, self.vocab);
+        if logits.size() != [rows, vocab] || live.len() != self.params.len() {
+            return Err(ModelError::Input(format!(
+                "sampler of {rows} rows over {vocab} tokens: given logits {:?} and {} live flags",
+                logits.size(),
+                live.len()
+            )));
+        }
         let logits = logits.to_kind(Kind::Float);
         let all_one = self.params.iter().all(|p| p.logprob_temperature() == 1.0);
         let scaled = if all_one {
@@ -274,7 +285,7 @@ impl Sampler {
             }
         };
         let logprobs = scaled.gather(-1, &tokens, false) - lse;
-        (tokens, logprobs)
+        Ok((tokens, logprobs))
     }
 
     /// Inverse-CDF draws `[B, 1]` from `softmax(scaled)`, filtered by top-k and top-p where a
