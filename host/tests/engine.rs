@@ -346,18 +346,24 @@ fn bad_requests_are_input_errors() {
     });
 }
 
-/// Samples `rows` rows of `logits` `[V]` with `params` and counts each token.
+/// Samples `rows` rows of `logits` `[V]` with `params` and counts each token: three draws of a
+/// third of the rows by one sampler (which adapts between draws, see `Sampler`).
 fn frequencies(logits: &[f32], params: SamplingParams, rows: usize) -> Vec<f64> {
     let v = logits.len() as i64;
+    let per_draw = rows.div_ceil(3);
     let batch = Tensor::from_slice(logits)
         .view([1, v])
-        .expand([rows as i64, v], false);
-    let mut sampler = Sampler::new(&vec![params; rows], v, Device::Cpu);
-    let (tokens, _) = sampler.sample(&batch, &vec![true; rows], &mut SamplerRng::new(11));
-    let tokens = Vec::<i64>::try_from(&tokens.view([-1])).expect("i64s");
+        .expand([per_draw as i64, v], false);
+    let mut sampler = Sampler::new(&vec![params; per_draw], v, Device::Cpu);
+    let mut rng = SamplerRng::new(11);
     let mut counts = vec![0.0; logits.len()];
-    for t in tokens {
-        counts[t as usize] += 1.0 / rows as f64;
+    for _ in 0..3 {
+        let (tokens, _) = sampler
+            .sample(&batch, &vec![true; per_draw], &mut rng)
+            .expect("samples");
+        for t in Vec::<i64>::try_from(&tokens.view([-1])).expect("i64s") {
+            counts[t as usize] += 1.0 / (3 * per_draw) as f64;
+        }
     }
     counts
 }

@@ -126,7 +126,7 @@ pub fn generate(
     let mut dead_steps = 0.0;
     loop {
         let last = logits.select(1, -1);
-        let (tokens, logprobs) = sampler.sample(&last, &live, rng);
+        let (tokens, logprobs) = sampler.sample(&last, &live, rng)?;
         copy_to_host(&tokens, &mut tokens_host)?;
         copy_to_host(&logprobs, &mut logprobs_host)?;
         for (row, slot) in rows.iter_mut().enumerate() {

@@ -3,6 +3,8 @@
 
 use tch::{Device, Kind, Tensor};
 
+use crate::model::error::ModelError;
+
 /// How to pick the next token. `temperature == 0.0` means greedy (argmax).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SamplingParams {
@@ -162,6 +164,8 @@ pub struct Sampler {
     top_p_only: Tensor,
     /// The largest top-k of a truncating row (0 if none).
     largest_top_k: i64,
+    /// Where in [`CANDIDATES`] (its length: the whole vocabulary) the next top-p draw starts.
+    level: usize,
     /// `[1, V]` int64: `0..V`, to compare with `top_k`.
     ranks: Tensor,
     uniforms: Vec<f32>,
@@ -182,6 +186,7 @@ impl Sampler {
             top_k_off: Tensor::new(),
             top_p_only: Tensor::new(),
             largest_top_k: 0,
+            level: 0,
             ranks: Tensor::arange(vocab, (Kind::Int64, device)).unsqueeze(0),
             uniforms: Vec::with_capacity(params.len()),
             vocab,
@@ -241,8 +246,9 @@ impl Sampler {
         self.set_params(params);
     }
 
-    /// Picks one token for every row of `logits` `[B, V]` and returns (tokens `[B, 1]` int64,
-    /// logprobs `[B, 1]` f32).
+    /// Picks one token for every row of `logits` `[B, V]` (`B` rows and `V` tokens as the
+    /// sampler was made for, else an input error) and returns (tokens `[B, 1]` int64, logprobs
+    /// `[B, 1]` f32).
     ///
     /// The logprob is `log_softmax(logits / T)` over the whole vocabulary at the chosen token,
     /// with `T` the row's temperature (1 when greedy) and no top-k/top-p truncation: what a
@@ -253,7 +259,15 @@ impl Sampler {
         logits: &Tensor,
         live: &[bool],
         rng: &mut SamplerRng,
-    ) -> (Tensor, Tensor) {
+    ) -> Result<(Tensor, Tensor), ModelError> {
+        let (rows, vocab) = (self.params.len() as i64, self.vocab);
+        if logits.size() != [rows, vocab] || live.len() != self.params.len() {
+            return Err(ModelError::Input(format!(
+                "sampler of {rows} rows over {vocab} tokens: given logits {:?} and {} live flags",
+                logits.size(),
+                live.len()
+            )));
+        }
         let logits = logits.to_kind(Kind::Float);
         let all_one = self.params.iter().all(|p| p.logprob_temperature() == 1.0);
         let scaled = if all_one {
@@ -283,12 +297,12 @@ impl Sampler {
             }
         };
         let logprobs = scaled.gather(-1, &tokens, false) - lse;
-        (tokens, logprobs)
+        Ok((tokens, logprobs))
     }
 
     /// Inverse-CDF draws `[B, 1]` from `softmax(scaled)`, filtered by top-k and top-p where a
     /// row has them, with uniforms `u` `[B, 1]`.
-    fn draw(&self, scaled: &Tensor, lse: &Tensor, u: &Tensor) -> Tensor {
+    fn draw(&mut self, scaled: &Tensor, lse: &Tensor, u: &Tensor) -> Tensor {
         let probs = (scaled - lse).exp();
         let plain = self
             .params
@@ -309,9 +323,14 @@ impl Sampler {
     }
 
     /// Inverse-CDF draws `[B, 1]` among the tokens top-k and top-p keep.
-    fn draw_filtered(&self, probs: &Tensor, u: &Tensor) -> Tensor {
+    ///
+    /// Tries the candidate counts of [`CANDIDATES`] from `self.level` on, then the whole
+    /// vocabulary, and moves `self.level` to the count that sufficed (one lower when it was the
+    /// first tried), so that steps whose nuclei are large do not try small counts every time.
+    fn draw_filtered(&mut self, probs: &Tensor, u: &Tensor) -> Tensor {
         let total = probs.sum_dim_intlist(-1, true, Kind::Float);
-        for candidates in CANDIDATES {
+        let start = self.level;
+        for (level, candidates) in CANDIDATES.into_iter().enumerate().skip(start) {
             let k = candidates.max(self.largest_top_k);
             if k >= self.vocab {
                 break;
@@ -319,9 +338,19 @@ impl Sampler {
             let (sorted, order) = probs.topk(k, -1, true, true);
             let (kept, short) = self.keep(&sorted, &total);
             if short.any().int64_value(&[]) == 0 {
+                self.level = if level == start {
+                    level.saturating_sub(1)
+                } else {
+                    level
+                };
                 return order.gather(-1, &pick(&kept.cumsum(-1, Kind::Float), u), false);
             }
         }
+        self.level = if start == CANDIDATES.len() {
+            start - 1
+        } else {
+            CANDIDATES.len()
+        };
         let (sorted, order) = probs.sort(-1, true);
         let (kept, _) = self.keep(&sorted, &total);
         order.gather(-1, &pick(&kept.cumsum(-1, Kind::Float), u), false)
