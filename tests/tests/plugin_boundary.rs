@@ -161,7 +161,7 @@ fn an_unknown_component_suggests_close_names() {
         .err()
         .expect("must fail")
         .to_string();
-    assert!(error.contains("(available: `relay`)"), "{error}");
+    assert!(error.contains("(available: `pair`, `relay`)"), "{error}");
 }
 
 #[test]

@@ -80,7 +80,12 @@ fn a_role_the_orchestra_lacks_or_leaves_unfilled_is_an_error() {
 fn an_unknown_estimator_lists_the_valid_ones_with_its_location() {
     let error = prepare(&demo_text().replace("estimator = \"drmas\"", "estimator = \"dr_mas\""))
         .expect_err("bad estimator");
-    assert!(error.starts_with("run.toml:40:13"), "{error}");
+    let line = demo_text()
+        .lines()
+        .position(|l| l.starts_with("estimator = "))
+        .expect("the demo names an estimator")
+        + 1;
+    assert!(error.starts_with(&format!("run.toml:{line}:13")), "{error}");
     assert!(
         error.contains("grpo") && error.contains("rloo") && error.contains("drmas"),
         "{error}"
