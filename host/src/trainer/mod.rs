@@ -215,8 +215,10 @@ impl Trainer {
             let reward = metrics.get("reward/mean").unwrap_or(f64::NAN);
             reward_first_last = Some((reward_first_last.map_or(reward, |(f, _)| f), reward));
             let penalised = metrics.get("reward/penalised_mean").unwrap_or(f64::NAN);
-            penalised_first_last =
-                Some((penalised_first_last.map_or(penalised, |(f, _)| f), penalised));
+            penalised_first_last = Some((
+                penalised_first_last.map_or(penalised, |(f, _)| f),
+                penalised,
+            ));
             println!("{}", iteration_line(&metrics, total));
             let last = iteration == total;
             let every = |n: u32| n > 0 && iteration % n == 0;
