@@ -203,7 +203,7 @@ fn rewards(out: &mut String, summaries: &[EstimatorSummary]) {
     let header = vec![
         "estimator".to_string(),
         "`reward/mean`, last iteration".to_string(),
-        format!("`reward/mean`, mean of the last {LAST_ITERATIONS} iterations"),
+        format!("`reward/mean`, mean of the last {LAST_ITERATIONS} iterations (all, if fewer)"),
     ];
     let rows = summaries
         .iter()
