@@ -1,5 +1,5 @@
-//! The command line: `drmas-host [train|eval|plugins|check] --plugins DIR --config FILE`, and
-//! `drmas-host convert MODEL OUT`, `drmas-host plot RUN_DIR`.
+//! The command line: `drmas-host [train|eval|plugins|check] --plugins DIR --config FILE`,
+//! `drmas-host experiment --config BASE`, `drmas-host convert MODEL OUT`, `drmas-host plot RUN_DIR`.
 
 use std::path::PathBuf;
 
@@ -46,6 +46,9 @@ pub enum Command {
     Plugins,
     /// Check a run file without doing any work.
     Check,
+    /// Compare advantage estimators: train the base run file once per (estimator, seed) and
+    /// write a report with gradient-norm spikes, rewards, evals and charts.
+    Experiment(ExperimentArgs),
     /// Draw PNG charts (reward, gradient norms, amplification) from a run's metrics.jsonl.
     Plot {
         /// The run folder (the run file's `[run] output_dir`); the charts are written there.
@@ -92,4 +95,26 @@ pub struct TrainArgs {
     /// Continue from the newest checkpoint in the run folder instead of starting over.
     #[arg(long)]
     pub resume: bool,
+}
+
+/// Options of `experiment`; the base run file is the global `--config`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct ExperimentArgs {
+    /// The estimators to compare, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "grpo,grpo_step,drmas_traj,drmas"
+    )]
+    pub estimators: Vec<String>,
+    /// The seeds each estimator runs with, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0,1,2")]
+    pub seeds: Vec<u64>,
+    /// The experiment folder (runs in ESTIMATOR/seed-N); default: the base file's
+    /// `[run] output_dir` followed by `-experiment`.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// The markdown report; default: OUT/report.md.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
 }

@@ -8,6 +8,7 @@ pub mod advantage;
 pub mod cli;
 pub mod config;
 pub mod engine;
+pub mod experiment;
 pub mod model;
 pub mod plot;
 pub mod plugins;
@@ -25,6 +26,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
         .unwrap_or(cli::Command::Train(cli::TrainArgs::default()));
     match command {
         cli::Command::Convert { model, out, dtype } => convert(&model, &out, dtype),
+        cli::Command::Experiment(args) => experiment::run(&cli.common, &args),
         cli::Command::Plot { run_dir } => {
             for path in plot::plot_run(&run_dir)? {
                 println!("{}", path.display());

@@ -1,0 +1,358 @@
+//! The experiment's markdown report: the setup, one table per metric group, the figures, and
+//! a short paragraph of facts read off the tables (no interpretation).
+
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+use super::stats::{MeanStd, SPIKE_FACTOR, SPIKE_MIN_HISTORY};
+use super::summary::{EstimatorSummary, LAST_ITERATIONS};
+use crate::plot::chart::format_number;
+
+/// What the report says about how the experiment was run.
+#[derive(Debug, Clone, Default)]
+pub struct ReportContext {
+    /// The command line that produced it.
+    pub command_line: String,
+    /// The base run file.
+    pub base_config: String,
+    /// `[run] iterations` of every run.
+    pub iterations: u32,
+    /// `[rollout] prompts_per_batch` of every run.
+    pub prompts_per_batch: usize,
+    /// `[rollout] group_size` of every run.
+    pub group_size: usize,
+    /// The seeds every estimator ran with.
+    pub seeds: Vec<u64>,
+    /// The figures: (caption, path relative to the report).
+    pub figures: Vec<(String, String)>,
+}
+
+/// What an empty cell shows.
+const MISSING: &str = "–";
+
+/// The spike definition, as the report states it.
+pub fn spike_definition() -> String {
+    format!(
+        "An iteration is a **gradient-norm spike** for an agent when that agent's gradient norm \
+         (`grad_norm/agent/ROLE`) exceeds {SPIKE_FACTOR}× the median of its own gradient norms \
+         in all previous iterations of the run; an agent needs at least {SPIKE_MIN_HISTORY} \
+         previous values before any iteration can count. Spikes are counted per run and agent."
+    )
+}
+
+/// The whole report.
+pub fn render(context: &ReportContext, summaries: &[EstimatorSummary]) -> String {
+    let mut out = String::from("# Estimator experiment\n\n");
+    let seeds: Vec<String> = context.seeds.iter().map(u64::to_string).collect();
+    let _ = writeln!(out, "Command: `{}`\n", context.command_line);
+    let _ = writeln!(
+        out,
+        "Base run file `{}`, with only `[algorithm] estimator`, `[run] seed` and \
+         `[run] output_dir` replaced per run: {} iterations, prompts_per_batch = {}, \
+         group_size = {}; seeds {}. Statistics are mean ± sample standard deviation over seeds.\n",
+        context.base_config,
+        context.iterations,
+        context.prompts_per_batch,
+        context.group_size,
+        seeds.join(", ")
+    );
+    facts(&mut out, summaries);
+    spikes(&mut out, summaries);
+    grad_norms(&mut out, summaries);
+    rewards(&mut out, summaries);
+    evals(&mut out, summaries);
+    amplification(&mut out, summaries);
+    if !context.figures.is_empty() {
+        out.push_str("## Figures\n\n");
+        for (caption, path) in &context.figures {
+            let _ = writeln!(out, "![{caption}]({path})\n");
+        }
+    }
+    out
+}
+
+fn facts(out: &mut String, summaries: &[EstimatorSummary]) {
+    let mut sentences = Vec::new();
+    if let Some(sentence) = best(summaries, "Fewest gradient-norm spikes per run", 2, |s| {
+        s.spikes_total.map(|m| (-m.mean, m))
+    }) {
+        sentences.push(sentence);
+    }
+    if let Some(sentence) = best(summaries, "Highest final training reward", 3, |s| {
+        s.final_reward.map(|m| (m.mean, m))
+    }) {
+        sentences.push(sentence);
+    }
+    let avg_key = summaries
+        .iter()
+        .flat_map(|s| s.eval_final.keys())
+        .find(|key| key.starts_with("avg@"))
+        .cloned();
+    if let Some(key) = avg_key {
+        let label = format!("Highest final eval {key}");
+        if let Some(sentence) = best(summaries, &label, 3, |s| {
+            s.eval_final.get(&key).map(|m| (m.mean, *m))
+        }) {
+            sentences.push(sentence);
+        }
+    }
+    if sentences.is_empty() {
+        return;
+    }
+    out.push_str("## Summary\n\n");
+    out.push_str(&sentences.join(" "));
+    out.push_str("\n\n");
+}
+
+/// "LABEL: `a` (m ± s)." naming every estimator tied for the largest score.
+fn best(
+    summaries: &[EstimatorSummary],
+    label: &str,
+    digits: usize,
+    score: impl Fn(&EstimatorSummary) -> Option<(f64, MeanStd)>,
+) -> Option<String> {
+    let scored: Vec<(&str, f64, MeanStd)> = summaries
+        .iter()
+        .filter_map(|s| score(s).map(|(key, m)| (s.estimator.as_str(), key, m)))
+        .collect();
+    let top = scored.iter().map(|s| s.1).reduce(f64::max)?;
+    let winners: Vec<String> = scored
+        .iter()
+        .filter(|s| s.1 == top)
+        .map(|(name, _, m)| format!("`{name}` ({})", m.render(digits)))
+        .collect();
+    Some(format!(
+        "{label} (mean over seeds): {}.",
+        winners.join(" and ")
+    ))
+}
+
+fn roles(summaries: &[EstimatorSummary]) -> Vec<String> {
+    let roles: BTreeSet<String> = summaries.iter().flat_map(|s| s.roles()).collect();
+    roles.into_iter().collect()
+}
+
+fn table(out: &mut String, header: &[String], rows: Vec<Vec<String>>) {
+    let _ = writeln!(out, "| {} |", header.join(" | "));
+    let _ = writeln!(out, "|{}", "---|".repeat(header.len()));
+    for row in rows {
+        let _ = writeln!(out, "| {} |", row.join(" | "));
+    }
+    out.push('\n');
+}
+
+fn cell(value: Option<&MeanStd>, digits: usize) -> String {
+    value.map_or(MISSING.to_string(), |m| m.render(digits))
+}
+
+fn number(value: Option<&f64>) -> String {
+    value.map_or(MISSING.to_string(), |v| format_number(*v))
+}
+
+fn spikes(out: &mut String, summaries: &[EstimatorSummary]) {
+    out.push_str("## Gradient-norm spikes\n\n");
+    out.push_str(&spike_definition());
+    out.push_str("\n\n");
+    let roles = roles(summaries);
+    let mut header = vec![
+        "estimator".to_string(),
+        "spikes per run, all agents".to_string(),
+    ];
+    header.extend(roles.iter().map(|r| format!("spikes `{r}`")));
+    let rows = summaries
+        .iter()
+        .map(|s| {
+            let mut row = vec![
+                format!("`{}`", s.estimator),
+                cell(s.spikes_total.as_ref(), 2),
+            ];
+            row.extend(roles.iter().map(|r| cell(s.spikes.get(r), 2)));
+            row
+        })
+        .collect();
+    table(out, &header, rows);
+}
+
+fn grad_norms(out: &mut String, summaries: &[EstimatorSummary]) {
+    out.push_str("## Per-agent gradient norms\n\n");
+    out.push_str(
+        "Largest and median `grad_norm/agent/ROLE` over a run's iterations, mean over seeds.\n\n",
+    );
+    let roles = roles(summaries);
+    let mut header = vec!["estimator".to_string()];
+    for role in &roles {
+        header.push(format!("max `{role}`"));
+        header.push(format!("median `{role}`"));
+    }
+    let rows = summaries
+        .iter()
+        .map(|s| {
+            let mut row = vec![format!("`{}`", s.estimator)];
+            for role in &roles {
+                row.push(number(s.grad_norm_max.get(role)));
+                row.push(number(s.grad_norm_median.get(role)));
+            }
+            row
+        })
+        .collect();
+    table(out, &header, rows);
+}
+
+fn rewards(out: &mut String, summaries: &[EstimatorSummary]) {
+    out.push_str("## Training reward\n\n");
+    let header = vec![
+        "estimator".to_string(),
+        "`reward/mean`, last iteration".to_string(),
+        format!("`reward/mean`, mean of the last {LAST_ITERATIONS} iterations (all, if fewer)"),
+    ];
+    let rows = summaries
+        .iter()
+        .map(|s| {
+            vec![
+                format!("`{}`", s.estimator),
+                cell(s.final_reward.as_ref(), 3),
+                cell(s.final_reward_last.as_ref(), 3),
+            ]
+        })
+        .collect();
+    table(out, &header, rows);
+}
+
+fn evals(out: &mut String, summaries: &[EstimatorSummary]) {
+    let keys: BTreeSet<&String> = summaries
+        .iter()
+        .flat_map(|s| s.eval_before.keys().chain(s.eval_final.keys()))
+        .collect();
+    if keys.is_empty() {
+        return;
+    }
+    out.push_str("## Evaluation\n\n");
+    out.push_str("Before training (iteration 0) and at the last evaluation.\n\n");
+    let mut header = vec!["estimator".to_string()];
+    for key in &keys {
+        header.push(format!("{key} before"));
+        header.push(format!("{key} final"));
+    }
+    let rows = summaries
+        .iter()
+        .map(|s| {
+            let mut row = vec![format!("`{}`", s.estimator)];
+            for key in &keys {
+                row.push(cell(s.eval_before.get(*key), 3));
+                row.push(cell(s.eval_final.get(*key), 3));
+            }
+            row
+        })
+        .collect();
+    table(out, &header, rows);
+}
+
+fn amplification(out: &mut String, summaries: &[EstimatorSummary]) {
+    let roles: Vec<String> = roles(summaries)
+        .into_iter()
+        .filter(|r| {
+            summaries
+                .iter()
+                .any(|s| s.amplification_mean.contains_key(r))
+        })
+        .collect();
+    if roles.is_empty() {
+        return;
+    }
+    out.push_str("## Measured amplification\n\n");
+    out.push_str(
+        "`advantage/amplification/ROLE` per iteration: its mean over a run (then over seeds) and \
+         its largest value over every run.\n\n",
+    );
+    let mut header = vec!["estimator".to_string()];
+    for role in &roles {
+        header.push(format!("mean `{role}`"));
+        header.push(format!("max `{role}`"));
+    }
+    let rows = summaries
+        .iter()
+        .map(|s| {
+            let mut row = vec![format!("`{}`", s.estimator)];
+            for role in &roles {
+                row.push(number(s.amplification_mean.get(role)));
+                row.push(number(s.amplification_max.get(role)));
+            }
+            row
+        })
+        .collect();
+    table(out, &header, rows);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn stats(mean: f64, std: f64) -> MeanStd {
+        MeanStd { mean, std, n: 2 }
+    }
+
+    fn summary(name: &str, spikes: f64, reward: f64) -> EstimatorSummary {
+        EstimatorSummary {
+            estimator: name.into(),
+            seeds: vec![0, 1],
+            spikes_total: Some(stats(spikes, 1.0)),
+            spikes: BTreeMap::from([("solver".into(), stats(spikes, 1.0))]),
+            grad_norm_max: BTreeMap::from([("solver".into(), 12.5)]),
+            grad_norm_median: BTreeMap::from([("solver".into(), 0.00025)]),
+            final_reward: Some(stats(reward, 0.05)),
+            final_reward_last: Some(stats(reward, 0.0)),
+            eval_before: BTreeMap::from([("avg@2".into(), stats(0.1, 0.0))]),
+            eval_final: BTreeMap::from([("avg@2".into(), stats(reward, 0.0))]),
+            amplification_mean: BTreeMap::from([("solver".into(), 1.5)]),
+            amplification_max: BTreeMap::from([("solver".into(), 4.0)]),
+        }
+    }
+
+    #[test]
+    fn the_report_states_setup_tables_figures_and_facts() {
+        let context = ReportContext {
+            command_line: "drmas-host experiment --config base.toml".into(),
+            base_config: "base.toml".into(),
+            iterations: 12,
+            prompts_per_batch: 4,
+            group_size: 4,
+            seeds: vec![0, 1],
+            figures: vec![("reward".into(), "reward.png".into())],
+        };
+        let text = render(
+            &context,
+            &[summary("grpo", 2.0, 0.25), summary("drmas", 0.5, 0.5)],
+        );
+        for needle in [
+            "Command: `drmas-host experiment --config base.toml`",
+            "12 iterations, prompts_per_batch = 4, group_size = 4; seeds 0, 1",
+            "exceeds 3× the median",
+            "| `grpo` | 2.00 ± 1.00 | 2.00 ± 1.00 |",
+            "| `drmas` | 12.5 | 2.5e-4 |",
+            "| `drmas` | 0.500 ± 0.050 | 0.500 ± 0.000 |",
+            "| estimator | avg@2 before | avg@2 final |",
+            "| `grpo` | 0.100 ± 0.000 | 0.250 ± 0.000 |",
+            "| `grpo` | 1.5 | 4 |",
+            "![reward](reward.png)",
+            "Fewest gradient-norm spikes per run (mean over seeds): `drmas` (0.50 ± 1.00).",
+            "Highest final training reward (mean over seeds): `drmas` (0.500 ± 0.050).",
+            "Highest final eval avg@2 (mean over seeds): `drmas` (0.500 ± 0.000).",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn ties_name_every_estimator() {
+        let text = render(
+            &ReportContext::default(),
+            &[summary("grpo", 1.0, 0.5), summary("drmas", 1.0, 0.5)],
+        );
+        assert!(
+            text.contains("spikes per run (mean over seeds): `grpo` (1.00 ± 1.00) and `drmas`"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,139 @@
+//! The statistics the experiment reports: median, mean ± standard deviation over seeds, and
+//! gradient-norm spikes.
+
+/// An iteration is a spike when its gradient norm exceeds this many times the running median.
+pub const SPIKE_FACTOR: f64 = 3.0;
+
+/// A spike needs at least this many previous gradient norms of the same agent.
+pub const SPIKE_MIN_HISTORY: usize = 3;
+
+/// The median of `values` (the mean of the two middle ones for an even count); `None` when
+/// there are no finite values. Non-finite values are ignored.
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    if sorted.is_empty() {
+        return None;
+    }
+    sorted.sort_by(f64::total_cmp);
+    let middle = sorted.len() / 2;
+    Some(if sorted.len().is_multiple_of(2) {
+        (sorted[middle - 1] + sorted[middle]) / 2.0
+    } else {
+        sorted[middle]
+    })
+}
+
+/// The indices of the spikes in one agent's gradient norms, in iteration order: values greater
+/// than [`SPIKE_FACTOR`] × the median of all previous values, once there are at least
+/// [`SPIKE_MIN_HISTORY`] previous values. Non-finite values are neither spikes nor history.
+pub fn spikes(norms: &[f64]) -> Vec<usize> {
+    let mut history: Vec<f64> = Vec::new();
+    let mut found = Vec::new();
+    for (index, &norm) in norms.iter().enumerate() {
+        if !norm.is_finite() {
+            continue;
+        }
+        if history.len() >= SPIKE_MIN_HISTORY {
+            if let Some(running) = median(&history) {
+                if norm > SPIKE_FACTOR * running {
+                    found.push(index);
+                }
+            }
+        }
+        history.push(norm);
+    }
+    found
+}
+
+/// Mean and sample standard deviation (n − 1 in the denominator; 0 for a single value) of a
+/// metric over seeds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MeanStd {
+    /// The mean.
+    pub mean: f64,
+    /// The sample standard deviation.
+    pub std: f64,
+    /// How many values (seeds) it summarises.
+    pub n: usize,
+}
+
+impl MeanStd {
+    /// The statistics of the finite `values`; `None` when there are none.
+    pub fn of(values: &[f64]) -> Option<Self> {
+        let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+        if finite.is_empty() {
+            return None;
+        }
+        let n = finite.len();
+        let mean = finite.iter().sum::<f64>() / n as f64;
+        let std = if n > 1 {
+            let squares = finite.iter().map(|v| (v - mean).powi(2)).sum::<f64>();
+            (squares / (n - 1) as f64).sqrt()
+        } else {
+            0.0
+        };
+        Some(Self { mean, std, n })
+    }
+
+    /// `mean ± std` with `digits` decimals.
+    pub fn render(&self, digits: usize) -> String {
+        format!("{:.digits$} ± {:.digits$}", self.mean, self.std)
+    }
+}
+
+/// The mean of the finite `values`, `None` when there are none.
+pub fn mean(values: &[f64]) -> Option<f64> {
+    MeanStd::of(values).map(|stats| stats.mean)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_even_and_empty_inputs() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[5.0]), Some(5.0));
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[f64::NAN, 7.0]), Some(7.0));
+    }
+
+    #[test]
+    fn spikes_need_three_previous_values_and_three_times_their_median() {
+        // Iterations 0-2 have too little history, however large they are.
+        assert!(spikes(&[1.0, 100.0, 1000.0]).is_empty());
+        // History [1, 2, 1]: median 1, so 3.0 is not a spike (not greater) but 3.5 is.
+        assert_eq!(spikes(&[1.0, 2.0, 1.0, 3.0]), Vec::<usize>::new());
+        assert_eq!(spikes(&[1.0, 2.0, 1.0, 3.5]), vec![3]);
+        // The spike joins the history: [1, 2, 1, 10] has median 1.5, so 4.6 > 4.5 spikes too,
+        // then [1, 2, 1, 10, 4.6] has median 2, and 6.0 is not above 6.
+        assert_eq!(spikes(&[1.0, 2.0, 1.0, 10.0, 4.6, 6.0]), vec![3, 4]);
+        // Non-finite values are skipped, not counted as history.
+        assert_eq!(spikes(&[1.0, f64::NAN, 1.0, 1.0, 5.0]), vec![4]);
+        assert_eq!(spikes(&[1.0, f64::NAN, 1.0, 5.0]), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn mean_and_sample_std() {
+        let stats = MeanStd::of(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]).expect("values");
+        assert_eq!(stats.mean, 5.0);
+        // Sum of squares 32 over n − 1 = 7.
+        assert!((stats.std - (32.0f64 / 7.0).sqrt()).abs() < 1e-12);
+        assert_eq!(stats.n, 8);
+        assert_eq!(
+            MeanStd::of(&[0.5]),
+            Some(MeanStd {
+                mean: 0.5,
+                std: 0.0,
+                n: 1
+            })
+        );
+        assert_eq!(MeanStd::of(&[f64::NAN]), None);
+        assert_eq!(
+            MeanStd::of(&[1.0, 3.0]).map(|s| s.render(2)),
+            Some("2.00 ± 1.41".into())
+        );
+        assert_eq!(mean(&[1.0, 2.0]), Some(1.5));
+    }
+}
