@@ -67,7 +67,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
             match plot::plot_run(&summary.out_dir) {
                 Ok(charts) => {
                     for chart in charts {
-                        println!("plot                {}", chart.display());
+                        println!("plot                    {}", chart.display());
                     }
                 }
                 Err(error) => tracing::warn!("no plots: {error:#}"),

@@ -31,6 +31,11 @@ impl Metrics {
         self.0.get(key).and_then(Value::as_f64)
     }
 
+    /// The keys set so far.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
+    }
+
     /// The record as one JSON line (no newline).
     pub fn to_line(&self) -> String {
         Value::Object(self.0.clone()).to_string()

@@ -58,11 +58,8 @@ pub struct Trainer {
 pub struct TrainSummary {
     /// Iterations run by this process (a resumed run counts only its own).
     pub iterations: u32,
-    /// Mean training reward of the first and the last iteration run.
-    pub reward_first_last: Option<(f64, f64)>,
-    /// The same with the invalid-action penalty applied (mean over agent calls): what the
-    /// estimator optimises, so format learning shows here first.
-    pub penalised_first_last: Option<(f64, f64)>,
+    /// The metrics of the first and the last iteration run (rewards, format validity, ...).
+    pub first_last: Option<(Metrics, Metrics)>,
     /// Evaluation before the first and after the last iteration (when there is eval data).
     pub eval_before_after: Option<(EvalReport, EvalReport)>,
     /// Optimizer steps skipped because of non-finite values.
@@ -78,34 +75,49 @@ impl TrainSummary {
     pub fn render(&self) -> String {
         use std::fmt::Write;
         let mut out = String::from("\n== summary ==\n");
-        let _ = writeln!(out, "iterations run      {}", self.iterations);
-        if let Some((first, last)) = self.reward_first_last {
-            let _ = writeln!(
-                out,
-                "train reward        {first:.3} (first) → {last:.3} (last)"
-            );
+        let _ = writeln!(out, "iterations run          {}", self.iterations);
+        if let Some((first, last)) = &self.first_last {
+            // What the run optimised, first → last iteration: the environment's reward, the
+            // reward with the format penalty (what the estimator sees), and format validity.
+            let keys = ["reward/mean", "reward/penalised_mean"]
+                .into_iter()
+                .map(str::to_owned)
+                .chain(
+                    last.keys()
+                        .filter(|k| k.starts_with("invalid_rate/"))
+                        .map(str::to_owned),
+                );
+            for key in keys {
+                if let (Some(a), Some(b)) = (first.get(&key), last.get(&key)) {
+                    let _ = writeln!(out, "{key:<24}{a:.3} (first) → {b:.3} (last)");
+                }
+            }
         }
         if let Some((before, after)) = &self.eval_before_after {
             let k = before.overall.k;
             let _ = writeln!(
                 out,
-                "eval avg@{k}          {:.3} → {:.3}",
-                before.overall.avg_at_k, after.overall.avg_at_k
+                "{:<24}{:.3} → {:.3}",
+                format!("eval avg@{k}"),
+                before.overall.avg_at_k,
+                after.overall.avg_at_k
             );
             let _ = writeln!(
                 out,
-                "eval pass@{k}         {:.3} → {:.3}",
-                before.overall.pass_at_k, after.overall.pass_at_k
+                "{:<24}{:.3} → {:.3}",
+                format!("eval pass@{k}"),
+                before.overall.pass_at_k,
+                after.overall.pass_at_k
             );
         }
-        let _ = writeln!(out, "skipped steps       {}", self.skipped_steps);
+        let _ = writeln!(out, "skipped steps           {}", self.skipped_steps);
         let _ = writeln!(
             out,
-            "metrics             {}",
+            "metrics                 {}",
             self.out_dir.join("metrics.jsonl").display()
         );
         if let Some(checkpoint) = &self.checkpoint {
-            let _ = writeln!(out, "checkpoint          {}", checkpoint.display());
+            let _ = writeln!(out, "checkpoint              {}", checkpoint.display());
         }
         out
     }
@@ -147,6 +159,7 @@ impl Trainer {
         let out_dir = file.resolve(&config.run.output_dir.to_string_lossy());
         std::fs::create_dir_all(&out_dir)
             .with_context(|| format!("creating the run folder {}", out_dir.display()))?;
+        let out_dir = std::fs::canonicalize(&out_dir).unwrap_or(out_dir);
         Ok(Self {
             agent_training: setup::agent_training(&config),
             order: TaskOrder::new(plan.train_tasks.len(), config.run.seed),
@@ -205,20 +218,12 @@ impl Trainer {
         } else {
             None
         };
-        let mut reward_first_last = None;
-        let mut penalised_first_last = None;
+        let mut first_last: Option<(Metrics, Metrics)> = None;
         let mut after = None;
         let mut checkpoint = None;
         for iteration in first..=total {
             self.iteration = iteration;
             let mut metrics = self.train_iteration()?;
-            let reward = metrics.get("reward/mean").unwrap_or(f64::NAN);
-            reward_first_last = Some((reward_first_last.map_or(reward, |(f, _)| f), reward));
-            let penalised = metrics.get("reward/penalised_mean").unwrap_or(f64::NAN);
-            penalised_first_last = Some((
-                penalised_first_last.map_or(penalised, |(f, _)| f),
-                penalised,
-            ));
             println!("{}", iteration_line(&metrics, total));
             let last = iteration == total;
             let every = |n: u32| n > 0 && iteration % n == 0;
@@ -230,14 +235,17 @@ impl Trainer {
                 }
             }
             log.write(&metrics)?;
+            first_last = Some(match first_last {
+                Some((first, _)) => (first, metrics),
+                None => (metrics.clone(), metrics),
+            });
             if every(self.config.run.save_every) || last {
                 checkpoint = Some(self.save()?);
             }
         }
         Ok(TrainSummary {
             iterations: total.saturating_sub(first - 1),
-            reward_first_last,
-            penalised_first_last,
+            first_last,
             eval_before_after: before.zip(after),
             skipped_steps: self.skipped_steps,
             out_dir: self.out_dir.clone(),
