@@ -16,6 +16,10 @@ use crate::model::checkpoint::load_checkpoint;
 const KEEP: usize = 2;
 /// The trainer state file inside a checkpoint.
 const STATE_FILE: &str = "trainer_state.json";
+/// Ends the name of a checkpoint's staging folder, `.iteration_NNNNN.partial`.
+const PARTIAL_SUFFIX: &str = ".partial";
+/// Ends the name an old checkpoint is renamed to before it is deleted.
+const DELETING_SUFFIX: &str = ".deleting";
 /// A worker group's optimizer moments inside its folder.
 const OPTIMIZER_FILE: &str = "optimizer.safetensors";
 
@@ -48,7 +52,7 @@ impl Checkpoint {
         let root = run_dir.join("checkpoints");
         let name = format!("iteration_{:05}", state.iteration);
         let final_dir = root.join(&name);
-        let staging = root.join(format!(".{name}.partial"));
+        let staging = root.join(format!(".{name}{PARTIAL_SUFFIX}"));
         if staging.exists() {
             std::fs::remove_dir_all(&staging)?;
         }
@@ -82,6 +86,28 @@ impl Checkpoint {
         Ok(complete(&run_dir.join("checkpoints"))?
             .pop()
             .map(|(_, dir)| Self { dir }))
+    }
+
+    /// Removes what a killed run may have left under `RUN/checkpoints`: staging folders of
+    /// saves it did not finish (`.iteration_NNNNN.partial`) and old checkpoints it was deleting
+    /// (`.iteration_NNNNN.deleting`). Neither is ever read as a checkpoint.
+    pub fn discard_unfinished(run_dir: &Path) -> anyhow::Result<()> {
+        let root = run_dir.join("checkpoints");
+        let Ok(entries) = std::fs::read_dir(&root) else {
+            return Ok(());
+        };
+        for entry in entries {
+            let path = entry?.path();
+            let unfinished = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n.starts_with(".iteration_")
+                    && (n.ends_with(PARTIAL_SUFFIX) || n.ends_with(DELETING_SUFFIX))
+            });
+            if unfinished && path.is_dir() {
+                std::fs::remove_dir_all(&path)
+                    .with_context(|| format!("removing {}", path.display()))?;
+            }
+        }
+        Ok(())
     }
 
     /// The folder.
@@ -143,11 +169,20 @@ fn complete(root: &Path) -> anyhow::Result<Vec<(u32, PathBuf)>> {
     Ok(found)
 }
 
-/// Deletes all but the newest [`KEEP`] checkpoints.
+/// Deletes all but the newest [`KEEP`] checkpoints. Each is first renamed out of the
+/// `iteration_NNNNN` namespace, so a kill in the middle of the deletion never leaves a
+/// half-deleted folder that still looks like a checkpoint.
 fn prune(root: &Path) -> anyhow::Result<()> {
     let found = complete(root)?;
-    for (_, dir) in found.iter().take(found.len().saturating_sub(KEEP)) {
-        std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+    for (iteration, dir) in found.iter().take(found.len().saturating_sub(KEEP)) {
+        let doomed = root.join(format!(".iteration_{iteration:05}{DELETING_SUFFIX}"));
+        if doomed.exists() {
+            std::fs::remove_dir_all(&doomed)
+                .with_context(|| format!("removing {}", doomed.display()))?;
+        }
+        std::fs::rename(dir, &doomed)
+            .and_then(|()| std::fs::remove_dir_all(&doomed))
+            .with_context(|| format!("removing {}", dir.display()))?;
     }
     Ok(())
 }

@@ -63,10 +63,11 @@ impl MetricsLog {
         })
     }
 
-    /// Drops the records of iterations after `iteration` from the run's JSONL files
-    /// (`metrics.jsonl`, `samples.jsonl`) — a resumed run redoes them — and a torn last line a
-    /// kill may have left.
-    pub fn truncate_after(dir: &Path, iteration: u32) -> anyhow::Result<()> {
+    /// Drops the records of iterations after `iteration` — of every iteration, the evaluation
+    /// before training included, when `None` — from the run's JSONL files (`metrics.jsonl`,
+    /// `samples.jsonl`): a resumed run redoes them. Also drops a torn last line a kill may have
+    /// left.
+    pub fn truncate_after(dir: &Path, iteration: Option<u32>) -> anyhow::Result<()> {
         for name in ["metrics.jsonl", "samples.jsonl"] {
             truncate_jsonl(&dir.join(name), iteration)?;
         }
@@ -86,20 +87,30 @@ impl MetricsLog {
     }
 }
 
-/// Keeps the lines of `path` whose `iteration` is at most `iteration` (a missing file is fine).
-fn truncate_jsonl(path: &Path, iteration: u32) -> anyhow::Result<()> {
+/// Keeps the lines of `path` whose `iteration` is at most `iteration` (none when `None`; a
+/// missing file is fine). The kept lines go to a temporary file renamed over `path`, so a kill
+/// in the middle leaves either the old file or the new one.
+fn truncate_jsonl(path: &Path, iteration: Option<u32>) -> anyhow::Result<()> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Ok(());
     };
     let kept: String = text
         .lines()
         .filter(|line| {
-            serde_json::from_str::<Value>(line)
+            let line_iteration = serde_json::from_str::<Value>(line)
                 .ok()
-                .and_then(|v| v.get("iteration").and_then(Value::as_u64))
-                .is_some_and(|i| i <= u64::from(iteration))
+                .and_then(|v| v.get("iteration").and_then(Value::as_u64));
+            matches!((line_iteration, iteration), (Some(i), Some(last)) if i <= u64::from(last))
         })
         .flat_map(|line| [line, "\n"])
         .collect();
-    std::fs::write(path, kept).with_context(|| format!("rewriting {}", path.display()))
+    if kept == text {
+        return Ok(());
+    }
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".truncating");
+    let temporary = PathBuf::from(temporary);
+    std::fs::write(&temporary, kept)
+        .and_then(|()| std::fs::rename(&temporary, path))
+        .with_context(|| format!("rewriting {}", path.display()))
 }

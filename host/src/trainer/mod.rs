@@ -185,9 +185,12 @@ impl Trainer {
     }
 
     /// Continues from the newest checkpoint in the run folder, if there is one; returns the
-    /// iteration it resumes after.
+    /// iteration it resumes after. Without one the run starts over: the metrics and samples of
+    /// a run killed before its first checkpoint are dropped, as they would be redone.
     pub fn resume(&mut self) -> anyhow::Result<Option<u32>> {
+        Checkpoint::discard_unfinished(&self.out_dir)?;
         let Some(checkpoint) = Checkpoint::latest(&self.out_dir)? else {
+            MetricsLog::truncate_after(&self.out_dir, None)?;
             return Ok(None);
         };
         let state = checkpoint.restore(&mut self.groups)?;
@@ -200,7 +203,7 @@ impl Trainer {
             )
         })?;
         self.skipped_steps = state.skipped_steps;
-        MetricsLog::truncate_after(&self.out_dir, state.iteration)?;
+        MetricsLog::truncate_after(&self.out_dir, Some(state.iteration))?;
         Ok(Some(state.iteration))
     }
 
