@@ -189,9 +189,11 @@ fn reached(run: &Run, moment: Moment) -> bool {
                 || checkpoint(i).exists()
         }
         Moment::Saved(i) => checkpoint(i).exists(),
-        Moment::AfterLine(i, _) => run
-            .last_log()
-            .contains(&format!("iteration {i:>3}/{ITERATIONS}")),
+        // (Or a later one, should a slow poll have let this start resume past iteration `i`.)
+        Moment::AfterLine(i, _) => {
+            let log = run.last_log();
+            (i..=ITERATIONS).any(|j| log.contains(&format!("iteration {j:>3}/{ITERATIONS}")))
+        }
     }
 }
 
