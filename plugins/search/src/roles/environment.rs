@@ -13,7 +13,7 @@ use drmas_sdk::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::{load_qa_jsonl, LoadOptions};
+use crate::dataset::{load_qa, LoadOptions};
 use crate::format::format_information;
 use crate::metrics::{exact_match, f1_score, sub_exact_match};
 use crate::retriever::bm25::{Bm25Options, Bm25Retriever};
@@ -123,10 +123,10 @@ impl Environment for SearchEnvironment {
             skip_malformed: self.skip_malformed,
         };
         let path = spec.resolved_path();
-        let dataset = load_qa_jsonl(&path, &options)?;
+        let dataset = load_qa(&path, &options)?;
         if dataset.skipped > 0 {
             drmas_sdk::log::warn!(
-                "{}: skipped {} malformed lines",
+                "{}: skipped {} malformed records",
                 path.display(),
                 dataset.skipped
             );

@@ -1,0 +1,78 @@
+//! QA tasks with Search-R1's fields, from JSONL or parquet.
+//!
+//! - JSONL ([`load_qa_jsonl`]): one object a line with `question`, `golden_answers` (a list, or a
+//!   single string), optional `data_source`, optional `id` (string or integer) and optional
+//!   `gold_doc_ids` (the ids of passages that answer the question, for retrieval metrics).
+//! - Parquet ([`load_qa_parquet`]): the same flat columns, or Search-R1's verl layout
+//!   (`reward_model.ground_truth.target` for the answers, the question from `question`, else
+//!   `extra_info.question`, else the last user message of `prompt`).
+//!
+//! [`load_qa`] picks the reader by the file's extension. Both readers build their tasks through
+//! the same checks, so a JSONL file and a parquet file with the same records give equal tasks.
+
+mod error;
+mod jsonl;
+mod parquet;
+mod record;
+
+use std::path::Path;
+
+pub use error::DatasetError;
+pub use jsonl::load_qa_jsonl;
+pub use parquet::load_qa_parquet;
+
+/// One question with its accepted answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QaTask {
+    /// The task id: `id` from the file, or `<file stem>:<line>` (JSONL) / `<file stem>:<row>`
+    /// (parquet, 1-based) when the record has none.
+    pub id: String,
+    /// The question.
+    pub question: String,
+    /// The accepted answers (never empty).
+    pub golden_answers: Vec<String>,
+    /// Where the question comes from (`data_source`, e.g. `nq`), if the file says.
+    pub data_source: Option<String>,
+    /// Ids of corpus passages that contain the answer (empty when the file has none).
+    pub gold_doc_ids: Vec<String>,
+}
+
+/// How to load a QA file.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// Keep at most this many tasks (the first ones in file order).
+    pub limit: Option<usize>,
+    /// Skip (and count) malformed lines or rows instead of failing on the first one.
+    pub skip_malformed: bool,
+}
+
+/// The tasks read from a file.
+#[derive(Debug, Clone)]
+pub struct QaDataset {
+    /// The tasks, in file order.
+    pub tasks: Vec<QaTask>,
+    /// Malformed lines or rows skipped (always 0 unless [`LoadOptions::skip_malformed`]).
+    pub skipped: usize,
+}
+
+/// Loads QA tasks from `path`: parquet when the name ends in `.parquet`, JSONL otherwise.
+pub fn load_qa(path: &Path, options: &LoadOptions) -> Result<QaDataset, DatasetError> {
+    if is_parquet(path) {
+        load_qa_parquet(path, options)
+    } else {
+        load_qa_jsonl(path, options)
+    }
+}
+
+/// Whether `path` names a parquet file (by its extension, case-insensitively).
+pub fn is_parquet(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|ext| ext.eq_ignore_ascii_case("parquet"))
+}
+
+/// The file's stem, which prefixes the ids of records that have none.
+fn file_stem(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
