@@ -55,10 +55,12 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
                     Some(iteration) => println!("resuming after iteration {iteration}"),
                     None => println!("no checkpoint to resume from; starting at iteration 1"),
                 }
-            } else if trainer::Checkpoint::latest(trainer.out_dir())?.is_some() {
+            } else if trainer::Checkpoint::latest(trainer.out_dir())?.is_some()
+                || trainer.out_dir().join("metrics.jsonl").exists()
+            {
                 anyhow::bail!(
-                    "the run folder {} already holds checkpoints; pass --resume to continue that \
-                     run, or set another [run] output_dir",
+                    "the run folder {} already holds a run (checkpoints or metrics.jsonl); pass \
+                     --resume to continue it, or set another [run] output_dir",
                     trainer.out_dir().display()
                 );
             }
