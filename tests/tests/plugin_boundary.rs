@@ -3,41 +3,12 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::sync::OnceLock;
-
 use drmas_host::plugins::{BuildProfile, Registry};
 use drmas_sdk::{Agent, AgentContext, AgentOutput, DatasetSpec, Environment, Next, Orchestra};
 
-/// The fixture plugin's library, built once per test process through the host's own discovery.
-fn fixture_library() -> &'static PathBuf {
-    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
-    LIBRARY.get_or_init(|| {
-        // Per process: test runners may run these tests in parallel processes.
-        let folder = common::scratch(&format!("fixture-folder-{}", std::process::id()));
-        std::os::unix::fs::symlink(
-            common::repo().join("tests/fixture-plugin"),
-            folder.join("fixture"),
-        )
-        .expect("symlink");
-        let libraries =
-            drmas_host::plugins::discover(&folder, BuildProfile::Dev).expect("discover");
-        assert_eq!(libraries.len(), 1, "{libraries:?}");
-        libraries[0].clone()
-    })
-}
-
-fn registry() -> Registry {
-    let mut registry = Registry::default();
-    registry
-        .load_file(fixture_library())
-        .expect("load fixture plugin");
-    registry
-}
-
 #[test]
 fn a_loaded_plugin_lists_its_components_and_they_work() {
-    let registry = registry();
+    let registry = common::fixture_registry();
     let listing = drmas_host::list_components(&registry);
     assert!(
         listing.contains("plugin fixture 0.3.1 (drmas-sdk 0.1.0)"),
@@ -102,7 +73,7 @@ fn a_loaded_plugin_lists_its_components_and_they_work() {
 
 #[test]
 fn a_panicking_plugin_call_becomes_an_error_and_the_host_goes_on() {
-    let registry = registry();
+    let registry = common::fixture_registry();
     let agent = registry.agent("Shout Agent", "").expect("agent");
     let error = agent.parse("panic").expect_err("must fail").to_string();
     assert!(
@@ -122,7 +93,7 @@ fn a_panicking_plugin_call_becomes_an_error_and_the_host_goes_on() {
 
 #[test]
 fn component_config_errors_name_the_component_and_the_key() {
-    let registry = registry();
+    let registry = common::fixture_registry();
     let error = registry
         .agent("Shout Agent", "prefx = \"x\"")
         .err()
@@ -146,7 +117,7 @@ fn component_config_errors_name_the_component_and_the_key() {
 
 #[test]
 fn an_unknown_component_suggests_close_names() {
-    let registry = registry();
+    let registry = common::fixture_registry();
     let error = registry
         .agent("Shout", "")
         .err()
@@ -169,8 +140,8 @@ fn two_plugins_offering_one_name_are_both_named() {
     let folder = common::scratch("duplicates");
     let first = folder.join("liba.so");
     let second = folder.join("libb.so");
-    std::fs::copy(fixture_library(), &first).expect("copy");
-    std::fs::copy(fixture_library(), &second).expect("copy");
+    std::fs::copy(common::fixture_library(), &first).expect("copy");
+    std::fs::copy(common::fixture_library(), &second).expect("copy");
     let error = Registry::load_folder(&folder, BuildProfile::Dev)
         .err()
         .expect("must fail")

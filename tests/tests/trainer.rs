@@ -4,33 +4,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 
 use drmas_host::config::RunConfig;
-use drmas_host::plugins::{BuildProfile, Registry};
 use drmas_host::trainer::Trainer;
 use serde_json::Value;
-
-/// The fixture plugin (agents that shout, the `pair` orchestra, the `parity` environment whose
-/// reward any model earns about half of the time), built once per test process.
-fn registry() -> Registry {
-    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
-    let library = LIBRARY.get_or_init(|| {
-        let folder = common::scratch(&format!("trainer-plugin-{}", std::process::id()));
-        std::os::unix::fs::symlink(
-            common::repo().join("tests/fixture-plugin"),
-            folder.join("fixture"),
-        )
-        .expect("symlink");
-        let libraries =
-            drmas_host::plugins::discover(&folder, BuildProfile::Dev).expect("discover");
-        libraries[0].clone()
-    });
-    let mut registry = Registry::default();
-    registry.load_file(library).expect("load fixture plugin");
-    registry
-}
 
 fn tiny_model(family: &str) -> String {
     common::repo()
@@ -99,7 +77,7 @@ fn trainer(dir: &Path, text: &str) -> anyhow::Result<Trainer> {
     let path = dir.join("run.toml");
     std::fs::write(&path, text)?;
     let (config, file) = RunConfig::load(&path)?;
-    let plan = drmas_host::preflight::prepare(&config, &file, &registry())?;
+    let plan = drmas_host::preflight::prepare(&config, &file, &common::fixture_registry())?;
     Trainer::new(config, &file, plan)
 }
 

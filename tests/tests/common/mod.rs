@@ -37,3 +37,29 @@ pub fn run(command: &mut std::process::Command) {
 pub fn cargo() -> std::process::Command {
     std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
+
+/// The fixture plugin's library (tests/fixture-plugin), built once per test process through the
+/// host's own discovery of a plugins folder that links its crate. Per process: test runners may
+/// run test files in parallel processes.
+pub fn fixture_library() -> &'static PathBuf {
+    static LIBRARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    LIBRARY.get_or_init(|| {
+        let folder = scratch(&format!("fixture-folder-{}", std::process::id()));
+        std::os::unix::fs::symlink(repo().join("tests/fixture-plugin"), folder.join("fixture"))
+            .expect("symlink");
+        let libraries =
+            drmas_host::plugins::discover(&folder, drmas_host::plugins::BuildProfile::Dev)
+                .expect("discover");
+        assert_eq!(libraries.len(), 1, "{libraries:?}");
+        libraries[0].clone()
+    })
+}
+
+/// A registry holding only the fixture plugin.
+pub fn fixture_registry() -> drmas_host::plugins::Registry {
+    let mut registry = drmas_host::plugins::Registry::default();
+    registry
+        .load_file(fixture_library())
+        .expect("load fixture plugin");
+    registry
+}
