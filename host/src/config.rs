@@ -364,6 +364,26 @@ pub struct RolloutSection {
     pub max_prompt_tokens: usize,
     /// Maximum new tokens per agent call.
     pub max_response_tokens: usize,
+    /// How episodes take turns on the worker groups.
+    pub schedule: Schedule,
+    /// Under `schedule = "async"`: how long an idle worker group waits for more calls while
+    /// episodes are still in plugin code, before generating the calls it has.
+    pub batch_wait_ms: u64,
+}
+
+/// How a rollout batches agent calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Schedule {
+    /// Every episode advances, then every waiting call is generated, group by group, and so
+    /// on: the largest batches, and a run that is bit-for-bit reproducible from its seed.
+    #[default]
+    Rounds,
+    /// Each worker group generates as soon as it has calls and nothing more is coming soon;
+    /// episodes advance as soon as their own call is done. A slow environment delays only its
+    /// own episodes, and groups on different devices generate at the same time. Batches then
+    /// depend on timing, so runs are not bit-reproducible.
+    Async,
 }
 
 impl Default for RolloutSection {
@@ -376,6 +396,8 @@ impl Default for RolloutSection {
             top_k: 0,
             max_prompt_tokens: 1024,
             max_response_tokens: 256,
+            schedule: Schedule::Rounds,
+            batch_wait_ms: 50,
         }
     }
 }

@@ -431,6 +431,8 @@ impl Trainer {
             RolloutLimits {
                 max_prompt_tokens: self.config.rollout.max_prompt_tokens,
                 max_batch: MAX_GENERATION_BATCH,
+                schedule: self.config.rollout.schedule,
+                batch_wait: std::time::Duration::from_millis(self.config.rollout.batch_wait_ms),
             },
             &mut self.rng,
             &mut |finished| bar.set_position(finished as u64),
@@ -546,6 +548,12 @@ fn record_rollout(metrics: &mut Metrics, rollout: &Rollout, team: &[TeamMember],
         rollout.generated_tokens as f64 / rollout.generation_seconds.max(1e-9),
     );
     metrics.set("prompts/truncated", rollout.truncated_prompts as f64);
+    let batches = rollout.batches.len().max(1) as f64;
+    metrics.set("rollout/batches", rollout.batches.len() as f64);
+    metrics.set(
+        "rollout/mean_batch_rows",
+        rollout.batches.iter().map(|b| b.rows).sum::<usize>() as f64 / batches,
+    );
 }
 
 fn record_advantages(

@@ -293,9 +293,46 @@ impl Episode for ParityEpisode {
     }
 }
 
+/// The `parity` environment whose resets of words starting with `s` take `sleep_ms`: a slow
+/// environment (think of a remote retriever) for the rollout-schedule tests.
+pub struct SlowParityEnvironment {
+    sleep: std::time::Duration,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SlowConfig {
+    sleep_ms: u64,
+}
+
+impl Component for SlowParityEnvironment {
+    const NAME: &'static str = "slow-parity";
+    const DESCRIPTION: &'static str =
+        "`parity`, with resets of words starting with `s` sleeping `sleep_ms`";
+    fn from_config(config: &str) -> Result<Self> {
+        let config: SlowConfig = parse_config(config)?;
+        Ok(Self {
+            sleep: std::time::Duration::from_millis(config.sleep_ms),
+        })
+    }
+}
+
+impl Environment for SlowParityEnvironment {
+    fn load_tasks(&self, spec: &DatasetSpec) -> Result<Vec<Task>> {
+        WordsEnvironment.load_tasks(spec)
+    }
+
+    fn reset(&self, task: &Task) -> Result<Reset> {
+        if task.payload.starts_with('s') {
+            std::thread::sleep(self.sleep);
+        }
+        ParityEnvironment.reset(task)
+    }
+}
+
 drmas_sdk::export_plugin! {
     name: "fixture",
     agents: [ShoutAgent],
     orchestras: [RelayOrchestra, PairOrchestra],
-    environments: [WordsEnvironment, ParityEnvironment],
+    environments: [WordsEnvironment, ParityEnvironment, SlowParityEnvironment],
 }

@@ -1,0 +1,134 @@
+//! One agent call's way through a rollout: the episode's pending call is rendered into a
+//! generation request ([`prepare`]), generated in a batch with other calls of the same worker
+//! group ([`generate_batch`]), then decoded, parsed and handed back to its episode
+//! ([`complete`]), becoming one [`AgentCall`].
+
+use std::time::Instant;
+
+use anyhow::{anyhow, Context};
+use drmas_sdk::{Agent, AgentOutput};
+
+use super::episode::EpisodeState;
+use super::{AgentCall, TeamMember};
+use crate::engine::{self, Generation, GenerationRequest, SamplerRng};
+use crate::model::chat_template::TemplateMessage;
+use crate::model::pretrained::Pretrained;
+
+/// An episode's pending call, rendered with its worker group's chat template.
+pub(super) struct PreparedCall {
+    /// The episode it belongs to.
+    pub episode: usize,
+    /// The calling team member.
+    pub member: usize,
+    /// What to generate.
+    pub request: GenerationRequest,
+    /// Whether the prompt lost its beginning to `max_prompt_tokens`.
+    pub truncated: bool,
+}
+
+/// One generation batch of a rollout, for the metrics.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchRecord {
+    /// The worker group that generated it.
+    pub group: usize,
+    /// Calls in the batch.
+    pub rows: usize,
+    /// When it started, in seconds since the rollout began.
+    pub started: f64,
+    /// How long it took.
+    pub seconds: f64,
+}
+
+/// Renders the call `state` waits for (if any) into a request for `model`, keeping only the
+/// last `max_prompt_tokens` tokens of an over-long prompt.
+pub(super) fn prepare(
+    state: &EpisodeState,
+    episode: usize,
+    team: &[TeamMember],
+    models: &[&Pretrained],
+    max_prompt_tokens: usize,
+) -> anyhow::Result<Option<PreparedCall>> {
+    let Some((member_index, context)) = state.pending() else {
+        return Ok(None);
+    };
+    let member = &team[*member_index];
+    let messages = member.agent.messages(context).map_err(|e| anyhow!("{e}"))?;
+    let template_messages: Vec<TemplateMessage<'_>> = messages
+        .iter()
+        .map(|m| TemplateMessage {
+            role: &m.role,
+            content: &m.content,
+        })
+        .collect();
+    let mut prompt = models[member.group]
+        .encode_chat(&template_messages)
+        .with_context(|| format!("prompt of role `{}`", member.role))?;
+    let truncated = prompt.len() > max_prompt_tokens;
+    if truncated {
+        prompt.drain(..prompt.len() - max_prompt_tokens);
+    }
+    Ok(Some(PreparedCall {
+        episode,
+        member: *member_index,
+        request: GenerationRequest {
+            prompt,
+            params: member.sampling,
+            max_new_tokens: member.max_new_tokens,
+            stop: Vec::new(),
+        },
+        truncated,
+    }))
+}
+
+/// Generates `calls` (all for `model`'s worker group `group`) in one batch; `origin` is when
+/// the rollout began.
+pub(super) fn generate_batch(
+    calls: &[PreparedCall],
+    group: usize,
+    model: &Pretrained,
+    rng: &mut SamplerRng,
+    origin: Instant,
+) -> anyhow::Result<(Vec<Generation>, BatchRecord)> {
+    let requests: Vec<GenerationRequest> = calls.iter().map(|c| c.request.clone()).collect();
+    let started = Instant::now();
+    let generations = engine::generate(&model.model, &model.tokenizer, &requests, rng)
+        .with_context(|| format!("generating with {}", model.source.display()))?;
+    let record = BatchRecord {
+        group,
+        rows: calls.len(),
+        started: started.duration_since(origin).as_secs_f64(),
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    Ok((generations, record))
+}
+
+/// Decodes and parses `generation`, hands the output back to the episode `state` and returns
+/// the finished call.
+pub(super) fn complete(
+    state: &mut EpisodeState,
+    call: PreparedCall,
+    generation: Generation,
+    team: &[TeamMember],
+    models: &[&Pretrained],
+) -> anyhow::Result<AgentCall> {
+    let member = &team[call.member];
+    let raw = models[member.group].decode(&generation.tokens)?;
+    let parsed = member.agent.parse(&raw).map_err(|e| anyhow!("{e}"))?;
+    let output = AgentOutput {
+        raw: raw.clone(),
+        action: parsed.action,
+        valid: parsed.valid,
+    };
+    state.deliver(team, &output)?;
+    Ok(AgentCall {
+        episode: call.episode,
+        agent: call.member,
+        prompt: call.request.prompt,
+        response: generation.tokens,
+        text: raw,
+        logprobs: generation.logprobs,
+        temperature: member.sampling.temperature,
+        valid: parsed.valid,
+        finish: generation.finish,
+    })
+}

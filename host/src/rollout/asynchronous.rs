@@ -1,0 +1,283 @@
+//! The `async` schedule: no rounds. Every episode steps on its own worker thread as soon as its
+//! last call is generated; each worker group generates on its own thread as soon as it has calls
+//! and either a full batch, no episode still in plugin code, or calls that waited `batch_wait`.
+//! A slow environment step (a retriever far away) then delays only its own episode, and groups
+//! on different devices generate at the same time. Batches depend on timing, so a run is not
+//! bit-reproducible; each group samples from its own stream, seeded from the run's.
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context};
+use drmas_sdk::Task;
+
+use super::agent_turn::{complete, generate_batch, prepare, BatchRecord, PreparedCall};
+use super::episode::EpisodeState;
+use super::{AgentCall, Crew, EpisodeOutcome, Rollout, RolloutLimits};
+use crate::engine::{Generation, SamplerRng};
+
+/// What a worker thread reports to the scheduler.
+enum Event {
+    /// An episode stepped; the error names its task.
+    Stepped {
+        episode: usize,
+        result: anyhow::Result<Box<Stepped>>,
+    },
+    /// A worker group's batch is generated (the group's sampler comes back with it).
+    Generated {
+        group: usize,
+        rng: SamplerRng,
+        calls: Vec<PreparedCall>,
+        result: anyhow::Result<(Vec<Generation>, BatchRecord)>,
+    },
+}
+
+/// An episode after a step: the call it waits for next (`None` once it ended), and the call
+/// the step completed.
+struct Stepped {
+    state: EpisodeState,
+    next: Option<PreparedCall>,
+    completed: Option<AgentCall>,
+}
+
+/// Where a step starts: a new episode, or an episode receiving its generated call.
+enum StepFrom {
+    Start,
+    Deliver(Box<(EpisodeState, PreparedCall, Generation)>),
+}
+
+/// A [`Crew`] its worker threads may share.
+///
+/// tch marks tensors `!Sync` because they wrap raw libtorch pointers; libtorch itself allows
+/// concurrent reads of a tensor. During a rollout no thread writes a model: each group's
+/// batches run one at a time and only read the weights (their KV caches are their own), and
+/// episode steps use only the tokenizers and chat templates.
+struct SharedCrew<'c, 'a>(&'c Crew<'a>);
+
+// SAFETY: see the type's docs — every access to the models' tensors while shared is a read.
+unsafe impl Sync for SharedCrew<'_, '_> {}
+
+/// Runs one episode per task without rounds (see the module docs).
+pub(super) fn run(
+    crew: &Crew<'_>,
+    tasks: &[&Task],
+    limits: RolloutLimits,
+    batch_wait: Duration,
+    rng: &mut SamplerRng,
+    on_progress: &mut dyn FnMut(usize),
+) -> anyhow::Result<Rollout> {
+    let origin = Instant::now();
+    let groups = crew.models.len();
+    let max_batch = limits.max_batch.max(1);
+    // A group's sampler is `None` while its batch runs.
+    let mut samplers: Vec<Option<SamplerRng>> = (0..groups)
+        .map(|_| Some(SamplerRng::new(rng.next_u64())))
+        .collect();
+    let mut queues: Vec<VecDeque<(PreparedCall, Instant)>> =
+        (0..groups).map(|_| VecDeque::new()).collect();
+    let mut parked: Vec<Option<EpisodeState>> = tasks.iter().map(|_| None).collect();
+    let mut outcomes: Vec<Option<EpisodeOutcome>> = vec![None; tasks.len()];
+    let mut rollout = Rollout::default();
+    let mut failure: Option<anyhow::Error> = None;
+    let (sender, events) = mpsc::channel::<Event>();
+    let shared = SharedCrew(crew);
+    let shared = &shared;
+
+    std::thread::scope(|scope| {
+        let spawn_step = |episode: usize, from: StepFrom| {
+            let sender = sender.clone();
+            let task = tasks[episode];
+            scope.spawn(move || {
+                let result = caught(|| step(episode, from, shared.0, task, limits));
+                // The scheduler outlives every worker; a failed send cannot happen.
+                let _ = sender.send(Event::Stepped { episode, result });
+            });
+        };
+        for episode in 0..tasks.len() {
+            spawn_step(episode, StepFrom::Start);
+        }
+        let mut stepping = tasks.len();
+        let mut generating = 0;
+        let mut finished = 0;
+        loop {
+            for group in 0..groups {
+                let Some((_, since)) = queues[group].front() else {
+                    continue;
+                };
+                let ready = queues[group].len() >= max_batch
+                    || stepping == 0
+                    || since.elapsed() >= batch_wait;
+                if failure.is_some() || !ready {
+                    continue;
+                }
+                let Some(mut sampler) = samplers[group].take() else {
+                    continue;
+                };
+                let take = queues[group].len().min(max_batch);
+                let calls: Vec<PreparedCall> =
+                    queues[group].drain(..take).map(|(call, _)| call).collect();
+                let sender = sender.clone();
+                generating += 1;
+                scope.spawn(move || {
+                    let result = caught(|| {
+                        generate_batch(&calls, group, shared.0.models[group], &mut sampler, origin)
+                    });
+                    let _ = sender.send(Event::Generated {
+                        group,
+                        rng: sampler,
+                        calls,
+                        result,
+                    });
+                });
+            }
+            if stepping == 0 && generating == 0 {
+                break;
+            }
+            // Wake up when the oldest call of an idle group has waited long enough.
+            let deadline = (0..groups)
+                .filter(|&group| samplers[group].is_some() && failure.is_none())
+                .filter_map(|group| queues[group].front().map(|(_, since)| *since + batch_wait))
+                .min();
+            let event = match deadline {
+                Some(deadline) => {
+                    match events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                        Ok(event) => event,
+                        Err(RecvTimeoutError::Timeout) => continue,
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+                None => match events.recv() {
+                    Ok(event) => event,
+                    Err(_) => break,
+                },
+            };
+            match event {
+                Event::Stepped { episode, result } => {
+                    stepping -= 1;
+                    let stepped = match result {
+                        Ok(stepped) => stepped,
+                        Err(error) => {
+                            failure.get_or_insert(error);
+                            continue;
+                        }
+                    };
+                    if let Some(call) = stepped.completed {
+                        rollout.generated_tokens += call.response.len();
+                        rollout.calls.push(call);
+                    }
+                    match stepped.next {
+                        Some(call) => {
+                            rollout.truncated_prompts += usize::from(call.truncated);
+                            let group = crew.team[call.member].group;
+                            parked[episode] = Some(stepped.state);
+                            queues[group].push_back((call, Instant::now()));
+                        }
+                        None => {
+                            outcomes[episode] = Some(stepped.state.into_outcome());
+                            finished += 1;
+                            on_progress(finished);
+                        }
+                    }
+                }
+                Event::Generated {
+                    group,
+                    rng,
+                    calls,
+                    result,
+                } => {
+                    generating -= 1;
+                    samplers[group] = Some(rng);
+                    let generations = match result {
+                        Ok((generations, record)) => {
+                            rollout.record_batch(record);
+                            generations
+                        }
+                        Err(error) => {
+                            failure.get_or_insert(error);
+                            continue;
+                        }
+                    };
+                    if failure.is_some() {
+                        continue;
+                    }
+                    for (call, generation) in calls.into_iter().zip(generations) {
+                        let episode = call.episode;
+                        let Some(state) = parked[episode].take() else {
+                            failure.get_or_insert(anyhow!(
+                                "episode {episode} got a generated call it was not waiting for"
+                            ));
+                            break;
+                        };
+                        spawn_step(
+                            episode,
+                            StepFrom::Deliver(Box::new((state, call, generation))),
+                        );
+                        stepping += 1;
+                    }
+                }
+            }
+        }
+    });
+    if let Some(error) = failure {
+        return Err(error);
+    }
+    // Calls arrive in completion order; each episode's calls are already in its own order.
+    rollout.calls.sort_by_key(|call| call.episode);
+    rollout.episodes = outcomes
+        .into_iter()
+        .collect::<Option<Vec<_>>>()
+        .context("the rollout ended with episodes still running")?;
+    Ok(rollout)
+}
+
+/// One step of `episode`: start it or deliver its generated call, advance its routing until it
+/// waits for an agent or ends, and render that agent's call.
+fn step(
+    episode: usize,
+    from: StepFrom,
+    crew: &Crew<'_>,
+    task: &Task,
+    limits: RolloutLimits,
+) -> anyhow::Result<Box<Stepped>> {
+    let run = || {
+        let (mut state, completed) = match from {
+            StepFrom::Start => (
+                EpisodeState::start(crew.orchestra, crew.environment, task)?,
+                None,
+            ),
+            StepFrom::Deliver(delivery) => {
+                let (mut state, call, generation) = *delivery;
+                let call = complete(&mut state, call, generation, crew.team, crew.models)?;
+                (state, Some(call))
+            }
+        };
+        state.advance(crew.team)?;
+        let next = prepare(
+            &state,
+            episode,
+            crew.team,
+            crew.models,
+            limits.max_prompt_tokens,
+        )?;
+        anyhow::Ok(Box::new(Stepped {
+            state,
+            next,
+            completed,
+        }))
+    };
+    run().with_context(|| format!("episode of task `{}`", task.id))
+}
+
+/// Runs `work`, turning a panic into an error so the scheduler always hears back.
+fn caught<T>(work: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".to_owned());
+        Err(anyhow!("a rollout worker panicked: {message}"))
+    })
+}

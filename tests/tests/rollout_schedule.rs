@@ -1,0 +1,128 @@
+//! The two rollout schedules on tiny random models through the fixture plugin, with a `pair`
+//! orchestra whose two agents sit on two worker groups and an environment whose resets of some
+//! tasks are slow: under `rounds` the first generation waits for the slowest reset; under
+//! `async` both groups generate for the other episodes meanwhile. Both run every episode to the
+//! end with one call per agent turn, in order.
+
+mod common;
+
+use std::time::Duration;
+
+use drmas_host::config::Schedule;
+use drmas_host::engine::{SamplerRng, SamplingParams};
+use drmas_host::model::pretrained::Pretrained;
+use drmas_host::rollout::{self, Crew, Rollout, RolloutLimits, TeamMember};
+use drmas_sdk::{DatasetSpec, Environment};
+use tch::{Device, Kind};
+
+/// How long the environment takes to reset a task starting with `s`.
+const SLOW_RESET_S: f64 = 3.0;
+
+fn rollout(schedule: Schedule) -> Rollout {
+    let registry = common::fixture_registry();
+    let orchestra = registry.orchestra("pair", "").expect("pair orchestra");
+    let environment = registry
+        .environment(
+            "slow-parity",
+            &format!("sleep_ms = {}", SLOW_RESET_S * 1000.0),
+        )
+        .expect("slow-parity environment");
+    let model = |family: &str| {
+        let path = common::repo().join("host/tests/fixtures/hf").join(family);
+        Pretrained::load(&path, Device::Cpu, Kind::Float).expect("tiny model loads")
+    };
+    let (llama, qwen2) = (model("llama"), model("qwen2"));
+    let member = |role: &str, group| TeamMember {
+        role: role.to_owned(),
+        agent: registry.agent("Shout Agent", "").expect("agent"),
+        group,
+        sampling: SamplingParams::with_temperature(1.0),
+        max_new_tokens: 4,
+    };
+    let team = [member("first", 0), member("second", 1)];
+    let tasks = environment
+        .load_tasks(&DatasetSpec {
+            path: "sloth, alpha, beta, gamma, delta".into(),
+            split: String::new(),
+            limit: None,
+            base_dir: String::new(),
+        })
+        .expect("tasks");
+    let tasks: Vec<_> = tasks.iter().collect();
+    let mut finished = Vec::new();
+    let rollout = rollout::run(
+        &Crew {
+            orchestra: &orchestra,
+            environment: &environment,
+            team: &team,
+            models: &[&llama, &qwen2],
+        },
+        &tasks,
+        RolloutLimits {
+            max_prompt_tokens: 64,
+            max_batch: 64,
+            schedule,
+            batch_wait: Duration::from_millis(50),
+        },
+        &mut SamplerRng::new(3),
+        &mut |done| finished.push(done),
+    )
+    .expect("the rollout runs");
+    assert_eq!(
+        finished.last(),
+        Some(&tasks.len()),
+        "{schedule:?}: {finished:?}"
+    );
+    // Every episode: one call of `first` (group 0), then one of `second` (group 1).
+    assert_eq!(rollout.episodes.len(), tasks.len());
+    assert_eq!(rollout.calls.len(), 2 * tasks.len(), "{schedule:?}");
+    for episode in 0..tasks.len() {
+        let agents: Vec<usize> = rollout
+            .calls
+            .iter()
+            .filter(|c| c.episode == episode)
+            .map(|c| c.agent)
+            .collect();
+        assert_eq!(agents, [0, 1], "{schedule:?}: episode {episode}");
+        assert_eq!(rollout.episodes[episode].calls, 2);
+        assert_eq!(rollout.episodes[episode].steps, 1);
+    }
+    for group in 0..2 {
+        let rows: usize = rollout
+            .batches
+            .iter()
+            .filter(|b| b.group == group)
+            .map(|b| b.rows)
+            .sum();
+        assert_eq!(rows, tasks.len(), "{schedule:?}: group {group}");
+    }
+    rollout
+}
+
+#[test]
+fn rounds_wait_for_the_slowest_environment_step() {
+    let rollout = rollout(Schedule::Rounds);
+    // One batch per group, each holding every episode, after every reset.
+    assert_eq!(rollout.batches.len(), 2, "{:?}", rollout.batches);
+    assert!(
+        rollout.batches[0].started >= SLOW_RESET_S,
+        "{:?}",
+        rollout.batches
+    );
+}
+
+#[test]
+fn async_generates_for_other_episodes_while_one_environment_is_slow() {
+    let rollout = rollout(Schedule::Async);
+    let before_slow_reset_ended = |group| {
+        rollout
+            .batches
+            .iter()
+            .any(|b| b.group == group && b.started + b.seconds < SLOW_RESET_S)
+    };
+    // Both groups finished a batch for the fast episodes while `sloth` was still resetting.
+    assert!(before_slow_reset_ended(0), "{:?}", rollout.batches);
+    assert!(before_slow_reset_ended(1), "{:?}", rollout.batches);
+    // The slow episode came later, in its own batches.
+    assert!(rollout.batches.len() >= 4, "{:?}", rollout.batches);
+}
