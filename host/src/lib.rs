@@ -79,7 +79,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
         cli::Command::Eval => {
             let (config, file, plan) = prepare(&cli.common)?;
             let mut trainer = trainer::Trainer::new(config, &file, plan)?;
-            let report = trainer.evaluate("eval")?;
+            let report = trainer.evaluate_standalone()?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }

@@ -142,6 +142,26 @@ fn a_shared_model_trains_and_reports_each_agents_gradient() {
 }
 
 #[test]
+fn a_standalone_evaluation_keeps_the_runs_own_evaluations() {
+    let dir = common::scratch(&format!("trainer-eval-{}", std::process::id()));
+    let text = run_file("shared", "shared", &group("shared", "llama"), 0);
+    let report = trainer(&dir, &text)
+        .expect("trainer")
+        .evaluate_standalone()
+        .expect("evaluates");
+    assert_eq!(report.overall.questions, 2, "alpha and beta");
+    let names: Vec<String> = std::fs::read_dir(dir.join("run/eval"))
+        .expect("eval folder")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(
+        names[0].starts_with("standalone_") && names[0].ends_with(".json"),
+        "{names:?}: not a training run's iteration_NNNNN.json"
+    );
+}
+
+#[test]
 fn separate_and_heterogeneous_groups_each_take_their_own_step() {
     let dir = common::scratch(&format!("trainer-hetero-{}", std::process::id()));
     let groups = format!("{}\n{}", group("llama", "llama"), group("qwen", "qwen2"));

@@ -450,8 +450,25 @@ impl Trainer {
     }
 
     /// Runs `[eval] k` episodes per evaluation task at the eval sampling settings, writes
-    /// `eval/<label>.json` in the run folder and prints the scores.
+    /// `eval/iteration_NNNNN.json` (the current iteration) in the run folder and prints the
+    /// scores under `label`.
     pub fn evaluate(&mut self, label: &str) -> anyhow::Result<EvalReport> {
+        let name = format!("iteration_{:05}", self.iteration);
+        self.evaluate_into(label, &name)
+    }
+
+    /// [`Self::evaluate`] outside training (`drmas-host eval`): writes
+    /// `eval/standalone_<unix seconds>.json`, so it never replaces a training run's own
+    /// evaluations in the same folder.
+    pub fn evaluate_standalone(&mut self) -> anyhow::Result<EvalReport> {
+        let seconds = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.evaluate_into("eval", &format!("standalone_{seconds}"))
+    }
+
+    /// Runs the evaluation and writes it to `eval/<name>.json`.
+    fn evaluate_into(&mut self, label: &str, name: &str) -> anyhow::Result<EvalReport> {
         let k = self.config.eval.k;
         setup::set_phase(&self.config, &mut self.team, Phase::Eval);
         let tasks: Vec<Task> = self.eval_tasks.clone();
@@ -477,7 +494,7 @@ impl Trainer {
         let report = score(&sources, &rewards);
         let dir = self.out_dir.join("eval");
         std::fs::create_dir_all(&dir)?;
-        let path = dir.join(format!("iteration_{:05}.json", self.iteration));
+        let path = dir.join(format!("{name}.json"));
         std::fs::write(&path, serde_json::to_string_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
         println!(
