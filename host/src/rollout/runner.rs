@@ -170,6 +170,7 @@ fn generate_calls(
             params: member.sampling,
             max_new_tokens: member.max_new_tokens,
             stop: Vec::new(),
+            adapter: None,
         });
         members.push((episode, *member_index));
     }
