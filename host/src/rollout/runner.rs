@@ -170,7 +170,7 @@ fn generate_calls(
             params: member.sampling,
             max_new_tokens: member.max_new_tokens,
             stop: Vec::new(),
-            adapter: None,
+            adapter: member.adapter,
         });
         members.push((episode, *member_index));
     }

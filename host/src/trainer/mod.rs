@@ -29,7 +29,7 @@ use crate::config::{RunConfig, RunFile};
 use crate::engine::SamplerRng;
 use crate::preflight::{resolve_model, Plan};
 use crate::rollout::{self, Rollout, RolloutLimits, TeamMember};
-use crate::train::{update_group, warmup_lr, AgentTraining};
+use crate::train::{update_group, warmup_lr, AgentTraining, Reference};
 
 /// Sequences in one generation batch at most (bounds KV-cache memory).
 const MAX_GENERATION_BATCH: usize = 64;
@@ -136,11 +136,15 @@ impl Trainer {
                 .map(|m| resolve_model(m, file))
                 .transpose()?;
             tracing::info!("worker group `{name}`: loading {}", model.display());
+            let lora = section.lora.as_ref().map(crate::preflight::lora_settings);
             groups.push(WorkerGroup::load(
                 name,
                 section,
                 &model,
                 reference.as_deref(),
+                lora.as_ref()
+                    .map(|s| (s, setup::adapter_names(&config, name))),
+                config.run.seed,
                 learning_rate,
                 config.algorithm.loss.weight_decay,
             )?);
@@ -334,9 +338,19 @@ impl Trainer {
                 group.optimizer.steps() + 1,
                 self.config.algorithm.loss.warmup_steps,
             );
+            let reference = match (&group.reference, group.adapter_names.is_empty()) {
+                (Some(reference), _) => Reference::Model(&reference.model),
+                (None, false) => Reference::Base,
+                (None, true) => Reference::None,
+            };
+            // LoRA dropout draws from libtorch's generator: seeded per iteration and group so a
+            // resumed run draws what an uninterrupted one does.
+            tch::manual_seed(
+                (self.config.run.seed ^ (u64::from(self.iteration) << 20) ^ index as u64) as i64,
+            );
             let report = update_group(
                 &group.pretrained.model,
-                group.reference.as_ref().map(|r| &r.model),
+                reference,
                 &mut group.optimizer,
                 &calls,
                 &group_advantages,
