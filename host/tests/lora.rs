@@ -54,7 +54,9 @@ fn adapted(slots: usize) -> Pretrained {
         .expect("adapters attach");
     tch::manual_seed(3);
     let adapters = pretrained.model.adapters().expect("adapters");
-    for (name, variable) in adapters.var_store().variables() {
+    let mut variables: Vec<_> = adapters.var_store().variables().into_iter().collect();
+    variables.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, variable) in variables {
         if name.contains("lora_B") {
             let values = Tensor::randn(variable.size(), (Kind::Float, Device::Cpu)) * 0.3;
             tch::no_grad(|| variable.shallow_clone().copy_(&values));
@@ -183,7 +185,9 @@ fn mixed_generation_matches_each_adapter_alone() {
     assert_ne!(
         together[0].tokens[..3],
         together[1].tokens[..],
-        "adapters agree"
+        "adapters agree: {:?} {:?}",
+        together[0].tokens,
+        together[1].tokens
     );
 }
 
@@ -372,6 +376,20 @@ fn mismatched_or_unsupported_adapters_are_refused_with_the_field() {
         .load_adapter(0, &folder)
         .expect_err("rank 4 into rank 8");
     assert!(err.to_string().contains("r = 4"), "{err}");
+    let (input, _) = ids(&[A]);
+    let err = pretrained
+        .model
+        .forward_hidden_with(
+            &input,
+            None,
+            None,
+            &AdapterRows::new(&[Some(1)], Device::Cpu, false),
+        )
+        .expect_err("one adapter only");
+    assert!(
+        err.to_string().contains("adapter 1 does not exist"),
+        "{err}"
+    );
 
     let config_path = folder.join(ADAPTER_CONFIG_FILE);
     let mut config: Value =

@@ -396,3 +396,39 @@ fn bad_lora_sections_fail_naming_the_field() {
     assert!(error.contains("ranks"), "{error}");
     assert!(!dir.join("run").exists(), "nothing was written");
 }
+
+#[test]
+fn per_agent_adapters_take_their_own_learning_rates() {
+    let dir = common::scratch(&format!("trainer-lora-rates-{}", std::process::id()));
+    let text = run_file("shared", "shared", &lora_group("shared", true), 1)
+        .replacen(
+            "max_new_tokens = 6",
+            "max_new_tokens = 6\nlearning_rate = 1e-3",
+            1,
+        )
+        .replacen(
+            "max_new_tokens = 5",
+            "max_new_tokens = 5\nlearning_rate = 1e-9",
+            1,
+        );
+    let end = trainer(&dir, &text)
+        .expect("agents owning adapters may differ in learning_rate")
+        .train()
+        .expect("one iteration")
+        .checkpoint
+        .expect("checkpoint");
+    let largest_b = |role: &str| {
+        adapter(&end, role)
+            .iter()
+            .filter(|(n, _)| n.contains("lora_B"))
+            .map(|(_, b)| b.abs().max().double_value(&[]))
+            .fold(0.0, f64::max)
+    };
+    // AdamW's first step moves each entry by about the learning rate.
+    let (first, second) = (largest_b("first"), largest_b("second"));
+    assert!(first > 1e-4 && first < 1e-2, "first moved {first}");
+    assert!(second > 0.0 && second < 1e-7, "second moved {second}");
+    let line = &metrics(&dir)[1];
+    assert_eq!(line["lr/agent/first"], 1e-3, "{line}");
+    assert_eq!(line["lr/agent/second"], 1e-9, "{line}");
+}

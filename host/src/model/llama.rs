@@ -125,6 +125,7 @@ impl Llama {
         self.adapters.as_ref()
     }
 
+    /// Records the adapters [`Self::add_adapters`] attached to the projections.
     pub(crate) fn set_adapters(&mut self, adapters: Adapters) {
         self.adapters = Some(adapters);
     }
@@ -267,6 +268,20 @@ impl Llama {
                 "input_ids: expected a non-empty shape [batch, tokens], found {size:?}"
             )));
         };
+        if !rows.is_base() {
+            let slots = self.adapters.as_ref().map_or(0, Adapters::slots);
+            if rows.slots().len() as i64 != b {
+                return Err(ModelError::Input(format!(
+                    "adapter rows: {} for a batch of {b}",
+                    rows.slots().len()
+                )));
+            }
+            if let Some(slot) = rows.slots().iter().flatten().find(|&&s| s >= slots) {
+                return Err(ModelError::Input(format!(
+                    "LoRA adapter {slot} does not exist; the model has {slots}"
+                )));
+            }
+        }
         let valid = match attention_mask {
             Some(mask) if mask.size() != size => {
                 return Err(ModelError::Input(format!(
@@ -300,20 +315,6 @@ impl Llama {
             }
             None => AttentionContext::full(&valid),
         };
-        if !rows.is_base() {
-            let slots = self.adapters.as_ref().map_or(0, Adapters::slots);
-            if rows.slots().len() as i64 != b {
-                return Err(ModelError::Input(format!(
-                    "adapter rows: {} for a batch of {b}",
-                    rows.slots().len()
-                )));
-            }
-            if let Some(slot) = rows.slots().iter().flatten().find(|&&s| s >= slots) {
-                return Err(ModelError::Input(format!(
-                    "LoRA adapter {slot} does not exist; the model has {slots}"
-                )));
-            }
-        }
         let vocab = self.config.vocab_size as i64;
         let (lo, hi) = (
             input_ids.min().int64_value(&[]),

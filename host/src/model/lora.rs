@@ -115,6 +115,13 @@ pub fn variable_name(module: &str, matrix: &str, slot: usize) -> String {
     format!("{module}.{matrix}.{slot}.weight")
 }
 
+/// Whether the adapter variable `name` belongs to adapter `slot`.
+pub fn is_slot_variable(name: &str, slot: usize) -> bool {
+    ["lora_A", "lora_B"]
+        .iter()
+        .any(|matrix| name.ends_with(&format!(".{matrix}.{slot}.weight")))
+}
+
 impl Llama {
     /// Freezes the base weights and attaches `slots` LoRA adapters of `settings` to every
     /// targeted projection, initialised as PEFT does: `A` Kaiming-uniform (`a = √5`, i.e.

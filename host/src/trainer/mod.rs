@@ -137,7 +137,7 @@ impl Trainer {
                 .transpose()?;
             tracing::info!("worker group `{name}`: loading {}", model.display());
             let lora = section.lora.as_ref().map(crate::preflight::lora_settings);
-            groups.push(WorkerGroup::load(
+            let mut group = WorkerGroup::load(
                 name,
                 section,
                 &model,
@@ -147,7 +147,9 @@ impl Trainer {
                 config.run.seed,
                 learning_rate,
                 config.algorithm.loss.weight_decay,
-            )?);
+            )?;
+            group.set_adapter_learning_rates(setup::adapter_learning_rates(&config, name));
+            groups.push(group);
         }
         let team = setup::team(&config, &mut plan, Phase::Train);
         let penalty = Penalty::new(
@@ -376,6 +378,13 @@ impl Trainer {
                 metrics.set(format!("grad_norm/agent/{}", self.team[*agent].role), *norm);
             }
             metrics.set(format!("lr/{name}"), lr);
+            for (role, rate) in group
+                .adapter_names
+                .iter()
+                .zip(&group.adapter_learning_rates)
+            {
+                metrics.set(format!("lr/agent/{role}"), lr * rate / group.learning_rate);
+            }
             metrics.set(format!("loss/policy/{name}"), report.stats.policy_loss);
             metrics.set(
                 format!("loss/clip_fraction/{name}"),

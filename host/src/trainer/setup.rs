@@ -88,6 +88,23 @@ pub fn adapter_names(config: &RunConfig, group: &str) -> Vec<String> {
     }
 }
 
+/// The learning rate of each adapter (by slot) of worker group `group` when its agents own
+/// one each: the agent's `learning_rate`, or the group's. Empty otherwise.
+pub fn adapter_learning_rates(config: &RunConfig, group: &str) -> Vec<f64> {
+    let Some(section) = config.worker_groups.get(group) else {
+        return Vec::new();
+    };
+    if !section.lora.as_ref().is_some_and(|l| l.per_agent) {
+        return Vec::new();
+    }
+    config
+        .agents
+        .iter()
+        .filter(|a| a.worker_group.get_ref() == group)
+        .map(|a| a.learning_rate.unwrap_or(section.learning_rate))
+        .collect()
+}
+
 /// Sets every member's sampling settings to those of `phase` (members are in run-file order).
 pub fn set_phase(config: &RunConfig, team: &mut [TeamMember], phase: Phase) {
     for (member, section) in team.iter_mut().zip(&config.agents) {
@@ -148,10 +165,16 @@ pub fn agent_training(config: &RunConfig) -> Vec<AgentTraining> {
 }
 
 /// The learning rate of each worker group (in name order): the group's, or the one its agents
-/// set. A model has one optimizer, so agents sharing it must agree.
+/// set. A model has one optimizer, so agents sharing it must agree — unless each trains its own
+/// LoRA adapter: then the group's rate is the optimizer's and [`adapter_learning_rates`] gives
+/// each adapter its own.
 pub fn group_learning_rates(config: &RunConfig, origin: &str) -> anyhow::Result<Vec<f64>> {
     let mut rates = Vec::new();
     for (name, group) in &config.worker_groups {
+        if group.lora.as_ref().is_some_and(|l| l.per_agent) {
+            rates.push(group.learning_rate);
+            continue;
+        }
         let mut chosen: Option<(f64, &str)> = None;
         for section in config
             .agents

@@ -21,6 +21,9 @@ pub struct WorkerGroup {
     pub reference: Option<Pretrained>,
     /// The names of the model's LoRA adapters by slot (empty: the group trains every weight).
     pub adapter_names: Vec<String>,
+    /// Each adapter's peak learning rate when its agent sets its own (by slot; empty when
+    /// every trained tensor takes `learning_rate`).
+    pub adapter_learning_rates: Vec<f64>,
     /// The optimizer over every weight of the model, or over the adapters only with LoRA.
     pub optimizer: AdamW,
     /// The peak learning rate (before warmup).
@@ -77,11 +80,26 @@ impl WorkerGroup {
         Ok(Self {
             name: name.to_owned(),
             adapter_names,
+            adapter_learning_rates: Vec::new(),
             optimizer: AdamW::new(params, weight_decay),
             pretrained,
             reference,
             learning_rate,
         })
+    }
+}
+
+impl WorkerGroup {
+    /// Gives adapter `slot` the peak learning rate `rates[slot]` (the optimizer scales those
+    /// adapters' steps by the ratio to the group's rate, warmup included).
+    pub fn set_adapter_learning_rates(&mut self, rates: Vec<f64>) {
+        for (slot, &rate) in rates.iter().enumerate() {
+            self.optimizer.scale_rates(
+                |name| crate::model::lora::is_slot_variable(name, slot),
+                rate / self.learning_rate,
+            );
+        }
+        self.adapter_learning_rates = rates;
     }
 }
 

@@ -1,21 +1,32 @@
 //! [`AdapterRows`]: which LoRA adapter each row of a batch goes through, so one batch can mix
 //! agents that own different adapters of one base model.
 
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
-/// The adapter ("slot") of every row of a batch, `None` for the base model alone, grouped once
-/// per forward pass so every projection reuses the groups.
-///
-/// Rows are grouped by adapter (an `index_select` of the rows' inputs and an `index_add` of
-/// their updates per adapter present) rather than gathering a copy of each row's `A` and `B`
-/// for a batched matmul: at decode with batch 64 that gather would move ~20 MB of adapter
-/// weights per row and step for SmolLM2 at rank 16, far more than the base weights, while a
-/// group costs one small copy of its rows' activations.
+/// How a forward pass applies adapters, worked out once and shared by every projection.
+#[derive(Debug)]
+pub enum Routing {
+    /// No row uses an adapter: the base model.
+    Base,
+    /// Every row uses this adapter: two plain matmuls per projection.
+    One(usize),
+    /// Rows use different adapters (or none): each row's `A` and `B` are gathered for a
+    /// batched matmul. Measured against grouping rows per adapter (an `index_select` and an
+    /// `index_add` per adapter present) at a decode step of batch 64 over 4 adapters, gathering
+    /// took about half the time (docs/results.md): fewer, larger operations.
+    Mixed {
+        /// Each row's adapter, `[B]` int64 (0 for rows without one).
+        index: Tensor,
+        /// Which rows use an adapter, `[B]` bool; `None` when all do.
+        present: Option<Tensor>,
+    },
+}
+
+/// The adapter ("slot") of every row of a batch, `None` for the base model alone.
 #[derive(Debug)]
 pub struct AdapterRows {
     slots: Vec<Option<usize>>,
-    /// Each adapter present with its rows (`None`: every row of the batch).
-    groups: Vec<(usize, Option<Tensor>)>,
+    routing: Routing,
     training: bool,
     device: Device,
 }
@@ -25,7 +36,7 @@ impl AdapterRows {
     pub fn base() -> Self {
         Self {
             slots: Vec::new(),
-            groups: Vec::new(),
+            routing: Routing::Base,
             training: false,
             device: Device::Cpu,
         }
@@ -34,35 +45,24 @@ impl AdapterRows {
     /// Row `i` through adapter `slots[i]` (`None`: the base model), indices on `device`.
     /// In `training`, LoRA dropout is applied.
     pub fn new(slots: &[Option<usize>], device: Device, training: bool) -> Self {
-        let mut present: Vec<usize> = slots.iter().flatten().copied().collect();
-        present.sort_unstable();
-        present.dedup();
-        let everyone = |slot: usize| slots.iter().all(|&s| s == Some(slot));
-        let groups = present
-            .into_iter()
-            .map(|slot| {
-                if everyone(slot) {
-                    return (slot, None);
-                }
-                let rows: Vec<i64> = slots
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, &s)| s == Some(slot))
-                    .map(|(row, _)| row as i64)
-                    .collect();
-                (
-                    slot,
-                    Some(
-                        Tensor::from_slice(&rows)
-                            .to_device(device)
-                            .to_kind(Kind::Int64),
-                    ),
-                )
-            })
-            .collect();
+        let first = slots.first().copied().flatten();
+        let routing = if slots.iter().all(Option::is_none) {
+            Routing::Base
+        } else if let Some(slot) = first.filter(|&s| slots.iter().all(|&o| o == Some(s))) {
+            Routing::One(slot)
+        } else {
+            let index: Vec<i64> = slots.iter().map(|s| s.unwrap_or(0) as i64).collect();
+            let present: Vec<bool> = slots.iter().map(Option::is_some).collect();
+            Routing::Mixed {
+                index: Tensor::from_slice(&index).to_device(device),
+                present: present
+                    .contains(&false)
+                    .then(|| Tensor::from_slice(&present).to_device(device)),
+            }
+        };
         Self {
             slots: slots.to_vec(),
-            groups,
+            routing,
             training,
             device,
         }
@@ -70,7 +70,7 @@ impl AdapterRows {
 
     /// Whether no row uses an adapter.
     pub fn is_base(&self) -> bool {
-        self.groups.is_empty()
+        matches!(self.routing, Routing::Base)
     }
 
     /// Whether LoRA dropout applies (a training forward).
@@ -78,9 +78,9 @@ impl AdapterRows {
         self.training
     }
 
-    /// Each adapter used with its rows (`None`: all rows).
-    pub fn groups(&self) -> &[(usize, Option<Tensor>)] {
-        &self.groups
+    /// How the projections apply the adapters.
+    pub fn routing(&self) -> &Routing {
+        &self.routing
     }
 
     /// The adapter of every row (empty for [`Self::base`]).
@@ -102,30 +102,34 @@ impl AdapterRows {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tch::Kind;
 
-    fn rows(groups: &[(usize, Option<Tensor>)]) -> Vec<(usize, Option<Vec<i64>>)> {
-        groups
-            .iter()
-            .map(|(slot, index)| {
-                (
-                    *slot,
-                    index
-                        .as_ref()
-                        .map(|t| Vec::<i64>::try_from(t).expect("indices")),
+    fn describe(rows: &AdapterRows) -> String {
+        let list = |t: &Tensor| format!("{:?}", Vec::<i64>::try_from(t.to_kind(Kind::Int64)).ok());
+        match rows.routing() {
+            Routing::Base => "base".to_owned(),
+            Routing::One(slot) => format!("one {slot}"),
+            Routing::Mixed { index, present } => {
+                format!(
+                    "mixed {} {}",
+                    list(index),
+                    present.as_ref().map_or("all".into(), list)
                 )
-            })
-            .collect()
+            }
+        }
     }
 
     #[test]
-    fn groups_rows_by_adapter() {
+    fn routes_by_what_the_rows_use() {
         let mixed = AdapterRows::new(&[Some(1), None, Some(0), Some(1)], Device::Cpu, false);
         assert_eq!(
-            rows(mixed.groups()),
-            vec![(0, Some(vec![2])), (1, Some(vec![0, 3]))]
+            describe(&mixed),
+            "mixed Some([1, 0, 0, 1]) Some([1, 0, 1, 1])"
         );
+        let two = AdapterRows::new(&[Some(1), Some(0)], Device::Cpu, false);
+        assert_eq!(describe(&two), "mixed Some([1, 0]) all");
         let one = AdapterRows::new(&[Some(2), Some(2)], Device::Cpu, false);
-        assert_eq!(rows(one.groups()), vec![(2, None)]);
+        assert_eq!(describe(&one), "one 2");
         assert!(AdapterRows::new(&[None, None], Device::Cpu, false).is_base());
         assert!(AdapterRows::base().is_base());
     }
@@ -135,11 +139,9 @@ mod tests {
         let mixed = AdapterRows::new(&[Some(1), None, Some(0)], Device::Cpu, true);
         let kept = mixed.select(&[2, 0, 0]);
         assert_eq!(kept.slots(), &[Some(0), Some(1), Some(1)]);
-        assert_eq!(
-            rows(kept.groups()),
-            vec![(0, Some(vec![0])), (1, Some(vec![1, 2]))]
-        );
+        assert_eq!(describe(&kept), "mixed Some([0, 1, 1]) all");
         assert!(kept.training());
+        assert_eq!(describe(&mixed.select(&[0, 0])), "one 1");
         assert!(mixed.select(&[1]).is_base());
     }
 }

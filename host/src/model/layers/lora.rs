@@ -3,6 +3,7 @@
 
 use tch::{nn, Kind, Tensor};
 
+use super::adapter_rows::Routing;
 use super::{AdapterRows, Linear};
 
 /// LoRA's low-rank update of one projection for several adapters ("slots"), as PEFT computes
@@ -30,29 +31,29 @@ impl LoraLinear {
     }
 
     /// Adds the update of each row's adapter to `base` (the base layer's output for `x`,
-    /// `[B, .., out]`); rows without an adapter keep `base` as it is.
+    /// `[B, T, out]`); rows without an adapter keep `base` exactly.
     pub fn add_to(&self, base: Tensor, x: &Tensor, rows: &AdapterRows) -> Tensor {
-        let mut y = base;
-        for (slot, index) in rows.groups() {
-            let xs = match index {
-                Some(index) => x.index_select(0, index),
-                None => x.shallow_clone(),
-            };
-            let xs = if rows.training() && self.dropout > 0.0 {
-                xs.dropout(self.dropout, true)
-            } else {
-                xs
-            };
-            let delta = xs
+        let x = if rows.training() && self.dropout > 0.0 {
+            x.dropout(self.dropout, true)
+        } else {
+            x.shallow_clone()
+        };
+        let delta = match rows.routing() {
+            Routing::Base => return base,
+            Routing::One(slot) => x
                 .linear::<Tensor>(&self.a[*slot], None)
-                .linear::<Tensor>(&self.b[*slot], None)
-                * self.scaling;
-            y = match index {
-                Some(index) => y.index_add(0, index, &delta.to_kind(y.kind())),
-                None => y + delta,
-            };
-        }
-        y
+                .linear::<Tensor>(&self.b[*slot], None),
+            Routing::Mixed { index, present } => {
+                let a = Tensor::stack(&self.a, 0).index_select(0, index);
+                let b = Tensor::stack(&self.b, 0).index_select(0, index);
+                let delta = x.bmm(&a.transpose(1, 2)).bmm(&b.transpose(1, 2));
+                match present {
+                    Some(present) => delta * present.view([-1, 1, 1]).to_kind(base.kind()),
+                    None => delta,
+                }
+            }
+        };
+        base + delta * self.scaling
     }
 
     /// `(alpha / r) · B A` `[out, in]` of `slot` in f32: what merging the adapter adds to the
