@@ -55,6 +55,7 @@ fn main() {
         params: SamplingParams::with_temperature(1.0),
         max_new_tokens: NEW_TOKENS,
         stop: Vec::new(),
+        adapter: None,
     };
     // Warm-up: libtorch's first calls allocate and pick kernels.
     let warm = GenerationRequest {

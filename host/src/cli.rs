@@ -64,6 +64,11 @@ pub enum Command {
         /// The dtype of the written weights.
         #[arg(long, value_enum, default_value_t = Dtype::F32)]
         dtype: Dtype,
+        /// A LoRA adapter folder in PEFT's layout (such as one a LoRA run's checkpoint holds
+        /// per agent) to merge into the weights written: the output is a plain model that
+        /// computes what MODEL with the adapter computes.
+        #[arg(long, value_name = "DIR")]
+        merge_adapter: Option<PathBuf>,
     },
 }
 

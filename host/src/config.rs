@@ -191,6 +191,29 @@ pub struct WorkerGroupSection {
     /// Move weights and optimizer state to CPU while the group is idle.
     #[serde(default)]
     pub offload: bool,
+    /// Train LoRA adapters on the frozen model instead of every weight.
+    pub lora: Option<LoraSection>,
+}
+
+/// `[worker_groups.NAME.lora]`: LoRA adapters (PEFT's semantics) instead of full fine-tuning.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoraSection {
+    /// Rank `r` of each adapter.
+    #[serde(default = "defaults::lora_rank")]
+    pub rank: i64,
+    /// `lora_alpha`: updates are scaled by `alpha / rank`.
+    #[serde(default = "defaults::lora_alpha")]
+    pub alpha: f64,
+    /// Dropout probability on an adapted projection's input during updates.
+    #[serde(default)]
+    pub dropout: f64,
+    /// The adapted projections (HF names); all seven when left out.
+    #[serde(default = "defaults::lora_targets")]
+    pub target_modules: Vec<String>,
+    /// Each agent of the group trains its own adapter (true) or they share one (false).
+    #[serde(default = "defaults::per_agent")]
+    pub per_agent: bool,
 }
 
 /// Weight precision of a worker group.
@@ -432,6 +455,20 @@ mod defaults {
     }
     pub fn micro_batch_size() -> usize {
         8
+    }
+    pub fn lora_rank() -> i64 {
+        16
+    }
+    pub fn lora_alpha() -> f64 {
+        32.0
+    }
+    pub fn lora_targets() -> Vec<String> {
+        crate::model::lora::TARGET_MODULES
+            .map(str::to_owned)
+            .to_vec()
+    }
+    pub fn per_agent() -> bool {
+        true
     }
     pub fn estimator() -> Spanned<String> {
         Spanned::new(0..0, "drmas".to_owned())

@@ -25,7 +25,12 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
         .command
         .unwrap_or(cli::Command::Train(cli::TrainArgs::default()));
     match command {
-        cli::Command::Convert { model, out, dtype } => convert(&model, &out, dtype),
+        cli::Command::Convert {
+            model,
+            out,
+            dtype,
+            merge_adapter,
+        } => convert(&model, &out, dtype, merge_adapter.as_deref()),
         cli::Command::Experiment(args) => experiment::run(&cli.common, &args),
         cli::Command::Plot { run_dir } => {
             for path in plot::plot_run(&run_dir)? {
@@ -86,16 +91,34 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
     }
 }
 
-/// `convert`: loads `model` (GGUF file or HF folder) on the CPU in `dtype` and writes it to
-/// `out` as an HF folder.
+/// `convert`: loads `model` (GGUF file or HF folder) on the CPU in `dtype`, merges the PEFT
+/// LoRA adapter in `merge_adapter` into it when given (in f32, then cast to `dtype`), and
+/// writes it to `out` as an HF folder.
 pub fn convert(
     model: &std::path::Path,
     out: &std::path::Path,
     dtype: cli::Dtype,
+    merge_adapter: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
     let start = std::time::Instant::now();
-    let pretrained = model::pretrained::Pretrained::load(model, tch::Device::Cpu, dtype.kind())
+    let load_kind = if merge_adapter.is_some() {
+        tch::Kind::Float
+    } else {
+        dtype.kind()
+    };
+    let mut pretrained = model::pretrained::Pretrained::load(model, tch::Device::Cpu, load_kind)
         .with_context(|| format!("loading {}", model.display()))?;
+    if let Some(dir) = merge_adapter {
+        let adapter = model::peft::AdapterConfig::read(dir)?;
+        let network = &mut pretrained.model;
+        network.add_adapters(&adapter.settings, 1, 0)?;
+        network
+            .load_adapter(0, dir)
+            .with_context(|| format!("loading the adapter {}", dir.display()))?;
+        network.merge_adapter(0)?;
+        network.set_kind(dtype.kind());
+        println!("merged the LoRA adapter {}", dir.display());
+    }
     pretrained
         .save_hf(out)
         .with_context(|| format!("writing {}", out.display()))?;

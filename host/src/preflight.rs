@@ -118,6 +118,19 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
                 file.origin
             );
         }
+        if let Some(lora) = &group.lora {
+            if let Err(e) = lora_settings(lora).check() {
+                bail!("{}: [worker_groups.{name}.lora] {e}", file.origin);
+            }
+            if group.reference_model.is_some() {
+                bail!(
+                    "{}: [worker_groups.{name}] has both reference_model and [worker_groups.{name}.lora]; \
+                     with LoRA the KL reference is the group's own model with its adapters off, so \
+                     remove reference_model",
+                    file.origin
+                );
+            }
+        }
         let path = resolve_model(&group.model, file)?;
         let summary = describe_model(&path)
             .with_context(|| format!("worker group `{name}` in {}", file.origin))?;
@@ -133,6 +146,16 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
         estimator,
         models,
     })
+}
+
+/// The model-side settings of a `[worker_groups.NAME.lora]` section.
+pub fn lora_settings(section: &crate::config::LoraSection) -> crate::model::lora::LoraSettings {
+    crate::model::lora::LoraSettings {
+        rank: section.rank,
+        alpha: section.alpha,
+        dropout: section.dropout,
+        target_modules: section.target_modules.clone(),
+    }
 }
 
 /// The file of a worker group's `model`: `builtin:smollm2-135m`, or a path relative to the run file.

@@ -49,6 +49,7 @@ fn request(prompt: &[i64], params: SamplingParams, max_new_tokens: usize) -> Gen
         params,
         max_new_tokens,
         stop: Vec::new(),
+        adapter: None,
     }
 }
 
@@ -238,6 +239,7 @@ fn stop_strings_and_lengths_end_sequences() {
         assert!(answer.contains("Paris"), "answer: {answer:?}");
         let stop = |stops: &[&str]| GenerationRequest {
             stop: stops.iter().map(|s| s.to_string()).collect(),
+            adapter: None,
             ..request(&prompt, SamplingParams::GREEDY, 12)
         };
         let requests = [

@@ -54,6 +54,7 @@ fn greedy(gguf: &GgufModel, llama: &Llama, prompts: &[Vec<i64>], max_new: usize)
             params: SamplingParams::GREEDY,
             max_new_tokens: max_new,
             stop: Vec::new(),
+            adapter: None,
         })
         .collect();
     generate(llama, &tokenizer, &requests, &mut SamplerRng::new(0))

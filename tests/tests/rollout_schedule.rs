@@ -36,6 +36,7 @@ fn rollout(schedule: Schedule) -> Rollout {
         role: role.to_owned(),
         agent: registry.agent("Shout Agent", "").expect("agent"),
         group,
+        adapter: None,
         sampling: SamplingParams::with_temperature(1.0),
         max_new_tokens: 4,
     };

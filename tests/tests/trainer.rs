@@ -270,3 +270,185 @@ fn run_files_that_cannot_train_fail_before_any_work() {
     assert!(error.contains("/nowhere/model does not exist"), "{error}");
     assert!(!dir.join("run").exists(), "nothing was written");
 }
+
+/// `group(name, "llama")` training per-agent (or shared) LoRA adapters, dropout on.
+fn lora_group(name: &str, per_agent: bool) -> String {
+    format!(
+        "{}\n[worker_groups.{name}.lora]\nrank = 4\nalpha = 8\ndropout = 0.1\nper_agent = {per_agent}\n",
+        group(name, "llama")
+    )
+}
+
+fn adapter(checkpoint: &Path, name: &str) -> Vec<(String, tch::Tensor)> {
+    let file = checkpoint
+        .join("shared/adapters")
+        .join(name)
+        .join("adapter_model.safetensors");
+    tch::Tensor::read_safetensors(&file).expect("adapter weights")
+}
+
+#[test]
+fn lora_agents_train_their_own_adapters_and_resume_exactly() {
+    // KL against the base model (the adapters off) is on for the first agent.
+    let text = |iterations| {
+        run_file("shared", "shared", &lora_group("shared", true), iterations).replacen(
+            "max_new_tokens = 6",
+            "max_new_tokens = 6\nkl_coef = 0.05",
+            1,
+        )
+    };
+    let straight = common::scratch(&format!("trainer-lora-straight-{}", std::process::id()));
+    let end = trainer(&straight, &text(2))
+        .expect("trainer")
+        .train()
+        .expect("two iterations")
+        .checkpoint
+        .expect("checkpoint");
+    assert!(
+        !end.join("shared/model.safetensors").exists(),
+        "the frozen base is not saved again"
+    );
+    let (first, second) = (adapter(&end, "first"), adapter(&end, "second"));
+    assert_eq!(
+        first.len(),
+        2 * 7 * 2,
+        "A and B of 7 projections in 2 layers"
+    );
+    for (name, b) in first.iter().filter(|(n, _)| n.contains("lora_B")) {
+        let moved = b.abs().max().double_value(&[]);
+        assert!(moved > 0.0, "{name} of `first` is still zero");
+    }
+    let differ = first
+        .iter()
+        .zip(&second)
+        .any(|((_, a), (_, b))| !a.equal(b));
+    assert!(differ, "the two agents' adapters are the same");
+    let line = &metrics(&straight)[2];
+    assert!(
+        line["loss/kl/shared"].as_f64().is_some_and(|kl| kl != 0.0),
+        "{line}"
+    );
+
+    let resumed = common::scratch(&format!("trainer-lora-resumed-{}", std::process::id()));
+    trainer(&resumed, &text(1))
+        .expect("trainer")
+        .train()
+        .expect("first iteration");
+    let mut second_half = trainer(&resumed, &text(2)).expect("trainer");
+    assert_eq!(second_half.resume().expect("resume"), Some(1));
+    let resumed_end = second_half
+        .train()
+        .expect("second iteration")
+        .checkpoint
+        .expect("checkpoint");
+    for role in ["first", "second"] {
+        let file = |c: &Path| {
+            std::fs::read(
+                c.join("shared/adapters")
+                    .join(role)
+                    .join("adapter_model.safetensors"),
+            )
+            .expect("adapter file")
+        };
+        assert!(
+            file(&end) == file(&resumed_end),
+            "`{role}` differs after resume"
+        );
+    }
+    let optimizer = |c: &Path| std::fs::read(c.join("shared/optimizer.safetensors")).expect("opt");
+    assert!(
+        optimizer(&end) == optimizer(&resumed_end),
+        "optimizer state differs"
+    );
+}
+
+#[test]
+fn a_shared_lora_adapter_trains_on_every_agents_calls() {
+    let dir = common::scratch(&format!("trainer-lora-shared-{}", std::process::id()));
+    let text = run_file("shared", "shared", &lora_group("shared", false), 1);
+    let end = trainer(&dir, &text)
+        .expect("trainer")
+        .train()
+        .expect("one iteration")
+        .checkpoint
+        .expect("checkpoint");
+    let shared = adapter(&end, "shared");
+    assert!(shared
+        .iter()
+        .any(|(n, b)| n.contains("lora_B") && b.abs().max().double_value(&[]) > 0.0));
+    assert!(!end.join("shared/adapters/first").exists());
+    let line = &metrics(&dir)[1];
+    for key in ["grad_norm/agent/first", "grad_norm/agent/second"] {
+        assert!(line[key].as_f64().is_some_and(|n| n > 0.0), "{key}: {line}");
+    }
+}
+
+#[test]
+fn bad_lora_sections_fail_naming_the_field() {
+    let dir = common::scratch(&format!("trainer-lora-bad-{}", std::process::id()));
+    let zero = run_file("shared", "shared", &lora_group("shared", true), 1)
+        .replace("rank = 4", "rank = 0");
+    let error = format!("{:#}", trainer(&dir, &zero).err().expect("rank 0"));
+    assert!(
+        error.contains("[worker_groups.shared.lora] rank must be at least 1"),
+        "{error}"
+    );
+
+    let target = run_file("shared", "shared", &lora_group("shared", true), 1).replace(
+        "per_agent = true",
+        "per_agent = true\ntarget_modules = [\"qproj\"]",
+    );
+    let error = format!("{:#}", trainer(&dir, &target).err().expect("bad target"));
+    assert!(error.contains("`qproj` is not a projection"), "{error}");
+
+    let reference = run_file("shared", "shared", &lora_group("shared", true), 1).replace(
+        "micro_batch_size = 3\n",
+        &format!(
+            "micro_batch_size = 3\nreference_model = \"{}\"\n",
+            tiny_model("llama")
+        ),
+    );
+    let error = format!("{:#}", trainer(&dir, &reference).err().expect("reference"));
+    assert!(error.contains("remove reference_model"), "{error}");
+    let unknown = run_file("shared", "shared", &lora_group("shared", true), 1)
+        .replace("dropout = 0.1", "dropout = 0.1\nranks = 3");
+    let error = format!("{:#}", trainer(&dir, &unknown).err().expect("unknown key"));
+    assert!(error.contains("ranks"), "{error}");
+    assert!(!dir.join("run").exists(), "nothing was written");
+}
+
+#[test]
+fn per_agent_adapters_take_their_own_learning_rates() {
+    let dir = common::scratch(&format!("trainer-lora-rates-{}", std::process::id()));
+    let text = run_file("shared", "shared", &lora_group("shared", true), 1)
+        .replacen(
+            "max_new_tokens = 6",
+            "max_new_tokens = 6\nlearning_rate = 1e-3",
+            1,
+        )
+        .replacen(
+            "max_new_tokens = 5",
+            "max_new_tokens = 5\nlearning_rate = 1e-9",
+            1,
+        );
+    let end = trainer(&dir, &text)
+        .expect("agents owning adapters may differ in learning_rate")
+        .train()
+        .expect("one iteration")
+        .checkpoint
+        .expect("checkpoint");
+    let largest_b = |role: &str| {
+        adapter(&end, role)
+            .iter()
+            .filter(|(n, _)| n.contains("lora_B"))
+            .map(|(_, b)| b.abs().max().double_value(&[]))
+            .fold(0.0, f64::max)
+    };
+    // AdamW's first step moves each entry by about the learning rate.
+    let (first, second) = (largest_b("first"), largest_b("second"));
+    assert!(first > 1e-4 && first < 1e-2, "first moved {first}");
+    assert!(second > 0.0 && second < 1e-7, "second moved {second}");
+    let line = &metrics(&dir)[1];
+    assert_eq!(line["lr/agent/first"], 1e-3, "{line}");
+    assert_eq!(line["lr/agent/second"], 1e-9, "{line}");
+}

@@ -9,6 +9,7 @@ use tokenizers::Tokenizer;
 use super::sampling::{Sampler, SamplerRng, SamplingParams};
 use super::stop::StopStrings;
 use crate::model::error::ModelError;
+use crate::model::layers::AdapterRows;
 use crate::model::llama::Llama;
 
 /// One sequence to continue.
@@ -22,6 +23,8 @@ pub struct GenerationRequest {
     pub max_new_tokens: usize,
     /// Stops once the decoded continuation contains any of these (empty ones are ignored).
     pub stop: Vec<String>,
+    /// The model's LoRA adapter that continues it (`None`: the base model).
+    pub adapter: Option<usize>,
 }
 
 /// Why a sequence stopped.
@@ -60,7 +63,8 @@ const COMPACT_AFTER: f64 = 0.5;
 /// Continues every request, all in one batch: prompts are left-padded and prefilled in one
 /// pass into a KV cache allocated once, then each step samples one token per unfinished
 /// sequence (see [`Sampler`]). A sequence stops at any of the model's EOS tokens, at a stop
-/// string or after `max_new_tokens`; finished sequences are dropped from the batch.
+/// string or after `max_new_tokens`; finished sequences are dropped from the batch. Requests
+/// with different LoRA adapters share the batch, each row through its own adapter.
 ///
 /// Outputs are in the order of `requests`. Random numbers come from `rng`, one per sampled
 /// token, so a seed fixes the outputs of a given batch (on CPU).
@@ -99,25 +103,31 @@ pub fn generate(
     let mut sampler = Sampler::new(&params, model.config().vocab_size as i64, device);
     let eos = &model.config().eos_token_ids;
 
-    // Identical prompts (a group of samples per prompt) are prefilled once, then their cache
-    // rows are copied to every sequence that shares them.
-    let mut first: HashMap<&[i64], usize> = HashMap::new();
+    // Identical prompts for the same adapter (a group of samples per prompt) are prefilled
+    // once, then their cache rows are copied to every sequence that shares them.
+    let mut first: HashMap<(&[i64], Option<usize>), usize> = HashMap::new();
     let mut unique: Vec<&[i64]> = Vec::new();
-    let prompt_of: Vec<i64> = active
+    let mut unique_adapters: Vec<Option<usize>> = Vec::new();
+    let prompt_of: Vec<usize> = active
         .iter()
         .map(|r| {
-            *first.entry(&r.prompt).or_insert_with(|| {
+            *first.entry((&r.prompt, r.adapter)).or_insert_with(|| {
                 unique.push(&r.prompt);
+                unique_adapters.push(r.adapter);
                 unique.len() - 1
-            }) as i64
+            })
         })
         .collect();
     let mut cache = model.new_cache(unique.len() as i64, (longest + most_new) as i64)?;
     let (ids, mask) = left_pad(&unique, longest, device);
-    let mut logits = tch::no_grad(|| model.forward_last(&ids, Some(&mask), Some(&mut cache)))?;
+    let mut adapters = AdapterRows::new(&unique_adapters, device, false);
+    let mut logits =
+        tch::no_grad(|| model.forward_last_with(&ids, Some(&mask), Some(&mut cache), &adapters))?;
     if unique.len() < active.len() {
-        let index = Tensor::from_slice(&prompt_of).to_device(device);
+        let index = Tensor::from_slice(&prompt_of.iter().map(|&u| u as i64).collect::<Vec<_>>())
+            .to_device(device);
         cache.retain(&index);
+        adapters = adapters.select(&prompt_of);
         logits = logits.index_select(0, &index);
     }
     let mut live: Vec<bool> = vec![true; rows.len()];
@@ -164,6 +174,7 @@ pub fn generate(
             let index = Tensor::from_slice(&keep.iter().map(|&r| r as i64).collect::<Vec<_>>())
                 .to_device(device);
             cache.retain(&index);
+            adapters = adapters.select(&keep);
             sampler.retain(&keep);
             next = next.index_select(0, &index);
             rows = keep.iter().map(|&r| rows[r]).collect();
@@ -171,7 +182,8 @@ pub fn generate(
             live.fill(true);
             dead_steps = 0.0;
         }
-        logits = tch::no_grad(|| model.forward_last(&next, None, Some(&mut cache)))?;
+        logits =
+            tch::no_grad(|| model.forward_last_with(&next, None, Some(&mut cache), &adapters))?;
     }
     Ok(outputs)
 }

@@ -9,7 +9,11 @@ use tch::{Device, Kind, Tensor};
 use super::config::LlamaConfig;
 use super::error::ModelError;
 use super::gguf::GgufModel;
-use super::layers::{AttentionConfig, AttentionContext, DecoderLayer, KvCache, RmsNorm, Rotary};
+use super::layers::{
+    AdapterRows, AttentionConfig, AttentionContext, DecoderLayer, KvCache, Projection, RmsNorm,
+    Rotary,
+};
+use super::lora::Adapters;
 use super::weights::load_into;
 
 /// A Llama-family causal LM whose weights live in a [`VarStore`] under HF names
@@ -28,6 +32,7 @@ pub struct Llama {
     norm: RmsNorm,
     lm_head: Tensor,
     rotary: Rotary,
+    adapters: Option<Adapters>,
 }
 
 impl Llama {
@@ -87,6 +92,7 @@ impl Llama {
             norm,
             lm_head,
             rotary,
+            adapters: None,
         }
     }
 
@@ -108,14 +114,61 @@ impl Llama {
         &self.config
     }
 
-    /// The variables (for optimisers, saving, moving to another device).
+    /// The base model's variables (for optimisers, saving, moving to another device); LoRA
+    /// adapters have their own (see [`Self::adapters`]).
     pub fn var_store(&self) -> &VarStore {
         &self.vs
+    }
+
+    /// The LoRA adapters attached by [`Self::add_adapters`], if any.
+    pub fn adapters(&self) -> Option<&Adapters> {
+        self.adapters.as_ref()
+    }
+
+    /// Records the adapters [`Self::add_adapters`] attached to the projections.
+    pub(crate) fn set_adapters(&mut self, adapters: Adapters) {
+        self.adapters = Some(adapters);
+    }
+
+    /// Detaches every LoRA adapter: the model is the base model again.
+    pub(crate) fn remove_adapters(&mut self) {
+        for (_, projection) in self.projections_mut() {
+            projection.detach();
+        }
+        self.adapters = None;
+    }
+
+    /// Every projection of every layer with its HF module name
+    /// (`model.layers.N.self_attn.q_proj`, …, `model.layers.N.mlp.down_proj`).
+    pub fn projections(&self) -> Vec<(String, &Projection)> {
+        let layers = self.layers.iter().enumerate();
+        layers
+            .flat_map(|(i, layer)| {
+                let named = layer.projections().into_iter();
+                named.map(move |(name, p)| (format!("model.layers.{i}.{name}"), p))
+            })
+            .collect()
+    }
+
+    /// The projections as [`Self::projections`], to attach adapters to.
+    pub(crate) fn projections_mut(&mut self) -> Vec<(String, &mut Projection)> {
+        let layers = self.layers.iter_mut().enumerate();
+        layers
+            .flat_map(|(i, layer)| {
+                let named = layer.projections_mut().into_iter();
+                named.map(move |(name, p)| (format!("model.layers.{i}.{name}"), p))
+            })
+            .collect()
     }
 
     /// The dtype of the weights.
     pub fn kind(&self) -> Kind {
         self.embed_tokens.kind()
+    }
+
+    /// Casts every weight to `kind` (after merging an adapter in f32, say).
+    pub fn set_kind(&mut self, kind: Kind) {
+        self.vs.set_kind(kind);
     }
 
     /// Stops gradients to every weight (a frozen reference model).
@@ -169,7 +222,18 @@ impl Llama {
         attention_mask: Option<&Tensor>,
         cache: Option<&mut KvCache>,
     ) -> Result<Tensor, ModelError> {
-        let hidden = self.forward_hidden(input_ids, attention_mask, cache)?;
+        self.forward_last_with(input_ids, attention_mask, cache, &AdapterRows::base())
+    }
+
+    /// [`Self::forward_last`] with each row through the LoRA adapter `rows` gives it.
+    pub fn forward_last_with(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+        rows: &AdapterRows,
+    ) -> Result<Tensor, ModelError> {
+        let hidden = self.forward_hidden_with(input_ids, attention_mask, cache, rows)?;
         Ok(self.logits(&hidden.narrow(1, hidden.size()[1] - 1, 1)))
     }
 
@@ -178,12 +242,25 @@ impl Llama {
     /// `attention_mask` `[B, T]` (1 = token, 0 = left padding; all ones when `None`) keeps
     /// padding out of attention and RoPE positions. With a `cache` the tokens follow those
     /// already cached (prefill when it is empty, decode after) and are added to it; without
-    /// one they are a whole sequence (the training forward).
+    /// one they are a whole sequence (the training forward). LoRA adapters, if any, are left
+    /// out: this is the base model.
     pub fn forward_hidden(
         &self,
         input_ids: &Tensor,
         attention_mask: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor, ModelError> {
+        self.forward_hidden_with(input_ids, attention_mask, cache, &AdapterRows::base())
+    }
+
+    /// [`Self::forward_hidden`] with row `i` through the LoRA adapter `rows` gives it (the base
+    /// model for rows without one).
+    pub fn forward_hidden_with(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
         mut cache: Option<&mut KvCache>,
+        rows: &AdapterRows,
     ) -> Result<Tensor, ModelError> {
         let size = input_ids.size();
         let (&[b, t], true) = (&size[..], size.iter().all(|&d| d > 0)) else {
@@ -191,6 +268,20 @@ impl Llama {
                 "input_ids: expected a non-empty shape [batch, tokens], found {size:?}"
             )));
         };
+        if !rows.is_base() {
+            let slots = self.adapters.as_ref().map_or(0, Adapters::slots);
+            if rows.slots().len() as i64 != b {
+                return Err(ModelError::Input(format!(
+                    "adapter rows: {} for a batch of {b}",
+                    rows.slots().len()
+                )));
+            }
+            if let Some(slot) = rows.slots().iter().flatten().find(|&&s| s >= slots) {
+                return Err(ModelError::Input(format!(
+                    "LoRA adapter {slot} does not exist; the model has {slots}"
+                )));
+            }
+        }
         let valid = match attention_mask {
             Some(mask) if mask.size() != size => {
                 return Err(ModelError::Input(format!(
@@ -241,6 +332,7 @@ impl Llama {
                 &self.rotary,
                 &context,
                 cache.as_deref_mut().map(|c| (c, i)),
+                rows,
             );
         }
         if let Some(cache) = cache {

@@ -10,6 +10,8 @@ pub mod gguf;
 pub mod hf_folder;
 pub mod layers;
 pub mod llama;
+pub mod lora;
+pub mod peft;
 pub mod pretrained;
 pub mod save_hf;
 pub mod weights;

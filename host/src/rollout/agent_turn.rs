@@ -75,6 +75,7 @@ pub(super) fn prepare(
             params: member.sampling,
             max_new_tokens: member.max_new_tokens,
             stop: Vec::new(),
+            adapter: member.adapter,
         },
         truncated,
     }))

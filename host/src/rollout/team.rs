@@ -12,6 +12,8 @@ pub struct TeamMember {
     pub agent: ForeignAgent,
     /// Index of the worker group whose model generates for it.
     pub group: usize,
+    /// Its LoRA adapter in the group's model (`None`: the model itself).
+    pub adapter: Option<usize>,
     /// Sampling settings of its calls.
     pub sampling: SamplingParams,
     /// The most tokens one call may generate.

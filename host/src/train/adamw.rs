@@ -8,6 +8,8 @@ use crate::model::error::ModelError;
 /// AdamW (Loshchilov & Hutter) exactly as `torch.optim.AdamW` computes it (no amsgrad).
 pub struct AdamW {
     params: Vec<(String, Tensor)>,
+    /// Each parameter's learning rate as a multiple of the step's.
+    rate_scales: Vec<f64>,
     first_moments: Vec<Tensor>,
     second_moments: Vec<Tensor>,
     steps: u64,
@@ -29,6 +31,7 @@ impl AdamW {
                 .collect()
         };
         Self {
+            rate_scales: vec![1.0; params.len()],
             first_moments: zeros(&params),
             second_moments: zeros(&params),
             params,
@@ -47,6 +50,17 @@ impl AdamW {
         self.params.iter().map(|(_, p)| p)
     }
 
+    /// Scales the learning rate of the parameters whose names `select` accepts by `scale`
+    /// (weight decay included, as a parameter group of its own would): per-agent learning rates
+    /// of per-agent LoRA adapters sharing one optimizer.
+    pub fn scale_rates(&mut self, select: impl Fn(&str) -> bool, scale: f64) {
+        for ((name, _), rate) in self.params.iter().zip(&mut self.rate_scales) {
+            if select(name) {
+                *rate = scale;
+            }
+        }
+    }
+
     /// Clears every parameter's gradient.
     pub fn zero_grad(&mut self) {
         for (_, param) in &mut self.params {
@@ -62,16 +76,18 @@ impl AdamW {
         let bias1 = 1.0 - BETA1.powi(t);
         let bias2 = 1.0 - BETA2.powi(t);
         tch::no_grad(|| {
-            for (((_, param), m), v) in self
+            for ((((_, param), m), v), scale) in self
                 .params
                 .iter_mut()
                 .zip(&mut self.first_moments)
                 .zip(&mut self.second_moments)
+                .zip(&self.rate_scales)
             {
                 let grad = param.grad();
                 if !grad.defined() {
                     continue;
                 }
+                let lr = lr * scale;
                 let grad = grad.to_kind(Kind::Float);
                 let _ = param.g_mul_scalar_(1.0 - lr * self.weight_decay);
                 let _ = m.g_mul_scalar_(BETA1);
@@ -184,6 +200,44 @@ mod tests {
             assert!((a - b).abs() < 1e-6, "{a} vs {b}");
         }
         assert_eq!(optimizer.steps(), 5);
+    }
+
+    #[test]
+    fn a_scaled_parameter_steps_as_with_the_scaled_rate() {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let a = vs
+            .root()
+            .var_copy("a", &Tensor::from_slice(&[1.0f32, -2.0]));
+        let b = vs
+            .root()
+            .var_copy("b", &Tensor::from_slice(&[1.0f32, -2.0]));
+        let mut both = AdamW::new(
+            vec![
+                ("a".into(), a.shallow_clone()),
+                ("b".into(), b.shallow_clone()),
+            ],
+            0.1,
+        );
+        both.scale_rates(|name| name == "b", 0.25);
+        let alone_vs = nn::VarStore::new(Device::Cpu);
+        let c = alone_vs
+            .root()
+            .var_copy("c", &Tensor::from_slice(&[1.0f32, -2.0]));
+        let mut alone = AdamW::new(vec![("c".into(), c.shallow_clone())], 0.1);
+        for _ in 0..3 {
+            both.zero_grad();
+            alone.zero_grad();
+            (a.square().sum(Kind::Float) + b.square().sum(Kind::Float)).backward();
+            c.square().sum(Kind::Float).backward();
+            both.step(0.1);
+            alone.step(0.025);
+        }
+        assert_eq!(
+            values(&b),
+            values(&c),
+            "b moved as with a quarter of the rate"
+        );
+        assert_ne!(values(&a), values(&b));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use tch::{Kind, Tensor};
 use super::{policy_loss, AdamW, GradientLedger, LossInputs, LossStats, TrainingBatch};
 use crate::config::LossSection;
 use crate::model::error::ModelError;
+use crate::model::layers::AdapterRows;
 use crate::model::llama::Llama;
 use crate::rollout::AgentCall;
 
@@ -19,6 +20,19 @@ pub struct AgentTraining {
     pub loss: LossSection,
     /// Calls per forward/backward pass.
     pub micro_batch_size: usize,
+    /// Its LoRA adapter in the worker group's model (`None`: the model's own weights).
+    pub adapter: Option<usize>,
+}
+
+/// Where the KL term's reference log-probabilities come from.
+#[derive(Debug, Clone, Copy)]
+pub enum Reference<'a> {
+    /// No reference: no KL term.
+    None,
+    /// A frozen model of its own.
+    Model(&'a Llama),
+    /// The trained model with its LoRA adapters off (the base model, no second copy).
+    Base,
 }
 
 /// What one update did.
@@ -47,12 +61,13 @@ pub struct UpdateReport {
 /// length so micro-batches carry little padding. Each micro-batch's loss is weighted by its
 /// share of the group's calls, so accumulation equals one big batch; an agent's gradient norm
 /// is the norm of what its micro-batches accumulated. The step is skipped, gradients dropped,
-/// when the loss or any gradient is not finite. `reference` (frozen) gives the KL term's
-/// log-probabilities.
+/// when the loss or any gradient is not finite. `reference` gives the KL term's
+/// log-probabilities. An agent with a LoRA adapter trains through it (dropout on), so only its
+/// adapter receives its calls' gradients.
 #[allow(clippy::too_many_arguments)]
 pub fn update_group(
     model: &Llama,
-    reference: Option<&Llama>,
+    reference: Reference<'_>,
     optimizer: &mut AdamW,
     calls: &[&AgentCall],
     advantages: &[f64],
@@ -87,7 +102,8 @@ pub fn update_group(
             let micro_advantages: Vec<f64> = chunk.iter().map(|&i| advantages[i]).collect();
             let batch = TrainingBatch::new(&micro, &micro_advantages, device);
             let weight = chunk.len() as f64 / calls.len() as f64;
-            let stats = accumulate(model, reference, &batch, &settings.loss, weight)?;
+            let adapters = AdapterRows::new(&vec![settings.adapter; chunk.len()], device, true);
+            let stats = accumulate(model, reference, &batch, &adapters, &settings.loss, weight)?;
             finite_loss &= stats.policy_loss.is_finite();
             report.stats = add_weighted(report.stats, stats, weight);
             report.response_tokens += batch.response_tokens;
@@ -115,14 +131,25 @@ pub fn update_group(
 /// Forward and backward of one micro-batch, its loss scaled by `weight`.
 fn accumulate(
     model: &Llama,
-    reference: Option<&Llama>,
+    reference: Reference<'_>,
     batch: &TrainingBatch,
+    adapters: &AdapterRows,
     loss: &LossSection,
     weight: f64,
 ) -> Result<LossStats, ModelError> {
-    let hidden = model.forward_hidden(&batch.input_ids, Some(&batch.attention_mask), None)?;
+    let hidden = model.forward_hidden_with(
+        &batch.input_ids,
+        Some(&batch.attention_mask),
+        None,
+        adapters,
+    )?;
     let logits = model.logits(&batch.response_predictors(&hidden));
     let (logprobs, entropy) = batch.token_logprobs(&logits, loss.entropy_coef != 0.0);
+    let reference = match reference {
+        Reference::None => None,
+        Reference::Model(reference) => Some(reference),
+        Reference::Base => Some(model),
+    };
     let ref_logprobs = match reference {
         Some(reference) if loss.kl_coef != 0.0 => Some(tch::no_grad(|| {
             let hidden =

@@ -1,5 +1,5 @@
 //! [`Checkpoint`]: a run's state at the end of an iteration — per worker group an HF-layout model
-//! folder plus its optimizer moments, and the trainer's own position (iteration, data cursor,
+//! folder (or, for a LoRA group, one PEFT-layout folder per adapter) plus its optimizer moments, and the trainer's own position (iteration, data cursor,
 //! sampler RNG) — written into a temporary folder and renamed into place, so a crash never
 //! leaves a half-written checkpoint that looks complete.
 
@@ -22,6 +22,8 @@ const PARTIAL_SUFFIX: &str = ".partial";
 const DELETING_SUFFIX: &str = ".deleting";
 /// A worker group's optimizer moments inside its folder.
 const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+/// The folder of a LoRA group's adapters (one PEFT folder each) inside its folder.
+const ADAPTERS_DIR: &str = "adapters";
 
 /// The trainer's position, saved with the weights.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -60,9 +62,7 @@ impl Checkpoint {
             .with_context(|| format!("creating {}", staging.display()))?;
         for group in groups {
             let dir = staging.join(&group.name);
-            group
-                .pretrained
-                .save_hf(&dir)
+            save_model(group, &dir)
                 .with_context(|| format!("saving worker group `{}`", group.name))?;
             let named = group.optimizer.state();
             let refs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
@@ -132,7 +132,7 @@ impl Checkpoint {
                     group.name
                 );
             }
-            load_checkpoint(group.pretrained.model.var_store(), &dir, |_| false)
+            restore_model(group, &dir)
                 .with_context(|| format!("restoring worker group `{}`", group.name))?;
             let optimizer = dir.join(OPTIMIZER_FILE);
             let saved = Tensor::read_safetensors(&optimizer)
@@ -144,6 +144,46 @@ impl Checkpoint {
         }
         Ok(state)
     }
+}
+
+/// Writes what a group trains into `dir`: the whole model as an HF folder, or (LoRA) only its
+/// adapters, each a PEFT folder `adapters/NAME` — the frozen base is the run file's model.
+fn save_model(group: &WorkerGroup, dir: &Path) -> anyhow::Result<()> {
+    if group.adapter_names.is_empty() {
+        return Ok(group.pretrained.save_hf(dir)?);
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let base = group.pretrained.source.display().to_string();
+    for (slot, name) in group.adapter_names.iter().enumerate() {
+        group
+            .pretrained
+            .model
+            .save_adapter(slot, &dir.join(ADAPTERS_DIR).join(name), &base)?;
+    }
+    Ok(())
+}
+
+/// Loads what [`save_model`] wrote in `dir` into the group's model.
+fn restore_model(group: &WorkerGroup, dir: &Path) -> anyhow::Result<()> {
+    if group.adapter_names.is_empty() {
+        return Ok(load_checkpoint(
+            group.pretrained.model.var_store(),
+            dir,
+            |_| false,
+        )?);
+    }
+    for (slot, name) in group.adapter_names.iter().enumerate() {
+        let folder = dir.join(ADAPTERS_DIR).join(name);
+        if !folder.is_dir() {
+            bail!(
+                "{} is missing: the checkpoint holds no LoRA adapter `{name}`; was it written by \
+                 another run file?",
+                folder.display()
+            );
+        }
+        group.pretrained.model.load_adapter(slot, &folder)?;
+    }
+    Ok(())
 }
 
 /// Complete checkpoints under `root`, oldest first.

@@ -29,7 +29,7 @@ use crate::config::{RunConfig, RunFile};
 use crate::engine::SamplerRng;
 use crate::preflight::{resolve_model, Plan};
 use crate::rollout::{self, Rollout, RolloutLimits, TeamMember};
-use crate::train::{update_group, warmup_lr, AgentTraining};
+use crate::train::{update_group, warmup_lr, AgentTraining, Reference};
 
 /// Sequences in one generation batch at most (bounds KV-cache memory).
 const MAX_GENERATION_BATCH: usize = 64;
@@ -136,14 +136,20 @@ impl Trainer {
                 .map(|m| resolve_model(m, file))
                 .transpose()?;
             tracing::info!("worker group `{name}`: loading {}", model.display());
-            groups.push(WorkerGroup::load(
+            let lora = section.lora.as_ref().map(crate::preflight::lora_settings);
+            let mut group = WorkerGroup::load(
                 name,
                 section,
                 &model,
                 reference.as_deref(),
+                lora.as_ref()
+                    .map(|s| (s, setup::adapter_names(&config, name))),
+                config.run.seed,
                 learning_rate,
                 config.algorithm.loss.weight_decay,
-            )?);
+            )?;
+            group.set_adapter_learning_rates(setup::adapter_learning_rates(&config, name));
+            groups.push(group);
         }
         let team = setup::team(&config, &mut plan, Phase::Train);
         let penalty = Penalty::new(
@@ -334,9 +340,19 @@ impl Trainer {
                 group.optimizer.steps() + 1,
                 self.config.algorithm.loss.warmup_steps,
             );
+            let reference = match (&group.reference, group.adapter_names.is_empty()) {
+                (Some(reference), _) => Reference::Model(&reference.model),
+                (None, false) => Reference::Base,
+                (None, true) => Reference::None,
+            };
+            // LoRA dropout draws from libtorch's generator: seeded per iteration and group so a
+            // resumed run draws what an uninterrupted one does.
+            tch::manual_seed(
+                (self.config.run.seed ^ (u64::from(self.iteration) << 20) ^ index as u64) as i64,
+            );
             let report = update_group(
                 &group.pretrained.model,
-                group.reference.as_ref().map(|r| &r.model),
+                reference,
                 &mut group.optimizer,
                 &calls,
                 &group_advantages,
@@ -362,6 +378,13 @@ impl Trainer {
                 metrics.set(format!("grad_norm/agent/{}", self.team[*agent].role), *norm);
             }
             metrics.set(format!("lr/{name}"), lr);
+            for (role, rate) in group
+                .adapter_names
+                .iter()
+                .zip(&group.adapter_learning_rates)
+            {
+                metrics.set(format!("lr/agent/{role}"), lr * rate / group.learning_rate);
+            }
             metrics.set(format!("loss/policy/{name}"), report.stats.policy_loss);
             metrics.set(
                 format!("loss/clip_fraction/{name}"),

@@ -23,10 +23,12 @@ pub enum Phase {
 /// agents out of the plan. [`set_phase`] switches the team to the other phase's settings.
 pub fn team(config: &RunConfig, plan: &mut Plan, phase: Phase) -> Vec<TeamMember> {
     let groups: Vec<&String> = config.worker_groups.keys().collect();
+    let adapters = adapter_slots(config);
     std::mem::take(&mut plan.agents)
         .into_iter()
         .zip(&config.agents)
-        .map(|((role, agent), section)| {
+        .zip(adapters)
+        .map(|(((role, agent), section), adapter)| {
             let (sampling, max_new_tokens) = sampling(config, section, phase);
             TeamMember {
                 role,
@@ -35,10 +37,71 @@ pub fn team(config: &RunConfig, plan: &mut Plan, phase: Phase) -> Vec<TeamMember
                     .iter()
                     .position(|g| *g == section.worker_group.get_ref())
                     .unwrap_or_default(),
+                adapter,
                 sampling,
                 max_new_tokens,
             }
         })
+        .collect()
+}
+
+/// Each agent's LoRA adapter in its worker group's model (run-file order): `None` in a group
+/// without `[worker_groups.NAME.lora]`; with `per_agent` the group's agents own adapters 0, 1,
+/// … in run-file order; without, they all share adapter 0.
+pub fn adapter_slots(config: &RunConfig) -> Vec<Option<usize>> {
+    let mut next: std::collections::BTreeMap<&str, usize> = Default::default();
+    config
+        .agents
+        .iter()
+        .map(|section| {
+            let name = section.worker_group.get_ref().as_str();
+            let lora = config.worker_groups.get(name)?.lora.as_ref()?;
+            if !lora.per_agent {
+                return Some(0);
+            }
+            let slot = next.entry(name).or_default();
+            *slot += 1;
+            Some(*slot - 1)
+        })
+        .collect()
+}
+
+/// The names of worker group `group`'s LoRA adapters, by slot (its agents' roles, or `shared`
+/// when they share one); empty without LoRA. Checkpoints name adapter folders after them.
+pub fn adapter_names(config: &RunConfig, group: &str) -> Vec<String> {
+    let Some(lora) = config
+        .worker_groups
+        .get(group)
+        .and_then(|g| g.lora.as_ref())
+    else {
+        return Vec::new();
+    };
+    let roles = config
+        .agents
+        .iter()
+        .filter(|a| a.worker_group.get_ref() == group)
+        .map(|a| a.role.get_ref().clone());
+    if lora.per_agent {
+        roles.collect()
+    } else {
+        vec!["shared".to_owned()]
+    }
+}
+
+/// The learning rate of each adapter (by slot) of worker group `group` when its agents own
+/// one each: the agent's `learning_rate`, or the group's. Empty otherwise.
+pub fn adapter_learning_rates(config: &RunConfig, group: &str) -> Vec<f64> {
+    let Some(section) = config.worker_groups.get(group) else {
+        return Vec::new();
+    };
+    if !section.lora.as_ref().is_some_and(|l| l.per_agent) {
+        return Vec::new();
+    }
+    config
+        .agents
+        .iter()
+        .filter(|a| a.worker_group.get_ref() == group)
+        .map(|a| a.learning_rate.unwrap_or(section.learning_rate))
         .collect()
 }
 
@@ -71,12 +134,13 @@ fn sampling(config: &RunConfig, section: &AgentSection, phase: Phase) -> (Sampli
 }
 
 /// Each agent's training settings: `[algorithm.loss]` and the group's micro-batch size with
-/// the agent's overrides.
+/// the agent's overrides, and its LoRA adapter.
 pub fn agent_training(config: &RunConfig) -> Vec<AgentTraining> {
     config
         .agents
         .iter()
-        .map(|section| {
+        .zip(adapter_slots(config))
+        .map(|(section, adapter)| {
             let mut loss = config.algorithm.loss.clone();
             let group = &config.worker_groups[section.worker_group.get_ref()];
             if let Some(v) = section.clip_low {
@@ -94,16 +158,23 @@ pub fn agent_training(config: &RunConfig) -> Vec<AgentTraining> {
             AgentTraining {
                 loss,
                 micro_batch_size: section.micro_batch_size.unwrap_or(group.micro_batch_size),
+                adapter,
             }
         })
         .collect()
 }
 
 /// The learning rate of each worker group (in name order): the group's, or the one its agents
-/// set. A model has one optimizer, so agents sharing it must agree.
+/// set. A model has one optimizer, so agents sharing it must agree — unless each trains its own
+/// LoRA adapter: then the group's rate is the optimizer's and [`adapter_learning_rates`] gives
+/// each adapter its own.
 pub fn group_learning_rates(config: &RunConfig, origin: &str) -> anyhow::Result<Vec<f64>> {
     let mut rates = Vec::new();
     for (name, group) in &config.worker_groups {
+        if group.lora.as_ref().is_some_and(|l| l.per_agent) {
+            rates.push(group.learning_rate);
+            continue;
+        }
         let mut chosen: Option<(f64, &str)> = None;
         for section in config
             .agents

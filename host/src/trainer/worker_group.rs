@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::Context;
 
 use crate::config;
+use crate::model::lora::LoraSettings;
 use crate::model::pretrained::Pretrained;
 use crate::train::AdamW;
 
@@ -15,29 +16,53 @@ pub struct WorkerGroup {
     pub name: String,
     /// The model, its tokenizer and chat template.
     pub pretrained: Pretrained,
-    /// The frozen reference model, when the group has one.
+    /// The frozen reference model, when the group has one (never with LoRA: the model with
+    /// its adapters off is the reference then).
     pub reference: Option<Pretrained>,
-    /// The optimizer over every weight of the model.
+    /// The names of the model's LoRA adapters by slot (empty: the group trains every weight).
+    pub adapter_names: Vec<String>,
+    /// Each adapter's peak learning rate when its agent sets its own (by slot; empty when
+    /// every trained tensor takes `learning_rate`).
+    pub adapter_learning_rates: Vec<f64>,
+    /// The optimizer over every weight of the model, or over the adapters only with LoRA.
     pub optimizer: AdamW,
     /// The peak learning rate (before warmup).
     pub learning_rate: f64,
 }
 
 impl WorkerGroup {
-    /// Loads the group's model from `model` (and its reference from `reference`) and builds
-    /// its optimizer.
+    /// Loads the group's model from `model` (and its reference from `reference`), attaches
+    /// one LoRA adapter per name of `adapters` when `lora` is set (initialised from `seed`),
+    /// and builds its optimizer.
+    #[allow(clippy::too_many_arguments)]
     pub fn load(
         name: &str,
         section: &config::WorkerGroupSection,
         model: &Path,
         reference: Option<&Path>,
+        lora: Option<(&LoraSettings, Vec<String>)>,
+        seed: u64,
         learning_rate: f64,
         weight_decay: f64,
     ) -> anyhow::Result<Self> {
         let device = tch_device(section.device);
         let kind = tch_kind(section.dtype);
-        let pretrained = Pretrained::load(model, device, kind)
+        let mut pretrained = Pretrained::load(model, device, kind)
             .with_context(|| format!("worker group `{name}`: loading {}", model.display()))?;
+        let adapter_names = match lora {
+            Some((settings, names)) => {
+                pretrained
+                    .model
+                    .add_adapters(settings, names.len().max(1), seed)
+                    .with_context(|| format!("worker group `{name}`: LoRA"))?;
+                names
+            }
+            None => Vec::new(),
+        };
+        let trained = match pretrained.model.adapters() {
+            Some(adapters) => adapters.var_store(),
+            None => pretrained.model.var_store(),
+        };
         let reference = reference
             .map(|path| {
                 let mut reference = Pretrained::load(path, device, kind).with_context(|| {
@@ -50,20 +75,31 @@ impl WorkerGroup {
                 anyhow::Ok(reference)
             })
             .transpose()?;
-        let mut params: Vec<(String, tch::Tensor)> = pretrained
-            .model
-            .var_store()
-            .variables()
-            .into_iter()
-            .collect();
+        let mut params: Vec<(String, tch::Tensor)> = trained.variables().into_iter().collect();
         params.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(Self {
             name: name.to_owned(),
+            adapter_names,
+            adapter_learning_rates: Vec::new(),
             optimizer: AdamW::new(params, weight_decay),
             pretrained,
             reference,
             learning_rate,
         })
+    }
+}
+
+impl WorkerGroup {
+    /// Gives adapter `slot` the peak learning rate `rates[slot]` (the optimizer scales those
+    /// adapters' steps by the ratio to the group's rate, warmup included).
+    pub fn set_adapter_learning_rates(&mut self, rates: Vec<f64>) {
+        for (slot, &rate) in rates.iter().enumerate() {
+            self.optimizer.scale_rates(
+                |name| crate::model::lora::is_slot_variable(name, slot),
+                rate / self.learning_rate,
+            );
+        }
+        self.adapter_learning_rates = rates;
     }
 }
 

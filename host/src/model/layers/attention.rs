@@ -3,7 +3,7 @@
 
 use tch::{nn, Tensor};
 
-use super::{AttentionContext, KvCache, Linear, RmsNorm, Rotary};
+use super::{AdapterRows, AttentionContext, KvCache, Projection, RmsNorm, Rotary};
 
 /// The sizes and options of one attention block.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -25,10 +25,10 @@ pub struct AttentionConfig {
 /// `self_attn`: q/k/v/o projections, optional q/k norms.
 #[derive(Debug)]
 pub struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
-    o_proj: Linear,
+    q_proj: Projection,
+    k_proj: Projection,
+    v_proj: Projection,
+    o_proj: Projection,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
     config: AttentionConfig,
@@ -43,34 +43,57 @@ impl Attention {
                 .map(|eps| RmsNorm::new(&(p / name), c.head_dim, eps))
         };
         Self {
-            q_proj: Linear::new(&(p / "q_proj"), c.hidden, c.heads * c.head_dim, c.qkv_bias),
-            k_proj: Linear::new(
+            q_proj: Projection::new(&(p / "q_proj"), c.hidden, c.heads * c.head_dim, c.qkv_bias),
+            k_proj: Projection::new(
                 &(p / "k_proj"),
                 c.hidden,
                 c.kv_heads * c.head_dim,
                 c.qkv_bias,
             ),
-            v_proj: Linear::new(
+            v_proj: Projection::new(
                 &(p / "v_proj"),
                 c.hidden,
                 c.kv_heads * c.head_dim,
                 c.qkv_bias,
             ),
-            o_proj: Linear::new(&(p / "o_proj"), c.heads * c.head_dim, c.hidden, false),
+            o_proj: Projection::new(&(p / "o_proj"), c.heads * c.head_dim, c.hidden, false),
             q_norm: norm("q_norm"),
             k_norm: norm("k_norm"),
             config,
         }
     }
 
+    /// The projections with their names under `self_attn` (`q_proj`, `k_proj`, `v_proj`,
+    /// `o_proj`), for attaching LoRA adapters.
+    pub fn projections_mut(&mut self) -> [(&'static str, &mut Projection); 4] {
+        [
+            ("q_proj", &mut self.q_proj),
+            ("k_proj", &mut self.k_proj),
+            ("v_proj", &mut self.v_proj),
+            ("o_proj", &mut self.o_proj),
+        ]
+    }
+
+    /// The projections with their names, as [`Self::projections_mut`].
+    pub fn projections(&self) -> [(&'static str, &Projection); 4] {
+        [
+            ("q_proj", &self.q_proj),
+            ("k_proj", &self.k_proj),
+            ("v_proj", &self.v_proj),
+            ("o_proj", &self.o_proj),
+        ]
+    }
+
     /// Attends from `x` `[B, T, hidden]` to the cached keys (when `cache` holds this block's
-    /// `layer`) and the new ones, as `context` allows.
+    /// `layer`) and the new ones, as `context` allows; each row's projections go through the
+    /// LoRA adapter `rows` gives it.
     pub fn forward(
         &self,
         x: &Tensor,
         rotary: &Rotary,
         context: &AttentionContext,
         cache: Option<(&mut KvCache, usize)>,
+        rows: &AdapterRows,
     ) -> Tensor {
         let c = &self.config;
         let size = x.size();
@@ -83,9 +106,9 @@ impl Attention {
             };
             y.transpose(1, 2)
         };
-        let q = heads(self.q_proj.forward(x), c.heads, &self.q_norm);
-        let k = heads(self.k_proj.forward(x), c.kv_heads, &self.k_norm);
-        let v = heads(self.v_proj.forward(x), c.kv_heads, &None);
+        let q = heads(self.q_proj.forward(x, rows), c.heads, &self.q_norm);
+        let k = heads(self.k_proj.forward(x, rows), c.kv_heads, &self.k_norm);
+        let v = heads(self.v_proj.forward(x, rows), c.kv_heads, &None);
         let q = rotary.apply(&q, &context.positions);
         let k = rotary.apply(&k, &context.positions);
         let (k, v) = match cache {
@@ -102,7 +125,9 @@ impl Attention {
             None,
             c.kv_heads != c.heads,
         );
-        self.o_proj
-            .forward(&y.transpose(1, 2).reshape([b, t, c.heads * c.head_dim]))
+        self.o_proj.forward(
+            &y.transpose(1, 2).reshape([b, t, c.heads * c.head_dim]),
+            rows,
+        )
     }
 }

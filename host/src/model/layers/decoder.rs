@@ -2,7 +2,10 @@
 
 use tch::{nn, Tensor};
 
-use super::{Attention, AttentionConfig, AttentionContext, KvCache, Mlp, RmsNorm, Rotary};
+use super::{
+    AdapterRows, Attention, AttentionConfig, AttentionContext, KvCache, Mlp, Projection, RmsNorm,
+    Rotary,
+};
 
 /// `model.layers.N`: `input_layernorm`, `self_attn`, `post_attention_layernorm`, `mlp`.
 #[derive(Debug)]
@@ -28,19 +31,47 @@ impl DecoderLayer {
         }
     }
 
-    /// Applies the layer to `x` `[B, T, hidden]`.
+    /// The seven projections with their names under the layer (`self_attn.q_proj`, …,
+    /// `mlp.down_proj`), for attaching LoRA adapters.
+    pub fn projections_mut(&mut self) -> Vec<(String, &mut Projection)> {
+        let attention = self.self_attn.projections_mut().into_iter();
+        let attention = attention.map(|(n, p)| (format!("self_attn.{n}"), p));
+        let mlp = self.mlp.projections_mut().into_iter();
+        attention
+            .chain(mlp.map(|(n, p)| (format!("mlp.{n}"), p)))
+            .collect()
+    }
+
+    /// The projections with their names, as [`Self::projections_mut`].
+    pub fn projections(&self) -> Vec<(String, &Projection)> {
+        let attention = self.self_attn.projections().into_iter();
+        let attention = attention.map(|(n, p)| (format!("self_attn.{n}"), p));
+        let mlp = self.mlp.projections().into_iter();
+        attention
+            .chain(mlp.map(|(n, p)| (format!("mlp.{n}"), p)))
+            .collect()
+    }
+
+    /// Applies the layer to `x` `[B, T, hidden]`, each row through the LoRA adapter `rows`
+    /// gives it.
     pub fn forward(
         &self,
         x: &Tensor,
         rotary: &Rotary,
         context: &AttentionContext,
         cache: Option<(&mut KvCache, usize)>,
+        rows: &AdapterRows,
     ) -> Tensor {
-        let h =
-            x + self
-                .self_attn
-                .forward(&self.input_layernorm.forward(x), rotary, context, cache);
-        let out = self.mlp.forward(&self.post_attention_layernorm.forward(&h));
+        let h = x + self.self_attn.forward(
+            &self.input_layernorm.forward(x),
+            rotary,
+            context,
+            cache,
+            rows,
+        );
+        let out = self
+            .mlp
+            .forward(&self.post_attention_layernorm.forward(&h), rows);
         h + out
     }
 }

@@ -2,29 +2,49 @@
 
 use tch::{nn, Tensor};
 
-use super::Linear;
+use super::{AdapterRows, Projection};
 
 /// The gated MLP of Llama-family decoders (`mlp.gate_proj`, `mlp.up_proj`, `mlp.down_proj`).
 #[derive(Debug)]
 pub struct Mlp {
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+    gate: Projection,
+    up: Projection,
+    down: Projection,
 }
 
 impl Mlp {
     /// Allocates the three projections under `p` (`p` is the layer's `mlp` path).
     pub fn new(p: &nn::Path, hidden: i64, intermediate: i64) -> Self {
         Self {
-            gate: Linear::new(&(p / "gate_proj"), hidden, intermediate, false),
-            up: Linear::new(&(p / "up_proj"), hidden, intermediate, false),
-            down: Linear::new(&(p / "down_proj"), intermediate, hidden, false),
+            gate: Projection::new(&(p / "gate_proj"), hidden, intermediate, false),
+            up: Projection::new(&(p / "up_proj"), hidden, intermediate, false),
+            down: Projection::new(&(p / "down_proj"), intermediate, hidden, false),
         }
     }
 
-    /// Applies the block to `x` `[.., hidden]`.
-    pub fn forward(&self, x: &Tensor) -> Tensor {
-        self.down
-            .forward(&(self.gate.forward(x).silu() * self.up.forward(x)))
+    /// The projections with their names under `mlp`, for attaching LoRA adapters.
+    pub fn projections_mut(&mut self) -> [(&'static str, &mut Projection); 3] {
+        [
+            ("gate_proj", &mut self.gate),
+            ("up_proj", &mut self.up),
+            ("down_proj", &mut self.down),
+        ]
+    }
+
+    /// The projections with their names, as [`Self::projections_mut`].
+    pub fn projections(&self) -> [(&'static str, &Projection); 3] {
+        [
+            ("gate_proj", &self.gate),
+            ("up_proj", &self.up),
+            ("down_proj", &self.down),
+        ]
+    }
+
+    /// Applies the block to `x` `[.., hidden]`, each row through the adapter `rows` gives it.
+    pub fn forward(&self, x: &Tensor, rows: &AdapterRows) -> Tensor {
+        self.down.forward(
+            &(self.gate.forward(x, rows).silu() * self.up.forward(x, rows)),
+            rows,
+        )
     }
 }

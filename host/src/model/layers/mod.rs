@@ -3,19 +3,23 @@
 //! Every layer takes its weights from a [`tch::nn::Path`], so their variable names are the
 //! Hugging Face parameter names and checkpoints load by name.
 
+pub mod adapter_rows;
 pub mod attention;
 pub mod decoder;
 pub mod kv_cache;
 pub mod linear;
+pub mod lora;
 pub mod mask;
 pub mod mlp;
 pub mod rms_norm;
 pub mod rotary;
 
+pub use adapter_rows::AdapterRows;
 pub use attention::{Attention, AttentionConfig};
 pub use decoder::DecoderLayer;
 pub use kv_cache::KvCache;
 pub use linear::Linear;
+pub use lora::{LoraLinear, Projection};
 pub use mask::AttentionContext;
 pub use mlp::Mlp;
 pub use rms_norm::RmsNorm;

@@ -1,0 +1,432 @@
+//! LoRA adapters on the tiny Llama fixture: B = 0 is exactly the base model, a batch mixing
+//! adapters gives each row what its adapter alone gives (full forwards and cached generation),
+//! a step changes only the adapters its rows used, adapters save and load bit for bit in PEFT's
+//! layout, and a PEFT-made adapter (`scripts/golden/make_lora_fixture.py`) gives PEFT's logits,
+//! merged or not.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use drmas_host::engine::{generate, GenerationRequest, SamplerRng, SamplingParams};
+use drmas_host::model::layers::AdapterRows;
+use drmas_host::model::llama::Llama;
+use drmas_host::model::lora::LoraSettings;
+use drmas_host::model::peft::{AdapterConfig, ADAPTER_CONFIG_FILE};
+use drmas_host::model::pretrained::Pretrained;
+use drmas_host::train::AdamW;
+use serde_json::Value;
+use tch::{Device, Kind, Tensor};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf")
+}
+
+fn base() -> Pretrained {
+    Pretrained::load(&fixtures().join("llama"), Device::Cpu, Kind::Float).expect("fixture loads")
+}
+
+fn settings(rank: i64) -> LoraSettings {
+    LoraSettings {
+        rank,
+        alpha: 16.0,
+        dropout: 0.0,
+        target_modules: [
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    }
+}
+
+/// The fixture with `slots` adapters of rank 4 whose B matrices are random (not the zero init).
+fn adapted(slots: usize) -> Pretrained {
+    let mut pretrained = base();
+    pretrained
+        .model
+        .add_adapters(&settings(4), slots, 7)
+        .expect("adapters attach");
+    tch::manual_seed(3);
+    let adapters = pretrained.model.adapters().expect("adapters");
+    let mut variables: Vec<_> = adapters.var_store().variables().into_iter().collect();
+    variables.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, variable) in variables {
+        if name.contains("lora_B") {
+            let values = Tensor::randn(variable.size(), (Kind::Float, Device::Cpu)) * 0.3;
+            tch::no_grad(|| variable.shallow_clone().copy_(&values));
+        }
+    }
+    pretrained
+}
+
+fn ids(rows: &[&[i64]]) -> (Tensor, Tensor) {
+    let width = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let mut ids = Vec::new();
+    let mut mask = Vec::new();
+    for row in rows {
+        let pad = width - row.len();
+        ids.extend(std::iter::repeat_n(0, pad).chain(row.iter().copied()));
+        mask.extend(std::iter::repeat_n(0i64, pad).chain(std::iter::repeat_n(1, row.len())));
+    }
+    let shape = [rows.len() as i64, width as i64];
+    (
+        Tensor::from_slice(&ids).view(shape),
+        Tensor::from_slice(&mask).view(shape),
+    )
+}
+
+fn logits(model: &Llama, rows: &[&[i64]], slots: &[Option<usize>]) -> Tensor {
+    let (input, mask) = ids(rows);
+    let adapters = AdapterRows::new(slots, Device::Cpu, false);
+    tch::no_grad(|| {
+        let hidden = model.forward_hidden_with(&input, Some(&mask), None, &adapters)?;
+        Ok::<_, drmas_host::model::error::ModelError>(model.logits(&hidden))
+    })
+    .expect("forward")
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
+    (a - b).abs().max().double_value(&[])
+}
+
+const A: &[i64] = &[5, 17, 42, 99, 7, 256, 300, 12, 64];
+const B: &[i64] = &[3, 8, 250, 11];
+const C: &[i64] = &[100, 101, 102, 103, 104, 105];
+
+#[test]
+fn zero_b_gives_exactly_the_base_logits() {
+    let plain = base();
+    let mut lora = base();
+    lora.model
+        .add_adapters(&settings(8), 2, 1)
+        .expect("adapters attach");
+    let want = logits(&plain.model, &[A, B], &[None, None]);
+    for slots in [[Some(0), Some(0)], [Some(1), None], [Some(0), Some(1)]] {
+        let got = logits(&lora.model, &[A, B], &slots);
+        assert!(got.equal(&want), "adapters {slots:?} changed the logits");
+    }
+}
+
+#[test]
+fn a_mixed_batch_gives_each_row_its_own_adapter() {
+    let pretrained = adapted(2);
+    let model = &pretrained.model;
+    let rows = [A, B, C, B];
+    let slots = [Some(0), Some(1), None, Some(0)];
+    let batch = logits(model, &rows, &slots);
+    let width = batch.size()[1];
+    for (i, (row, slot)) in rows.iter().zip(slots).enumerate() {
+        let alone = logits(model, &[row], &[slot]).get(0);
+        let n = row.len() as i64;
+        let got = batch.get(i as i64).narrow(0, width - n, n);
+        let diff = max_abs_diff(&got, &alone);
+        assert!(diff < 1e-4, "row {i} (adapter {slot:?}) differs by {diff}");
+    }
+    let base_row = logits(model, &[B], &[None]).get(0);
+    let own = logits(model, &[B], &[Some(1)]).get(0);
+    let other = logits(model, &[B], &[Some(0)]).get(0);
+    assert!(
+        max_abs_diff(&own, &base_row) > 0.1,
+        "the adapter changes nothing"
+    );
+    assert!(
+        max_abs_diff(&own, &other) > 0.1,
+        "both adapters compute the same"
+    );
+}
+
+#[test]
+fn mixed_generation_matches_each_adapter_alone() {
+    let pretrained = adapted(2);
+    let request =
+        |prompt: &[i64], adapter: Option<usize>, max_new_tokens: usize| GenerationRequest {
+            prompt: prompt.to_vec(),
+            params: SamplingParams::with_temperature(0.0),
+            max_new_tokens,
+            stop: Vec::new(),
+            adapter,
+        };
+    // The same prompt under two adapters must not share a prefill; rows finishing early are
+    // dropped from the batch, and the adapter rows with them.
+    let requests = [
+        request(A, Some(0), 12),
+        request(A, Some(1), 3),
+        request(C, None, 5),
+        request(B, Some(1), 12),
+        request(A, Some(0), 12),
+    ];
+    let mut rng = SamplerRng::new(0);
+    let together = generate(
+        &pretrained.model,
+        &pretrained.tokenizer,
+        &requests,
+        &mut rng,
+    )
+    .expect("batch");
+    for (i, request) in requests.iter().enumerate() {
+        let alone = generate(
+            &pretrained.model,
+            &pretrained.tokenizer,
+            std::slice::from_ref(request),
+            &mut rng,
+        )
+        .expect("alone");
+        assert_eq!(together[i].tokens, alone[0].tokens, "request {i}");
+        for (a, b) in together[i].logprobs.iter().zip(&alone[0].logprobs) {
+            assert!((a - b).abs() < 1e-4, "request {i}: logprob {a} vs {b}");
+        }
+    }
+    assert_ne!(
+        together[0].tokens[..3],
+        together[1].tokens[..],
+        "adapters agree: {:?} {:?}",
+        together[0].tokens,
+        together[1].tokens
+    );
+}
+
+#[test]
+fn a_step_changes_only_the_adapter_its_rows_used() {
+    let pretrained = adapted(2);
+    let model = &pretrained.model;
+    let snapshot = |vs: &tch::nn::VarStore| {
+        let mut all: Vec<(String, Tensor)> = vs
+            .variables()
+            .into_iter()
+            .map(|(n, t)| (n, t.detach().copy()))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    };
+    let base_before = snapshot(model.var_store());
+    let adapters = model.adapters().expect("adapters");
+    let lora_before = snapshot(adapters.var_store());
+    let mut params = adapters
+        .var_store()
+        .variables()
+        .into_iter()
+        .collect::<Vec<_>>();
+    params.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut optimizer = AdamW::new(params, 0.01);
+    let (input, mask) = ids(&[A, C]);
+    let rows = AdapterRows::new(&[Some(1), Some(1)], Device::Cpu, true);
+    let hidden = model
+        .forward_hidden_with(&input, Some(&mask), None, &rows)
+        .expect("forward");
+    let loss = model
+        .logits(&hidden)
+        .log_softmax(-1, Kind::Float)
+        .select(2, 5)
+        .mean(Kind::Float);
+    loss.backward();
+    optimizer.step(1e-2);
+
+    for ((name, before), (_, after)) in base_before.iter().zip(snapshot(model.var_store())) {
+        assert!(before.equal(&after), "base weight {name} changed");
+    }
+    let mut changed = 0;
+    for ((name, before), (_, after)) in lora_before.iter().zip(snapshot(adapters.var_store())) {
+        let same = before.equal(&after);
+        if name.contains(".0.weight") {
+            assert!(same, "{name} changed, but no row used adapter 0");
+        } else {
+            changed += usize::from(!same);
+        }
+    }
+    assert_eq!(changed, 2 * 7 * 2, "every A and B of adapter 1 moves");
+}
+
+#[test]
+fn a_saved_adapter_loads_back_bit_exactly() {
+    let source = adapted(2);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let folder = dir.path().join("solver");
+    source
+        .model
+        .save_adapter(1, &folder, "tiny-llama")
+        .expect("saves");
+    let config = AdapterConfig::read(&folder).expect("config reads");
+    assert_eq!(config.settings, settings(4));
+    assert_eq!(config.base_model, "tiny-llama");
+
+    let mut target = base();
+    target
+        .model
+        .add_adapters(&settings(4), 2, 99)
+        .expect("adapters attach");
+    target.model.load_adapter(0, &folder).expect("loads");
+    let saved = source.model.adapter_tensors(1).expect("slot 1");
+    let loaded = target.model.adapter_tensors(0).expect("slot 0");
+    assert_eq!(saved.len(), 2 * 7 * 2);
+    for (name, tensor) in &saved {
+        assert!(
+            tensor.equal(&loaded[name]),
+            "{name} differs after the round trip"
+        );
+    }
+    let want = logits(&source.model, &[A], &[Some(1)]);
+    assert!(logits(&target.model, &[A], &[Some(0)]).equal(&want));
+}
+
+fn golden() -> Value {
+    let text = fs::read_to_string(fixtures().join("llama_lora.golden.json")).expect("committed");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+/// Logits of the golden batch through `slots`, and the largest difference from PEFT's.
+fn peft_difference(model: &Llama, golden: &Value, slots: &[Option<usize>]) -> f64 {
+    let list = |v: &Value| -> Vec<i64> {
+        let items = v.as_array().expect("a list");
+        items.iter().map(|x| x.as_i64().expect("an int")).collect()
+    };
+    let rows: Vec<Vec<i64>> = golden["input_ids"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(list)
+        .collect();
+    let masks: Vec<Vec<i64>> = golden["attention_mask"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(list)
+        .collect();
+    let shape = [rows.len() as i64, rows[0].len() as i64];
+    let input = Tensor::from_slice(&rows.concat()).view(shape);
+    let mask = Tensor::from_slice(&masks.concat()).view(shape);
+    let adapters = AdapterRows::new(slots, Device::Cpu, false);
+    let logits = tch::no_grad(|| model.forward_hidden_with(&input, Some(&mask), None, &adapters))
+        .map(|h| model.logits(&h))
+        .expect("forward");
+    let mut worst = 0.0f64;
+    for (i, want) in golden["logits"]
+        .as_array()
+        .expect("logits")
+        .iter()
+        .enumerate()
+    {
+        let want: Vec<f32> = want
+            .as_array()
+            .expect("positions")
+            .iter()
+            .flat_map(|row| row.as_array().expect("a row").iter())
+            .map(|v| v.as_f64().expect("a number") as f32)
+            .collect();
+        let start = masks[i].iter().position(|&m| m == 1).expect("a token") as i64;
+        let got = logits.get(i as i64).narrow(0, start, shape[1] - start);
+        let want = Tensor::from_slice(&want).view(got.size().as_slice());
+        worst = worst.max(max_abs_diff(&got, &want));
+    }
+    worst
+}
+
+#[test]
+fn a_peft_adapter_gives_peft_logits_merged_or_not() {
+    let folder = fixtures().join("llama_lora");
+    let config = AdapterConfig::read(&folder).expect("PEFT's config reads");
+    assert_eq!((config.settings.rank, config.settings.alpha), (4, 8.0));
+    assert_eq!(config.settings.dropout, 0.1);
+    let mut pretrained = base();
+    let model = &mut pretrained.model;
+    model
+        .add_adapters(&config.settings, 1, 0)
+        .expect("adapters attach");
+    model
+        .load_adapter(0, &folder)
+        .expect("PEFT's adapter loads");
+    let golden = golden();
+    let worst = peft_difference(model, &golden, &[Some(0), Some(0)]);
+    eprintln!("max |logit - PEFT| = {worst:.2e}");
+    assert!(worst < 1e-4, "logits differ from PEFT's by {worst}");
+    assert!(
+        peft_difference(model, &golden, &[None, None]) > 0.1,
+        "the base is not PEFT's"
+    );
+
+    model.merge_adapter(0).expect("merges");
+    assert!(model.adapters().is_none());
+    let worst = peft_difference(model, &golden, &[None, None]);
+    eprintln!("merged: max |logit - PEFT| = {worst:.2e}");
+    assert!(worst < 1e-4, "merged logits differ from PEFT's by {worst}");
+}
+
+#[test]
+fn mismatched_or_unsupported_adapters_are_refused_with_the_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let folder = dir.path().join("adapter");
+    fs::create_dir(&folder).expect("mkdir");
+    let peft = fixtures().join("llama_lora");
+    for file in fs::read_dir(&peft).expect("fixture") {
+        let path = file.expect("entry").path();
+        fs::copy(&path, folder.join(path.file_name().expect("name"))).expect("copy");
+    }
+    let mut pretrained = base();
+    pretrained
+        .model
+        .add_adapters(&settings(8), 1, 0)
+        .expect("adapters attach");
+    let err = pretrained
+        .model
+        .load_adapter(0, &folder)
+        .expect_err("rank 4 into rank 8");
+    assert!(err.to_string().contains("r = 4"), "{err}");
+    let (input, _) = ids(&[A]);
+    let err = pretrained
+        .model
+        .forward_hidden_with(
+            &input,
+            None,
+            None,
+            &AdapterRows::new(&[Some(1)], Device::Cpu, false),
+        )
+        .expect_err("one adapter only");
+    assert!(
+        err.to_string().contains("adapter 1 does not exist"),
+        "{err}"
+    );
+
+    let config_path = folder.join(ADAPTER_CONFIG_FILE);
+    let mut config: Value =
+        serde_json::from_str(&fs::read_to_string(&config_path).expect("reads")).expect("JSON");
+    config["use_dora"] = Value::Bool(true);
+    fs::write(&config_path, config.to_string()).expect("writes");
+    let err = AdapterConfig::read(&folder).expect_err("DoRA");
+    assert!(err.to_string().contains("use_dora"), "{err}");
+
+    let mut wrong = settings(4);
+    wrong.target_modules.push("lm_head".to_owned());
+    let err = base()
+        .model
+        .add_adapters(&wrong, 1, 0)
+        .expect_err("lm_head is not a projection");
+    assert!(err.to_string().contains("`lm_head`"), "{err}");
+}
+
+#[test]
+fn convert_merges_a_peft_adapter_into_a_plain_folder() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let out = root.path().join("merged");
+    let (model, adapter) = (fixtures().join("llama"), fixtures().join("llama_lora"));
+    let cli = drmas_host::cli::Cli::try_parse_from([
+        "drmas-host".as_ref(),
+        "convert".as_ref(),
+        model.as_os_str(),
+        out.as_os_str(),
+        "--merge-adapter".as_ref(),
+        adapter.as_os_str(),
+    ])
+    .expect("parses");
+    drmas_host::run(cli).expect("converts");
+    let merged = Pretrained::load(&out, Device::Cpu, Kind::Float).expect("loads");
+    let worst = peft_difference(&merged.model, &golden(), &[None, None]);
+    assert!(
+        worst < 1e-4,
+        "the merged folder differs from PEFT's logits by {worst}"
+    );
+}
