@@ -8,12 +8,21 @@
 //! prompts, then for the same prompt in every row (a sampling group: prefilled once) and for
 //! distinct prompts the tokens generated and tokens per second over the whole `generate` call
 //! (prefill included).
+//!
+//! When the Python peer is installed (`scripts/bench/peer-venv.sh`, or `$DRMAS_PEER_PYTHON`), the
+//! distinct prompts of each batch also go through HF transformers `generate` on the same model
+//! (converted to an HF folder), right after ours, and the ratio ours / HF is printed.
+
+#[path = "common/peer.rs"]
+mod peer;
 
 use std::time::Instant;
 
 use drmas_host::engine::{generate, GenerationRequest, SamplerRng, SamplingParams};
 use drmas_host::model::gguf::GgufModel;
 use drmas_host::model::llama::Llama;
+use peer::Peer;
+use serde_json::json;
 use tch::{Device, Tensor};
 
 const NEW_TOKENS: usize = 128;
@@ -57,6 +66,7 @@ fn main() {
         stop: Vec::new(),
         adapter: None,
     };
+    let mut peer = Peer::start(&path, threads);
     // Warm-up: libtorch's first calls allocate and pick kernels.
     let warm = GenerationRequest {
         max_new_tokens: 4,
@@ -69,6 +79,13 @@ fn main() {
         &mut SamplerRng::new(0),
     )
     .expect("generates");
+    if let Some(p) = peer.as_mut() {
+        let warm = json!({"cmd": "generate", "prompts": [prompt, prompt], "max_new_tokens": 4});
+        if let Err(error) = p.call(&warm) {
+            println!("peer skipped: {error}");
+            peer = None;
+        }
+    }
     for batch in batches {
         // Distinct prompts: the same question numbered differently, so nothing is shared.
         let distinct: Vec<Vec<i64>> = (0..batch)
@@ -107,6 +124,7 @@ fn main() {
             "batch {batch:>3}: prefill of {batch} distinct prompts {:.1} ms",
             prefill * 1e3
         );
+        let peer_prompts = distinct.clone();
         let runs = [
             ("same prompt", vec![request.clone(); batch]),
             (
@@ -120,6 +138,7 @@ fn main() {
                     .collect(),
             ),
         ];
+        let mut ours = 0.0;
         for (name, requests) in runs {
             let start = Instant::now();
             let generations = generate(&llama, &tokenizer, &requests, &mut SamplerRng::new(1))
@@ -136,6 +155,28 @@ fn main() {
                  {:>7.1} tokens/s",
                 tokens as f64 / elapsed,
             );
+            ours = tokens as f64 / elapsed;
+        }
+        if let Some(p) = peer.as_mut() {
+            let request = json!({"cmd": "generate", "prompts": peer_prompts,
+                                 "max_new_tokens": NEW_TOKENS, "seed": 1});
+            match p.call(&request) {
+                Ok(answer) => {
+                    let (tokens, seconds) = (
+                        Peer::number(&answer, "tokens"),
+                        Peer::number(&answer, "seconds"),
+                    );
+                    println!(
+                        "  {:<16}: {tokens:>5} tokens (longest {}) in {seconds:>6.2} s = \
+                         {:>7.1} tokens/s; ours / HF = {:.2}",
+                        "HF transformers",
+                        Peer::number(&answer, "longest"),
+                        tokens / seconds,
+                        ours / (tokens / seconds),
+                    );
+                }
+                Err(error) => println!("  HF transformers: {error}"),
+            }
         }
     }
 }

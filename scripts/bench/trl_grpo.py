@@ -1,0 +1,200 @@
+"""The TRL side of the GRPO comparison (issue #6): one GRPOTrainer step on the CPU with the
+settings of a drmas run file, timed, printed as one JSON line.
+
+    python scripts/bench/trl_grpo.py --config configs/bench/grpo-trl.toml --model HF_FOLDER
+
+From the run file: the Solver's prompt template, the training data (GSM8K JSONL), prompts per
+batch, group size, max response tokens, temperature and learning rate. The batch is every
+prompt's group in one step (per-device batch = prompts x group size, one gradient accumulation
+step), as drmas does. The reward is the math environment's: 1 when the last \\boxed{} answer (or
+a GSM8K `#### n` line, or "the answer is n") equals the reference number, else 0.
+
+Prints {"step_s", "generate_s", "update_s", "mean_completion_len", "reward_mean", "tokens", ...}:
+`generate_s` is the time inside `model.generate`, `update_s` the rest of the step (scoring the
+completions' log-probabilities, the loss, backward and the optimizer step).
+"""
+
+import argparse
+import json
+import math
+import re
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+import torch
+
+
+def gsm8k_answer(solution):
+    """The number after GSM8K's `####`, commas removed."""
+    return solution.split("####")[-1].strip().replace(",", "")
+
+
+def last_boxed(text):
+    """The content of the last balanced \\boxed{...}, or None."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth, begin = 0, start + len("\\boxed")
+    for i in range(begin, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[begin + 1 : i]
+    return None
+
+
+def final_answer(text):
+    """What the math environment takes as the final answer, for GSM8K's numeric answers."""
+    text = text.split("</think>")[-1]
+    for found in (
+        last_boxed(text),
+        (re.findall(r"####\s*([^\n]+)", text) or [None])[-1],
+        (re.findall(r"answer is:?\s*\$?([-\d.,/]+)", text, re.IGNORECASE) or [None])[-1],
+    ):
+        if found is not None and found.strip():
+            return found
+    return None
+
+
+def same_number(answer, reference):
+    """Numeric equality after dropping commas, dollar signs, units in \\text{} and a final dot."""
+    if answer is None:
+        return False
+    cleaned = re.sub(r"\\text\{[^}]*\}|\\[,!; ]|[$,\s]", "", answer).rstrip(".")
+    cleaned = cleaned.replace("\\%", "").replace("%", "")
+    try:
+        return math.isclose(float(cleaned), float(reference), rel_tol=0, abs_tol=1e-6)
+    except ValueError:
+        return cleaned == reference
+
+
+def boxed_reward(completions, answer, **_):
+    """TRL reward function: 1.0 for a right final answer, else 0.0."""
+    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+    return [float(same_number(final_answer(t), a)) for t, a in zip(texts, answer)]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, type=Path, help="the drmas run file")
+    parser.add_argument("--model", required=True, help="HF folder (drmas-host convert)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--no-gradient-checkpointing",
+        action="store_true",
+        help="turn off TRL's default activation checkpointing (drmas does not checkpoint)",
+    )
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    # Imported after the thread count is set.
+    import datasets
+    import transformers
+    import trl
+
+    run = tomllib.loads(args.config.read_text())
+    (agent,) = run["agents"]
+    template = agent["params"]["prompt"]
+    rollout = run["rollout"]
+    (group,) = run["worker_groups"].values()
+    data_path = args.config.parent / run["environment"]["train_data"]["path"]
+    rows = [json.loads(line) for line in data_path.read_text().splitlines() if line.strip()]
+    prompts = rollout["prompts_per_batch"]
+    if len(rows) < prompts:
+        sys.exit(f"{data_path} has {len(rows)} problems, the run file asks for {prompts}")
+    dataset = datasets.Dataset.from_list(
+        [
+            {
+                "prompt": [{"role": "user", "content": template.replace("{question}", r["question"])}],
+                "answer": gsm8k_answer(r["answer"]),
+            }
+            for r in rows[:prompts]
+        ]
+    )
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(args.model)
+    model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    generate = model.generate
+    generate_seconds = []
+
+    def timed_generate(*a, **kw):
+        start = time.perf_counter()
+        out = generate(*a, **kw)
+        generate_seconds.append(time.perf_counter() - start)
+        return out
+
+    model.generate = timed_generate
+
+    class StepTimer(transformers.TrainerCallback):
+        """Wall time of each optimizer step (generation included: GRPO generates inside it)."""
+
+        def __init__(self):
+            self.started, self.seconds = 0.0, []
+
+        def on_step_begin(self, *_, **__):
+            self.started = time.perf_counter()
+
+        def on_step_end(self, *_, **__):
+            self.seconds.append(time.perf_counter() - self.started)
+
+    group_size = rollout["group_size"]
+    timer = StepTimer()
+    with tempfile.TemporaryDirectory() as out:
+        config = trl.GRPOConfig(
+            output_dir=out,
+            use_cpu=True,
+            per_device_train_batch_size=prompts * group_size,
+            gradient_accumulation_steps=1,
+            num_generations=group_size,
+            max_completion_length=rollout["max_response_tokens"],
+            temperature=rollout.get("temperature", 1.0),
+            top_p=1.0,
+            top_k=0,
+            learning_rate=group.get("learning_rate", 1e-6),
+            beta=0.0,
+            gradient_checkpointing=not args.no_gradient_checkpointing,
+            max_steps=1,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            seed=run["run"].get("seed", 0),
+            dataloader_num_workers=0,
+            disable_tqdm=True,
+        )
+        trainer = trl.GRPOTrainer(
+            model=model,
+            reward_funcs=boxed_reward,
+            args=config,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[timer],
+        )
+        trainer.train()
+    logged = next(entry for entry in trainer.state.log_history if "reward" in entry)
+    step = timer.seconds[0]
+    generated = sum(generate_seconds)
+    mean_len = logged.get("completions/mean_length", float("nan"))
+    print(
+        json.dumps(
+            {
+                "step_s": step,
+                "generate_s": generated,
+                "update_s": step - generated,
+                "mean_completion_len": mean_len,
+                "reward_mean": logged.get("reward"),
+                "completions": prompts * group_size,
+                "gradient_checkpointing": not args.no_gradient_checkpointing,
+                "threads": torch.get_num_threads(),
+                "torch": torch.__version__,
+                "transformers": transformers.__version__,
+                "trl": trl.__version__,
+            }
+        ),
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
