@@ -7,8 +7,13 @@ use super::pack::{PackedWeights, PANEL};
 use super::pool::Pool;
 
 /// Below this many multiply-adds a product runs on the calling thread alone: waking a helper
-/// costs more than it saves (measured with SmolLM2's k/v projections at batch 1).
+/// costs more than it saves.
 const PARALLEL_MIN: usize = 1 << 16;
+
+/// Below this many rows a product runs on the calling thread alone: it is bound by reading the
+/// weights, which one core does as fast as two (SmolLM2's LM head at batch 1: 26 GB/s on one
+/// thread, 25 on two), and helpers would only cost wake-ups.
+const PARALLEL_ROWS: usize = 4;
 
 /// Chunks of panels per participating thread: enough that a core slowed by another process
 /// leaves its share to the others, few enough that claiming them costs nothing.
@@ -58,7 +63,7 @@ pub fn matmul(
     }
     let tiles = rows.div_ceil(MAX_ROWS);
     let panels = weights.panels();
-    let threads = if rows * n * k < PARALLEL_MIN {
+    let threads = if rows < PARALLEL_ROWS || rows * n * k < PARALLEL_MIN {
         1
     } else {
         threads.clamp(1, panels)
@@ -84,6 +89,7 @@ pub fn matmul(
                         rows: height,
                         inputs: k,
                         panel: weights.panel(panel),
+                        next_panel: (panel + 1 < panels).then(|| weights.panel(panel + 1)),
                         bias: bias.map(|b| &b[column..column + columns]),
                         columns,
                         // SAFETY: `row * n + column` is inside `out` (row < rows, column < n).

@@ -23,6 +23,10 @@ pub struct Tile<'a> {
     pub inputs: usize,
     /// The panel: `inputs × PANEL` floats, `k`-major, 64-byte aligned.
     pub panel: &'a [f32],
+    /// The panel to compute next, if any (`inputs × PANEL` floats), prefetched into L2 while
+    /// this tile computes: memory then streams weights during all the tiles of a panel, not
+    /// only the first, the one that waits for them.
+    pub next_panel: Option<&'a [f32]>,
     /// The bias of this panel's first `columns` outputs, if any.
     pub bias: Option<&'a [f32]>,
     /// Real (unpadded) outputs of this panel, `1..=PANEL`.
@@ -48,6 +52,11 @@ pub unsafe fn run(tile: &Tile<'_>) {
     assert!((1..=PANEL).contains(&tile.columns), "tile columns");
     assert!(tile.x.len() >= tile.rows * tile.inputs, "tile input");
     assert!(tile.panel.len() >= tile.inputs * PANEL, "tile panel");
+    assert!(
+        tile.next_panel
+            .is_none_or(|p| p.len() >= tile.inputs * PANEL),
+        "tile next panel"
+    );
     assert!(
         tile.bias.is_none_or(|b| b.len() >= tile.columns),
         "tile bias"
@@ -82,9 +91,10 @@ pub unsafe fn run(tile: &Tile<'_>) {
 unsafe fn avx512<const R: usize>(tile: &Tile<'_>) {
     use std::arch::x86_64::{
         _mm512_add_ps, _mm512_fmadd_ps, _mm512_load_ps, _mm512_mask_storeu_ps,
-        _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps,
+        _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm_prefetch, _MM_HINT_T1,
     };
     let (x, k, w) = (tile.x.as_ptr(), tile.inputs, tile.panel.as_ptr());
+    let next = tile.next_panel.map(<[f32]>::as_ptr);
     let mut total = [[_mm512_setzero_ps(); 2]; R];
     for block in (0..k).step_by(K_BLOCK) {
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
@@ -93,6 +103,11 @@ unsafe fn avx512<const R: usize>(tile: &Tile<'_>) {
             // (checked by `run`), so both 16-float loads are in bounds and aligned; `x` holds
             // `R * k` floats, so `r * k + kk` is in bounds.
             unsafe {
+                if let Some(next) = next {
+                    // Same bounds as the loads: the next panel has the same size.
+                    _mm_prefetch::<_MM_HINT_T1>(next.add(kk * PANEL).cast());
+                    _mm_prefetch::<_MM_HINT_T1>(next.add(kk * PANEL + 16).cast());
+                }
                 let w0 = _mm512_load_ps(w.add(kk * PANEL));
                 let w1 = _mm512_load_ps(w.add(kk * PANEL + 16));
                 for (r, acc) in acc.iter_mut().enumerate() {
@@ -194,6 +209,7 @@ mod tests {
                 rows: 5,
                 inputs: k,
                 panel: packed.panel(0),
+                next_panel: None,
                 bias: Some(&bias),
                 columns,
                 out: out.as_mut_ptr(),
