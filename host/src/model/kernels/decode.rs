@@ -69,7 +69,7 @@ impl DecodeMatmul {
         {
             return None;
         }
-        let weights = self.current(weight);
+        let weights = self.current(weight)?;
         let x = x.contiguous();
         let bias = bias.map(Tensor::contiguous);
         let mut out_shape = shape;
@@ -94,14 +94,15 @@ impl DecodeMatmul {
         Some(out)
     }
 
-    /// The packed copy of `weight` as it is now, repacked if it changed since the last call.
-    fn current(&self, weight: &Tensor) -> Arc<PackedWeights> {
-        let version = weight.internal_version();
+    /// The packed copy of `weight` as it is now, repacked if it changed since the last call;
+    /// `None` for a weight without a version counter (made in inference mode), left to libtorch.
+    fn current(&self, weight: &Tensor) -> Option<Arc<PackedWeights>> {
+        let version = weight.f_internal_version().ok()?;
         let address = weight.data_ptr() as usize;
         let mut packed = self.packed.lock().unwrap_or_else(|e| e.into_inner());
         match &*packed {
             Some(stamped) if stamped.version == version && stamped.address == address => {
-                Arc::clone(&stamped.weights)
+                Some(Arc::clone(&stamped.weights))
             }
             _ => {
                 // Free the stale copy before making the new one: peak memory stays one copy.
@@ -112,7 +113,7 @@ impl DecodeMatmul {
                     address,
                     weights: Arc::clone(&weights),
                 });
-                weights
+                Some(weights)
             }
         }
     }
