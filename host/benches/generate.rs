@@ -7,11 +7,16 @@
 //! `DRMAS_BENCH_THREADS` the thread count. Prints, per batch, the prefill time of distinct
 //! prompts, then for the same prompt in every row (a sampling group: prefilled once) and for
 //! distinct prompts the tokens generated and tokens per second over the whole `generate` call
-//! (prefill included).
+//! (prefill included). Before that, per batch, it times one decode step (the forward of one new
+//! token per row over the prompt's cache) and the LM head alone.
+//!
+//! `DRMAS_BENCH_KERNEL` = `on` (default), `off` or `both` runs generation with the decode
+//! matmul kernel, with libtorch's matmuls, or both interleaved per batch.
 //!
 //! When the Python peer is installed (`scripts/bench/peer-venv.sh`, or `$DRMAS_PEER_PYTHON`), the
 //! distinct prompts of each batch also go through HF transformers `generate` on the same model
-//! (converted to an HF folder), right after ours, and the ratio ours / HF is printed.
+//! (converted to an HF folder), right after ours, and the ratio ours / HF (the last mode run) is
+//! printed.
 
 #[path = "common/peer.rs"]
 mod peer;
@@ -20,6 +25,7 @@ use std::time::Instant;
 
 use drmas_host::engine::{generate, GenerationRequest, SamplerRng, SamplingParams};
 use drmas_host::model::gguf::GgufModel;
+use drmas_host::model::kernels;
 use drmas_host::model::llama::Llama;
 use peer::Peer;
 use serde_json::json;
@@ -36,6 +42,12 @@ fn main() {
         .split(',')
         .map(|b| b.trim().parse().expect("DRMAS_BENCH_BATCHES lists numbers"))
         .collect();
+    let modes: Vec<(&str, bool)> = match env_or("DRMAS_BENCH_KERNEL", "on").as_str() {
+        "on" => vec![("kernel", true)],
+        "off" => vec![("libtorch", false)],
+        "both" => vec![("kernel", true), ("libtorch", false)],
+        other => panic!("DRMAS_BENCH_KERNEL is on, off or both, not {other}"),
+    };
     tch::set_num_threads(threads);
     let path = drmas_host::model::default_model_path();
     let gguf = GgufModel::open(&path).expect("the model file opens (scripts/install-model.sh)");
@@ -67,6 +79,27 @@ fn main() {
         adapter: None,
     };
     let mut peer = Peer::start(&path, threads);
+    if modes.iter().any(|&(_, enabled)| enabled) {
+        // The first decode step packs every weight matrix for the kernel; the second does not.
+        kernels::set_enabled(true);
+        let ids = Tensor::from_slice(&prompt).view([1, prompt.len() as i64]);
+        let mut cache = llama
+            .new_cache(1, prompt.len() as i64 + 2)
+            .expect("a cache");
+        let _ = tch::no_grad(|| llama.forward_last(&ids, None, Some(&mut cache))).expect("prefill");
+        let next = Tensor::zeros([1, 1], (tch::Kind::Int64, Device::Cpu));
+        let mut step = || {
+            let start = Instant::now();
+            let _ = tch::no_grad(|| llama.forward_last(&next, None, Some(&mut cache)))
+                .expect("decode step");
+            start.elapsed().as_secs_f64() * 1e3
+        };
+        let (first, second) = (step(), step());
+        println!(
+            "first decode step {first:.1} ms (packs the weights for the kernel), second \
+             {second:.1} ms"
+        );
+    }
     // Warm-up: libtorch's first calls allocate and pick kernels.
     let warm = GenerationRequest {
         max_new_tokens: 4,
@@ -79,13 +112,6 @@ fn main() {
         &mut SamplerRng::new(0),
     )
     .expect("generates");
-    if let Some(p) = peer.as_mut() {
-        let warm = json!({"cmd": "generate", "prompts": [prompt, prompt], "max_new_tokens": 4});
-        if let Err(error) = p.call(&warm) {
-            println!("peer skipped: {error}");
-            peer = None;
-        }
-    }
     for batch in batches {
         // Distinct prompts: the same question numbered differently, so nothing is shared.
         let distinct: Vec<Vec<i64>> = (0..batch)
@@ -119,11 +145,30 @@ fn main() {
         let _ = tch::no_grad(|| llama.forward_last(&ids, Some(&mask), Some(&mut cache)))
             .expect("prefill");
         let prefill = start.elapsed().as_secs_f64();
-        drop(cache);
         println!(
             "batch {batch:>3}: prefill of {batch} distinct prompts {:.1} ms",
             prefill * 1e3
         );
+        let hidden = Tensor::randn([batch as i64, 1, 576], (tch::Kind::Float, Device::Cpu));
+        let next = Tensor::zeros([batch as i64, 1], (tch::Kind::Int64, Device::Cpu));
+        for &(mode, enabled) in &modes {
+            kernels::set_enabled(enabled);
+            let head = time_ms(20, || {
+                let _ = tch::no_grad(|| llama.logits(&hidden));
+            });
+            // Decode steps over the prefilled cache, each adding one token to it.
+            let mut step_cache = llama
+                .new_cache(batch as i64, longest as i64 + 6)
+                .expect("a cache");
+            let _ = tch::no_grad(|| llama.forward_last(&ids, Some(&mask), Some(&mut step_cache)))
+                .expect("prefill");
+            let step = time_ms(5, || {
+                let _ = tch::no_grad(|| llama.forward_last(&next, None, Some(&mut step_cache)))
+                    .expect("decode step");
+            });
+            println!("  {mode:<9} decode step {step:>7.1} ms, LM head alone {head:>6.2} ms");
+        }
+        drop(cache);
         let peer_prompts = distinct.clone();
         let runs = [
             ("same prompt", vec![request.clone(); batch]),
@@ -140,22 +185,25 @@ fn main() {
         ];
         let mut ours = 0.0;
         for (name, requests) in runs {
-            let start = Instant::now();
-            let generations = generate(&llama, &tokenizer, &requests, &mut SamplerRng::new(1))
-                .expect("generates");
-            let elapsed = start.elapsed().as_secs_f64();
-            let tokens: usize = generations.iter().map(|g| g.tokens.len()).sum();
-            let longest = generations
-                .iter()
-                .map(|g| g.tokens.len())
-                .max()
-                .unwrap_or(0);
-            println!(
-                "  {name:<16}: {tokens:>5} tokens (longest {longest}) in {elapsed:>6.2} s = \
-                 {:>7.1} tokens/s",
-                tokens as f64 / elapsed,
-            );
-            ours = tokens as f64 / elapsed;
+            for &(mode, enabled) in &modes {
+                kernels::set_enabled(enabled);
+                let start = Instant::now();
+                let generations = generate(&llama, &tokenizer, &requests, &mut SamplerRng::new(1))
+                    .expect("generates");
+                let elapsed = start.elapsed().as_secs_f64();
+                let tokens: usize = generations.iter().map(|g| g.tokens.len()).sum();
+                let longest = generations
+                    .iter()
+                    .map(|g| g.tokens.len())
+                    .max()
+                    .unwrap_or(0);
+                println!(
+                    "  {mode:<9} {name:<16}: {tokens:>5} tokens (longest {longest}) in \
+                 {elapsed:>6.2} s = {:>7.1} tokens/s",
+                    tokens as f64 / elapsed,
+                );
+                ours = tokens as f64 / elapsed;
+            }
         }
         if let Some(p) = peer.as_mut() {
             let request = json!({"cmd": "generate", "prompts": peer_prompts,
@@ -179,4 +227,18 @@ fn main() {
             }
         }
     }
+}
+
+/// The median of `runs` timings of `f`, in milliseconds, after one warm-up call.
+fn time_ms(runs: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut times: Vec<f64> = (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[runs / 2]
 }

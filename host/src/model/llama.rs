@@ -9,6 +9,7 @@ use tch::{Device, Kind, Tensor};
 use super::config::LlamaConfig;
 use super::error::ModelError;
 use super::gguf::GgufModel;
+use super::kernels::DecodeMatmul;
 use super::layers::{
     AdapterRows, AttentionConfig, AttentionContext, DecoderLayer, KvCache, Projection, RmsNorm,
     Rotary,
@@ -31,6 +32,8 @@ pub struct Llama {
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     lm_head: Tensor,
+    /// The decode kernel's copy of `lm_head` (see [`Llama::logits`]).
+    lm_head_decode: DecodeMatmul,
     rotary: Rotary,
     adapters: Option<Adapters>,
 }
@@ -91,6 +94,7 @@ impl Llama {
             layers,
             norm,
             lm_head,
+            lm_head_decode: DecodeMatmul::default(),
             rotary,
             adapters: None,
         }
@@ -208,9 +212,12 @@ impl Llama {
     }
 
     /// The LM head: logits `[…, vocab]` of final hidden states `[…, hidden]`. Training applies
-    /// it to the response positions only, which saves most of the head's cost.
+    /// it to the response positions only, which saves most of the head's cost. Decode steps
+    /// (few rows, no autograd) run it on the decode kernel.
     pub fn logits(&self, hidden: &Tensor) -> Tensor {
-        hidden.linear::<Tensor>(&self.lm_head, None)
+        self.lm_head_decode
+            .forward(hidden, &self.lm_head, None)
+            .unwrap_or_else(|| hidden.linear::<Tensor>(&self.lm_head, None))
     }
 
     /// Logits `[B, 1, vocab]` of the last position only, otherwise as [`Llama::forward`]: what

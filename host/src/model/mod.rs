@@ -8,6 +8,7 @@ pub mod config;
 pub mod error;
 pub mod gguf;
 pub mod hf_folder;
+pub mod kernels;
 pub mod layers;
 pub mod llama;
 pub mod lora;

@@ -2,11 +2,15 @@
 
 use tch::{nn, Tensor};
 
+use crate::model::kernels::DecodeMatmul;
+
 /// A dense layer whose `weight` (and optional `bias`) are variables of its path.
 #[derive(Debug)]
 pub struct Linear {
     weight: Tensor,
     bias: Option<Tensor>,
+    /// The decode kernel's copy of `weight`, for few-row products without autograd.
+    decode: DecodeMatmul,
 }
 
 impl Linear {
@@ -16,11 +20,15 @@ impl Linear {
         Self {
             weight: p.zeros("weight", &[out_dim, in_dim]),
             bias: bias.then(|| p.zeros("bias", &[out_dim])),
+            decode: DecodeMatmul::default(),
         }
     }
 
-    /// Applies the layer to the last dimension of `x`.
+    /// Applies the layer to the last dimension of `x` (decode steps through the decode kernel).
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        x.linear(&self.weight, self.bias.as_ref())
+        let bias = self.bias.as_ref();
+        self.decode
+            .forward(x, &self.weight, bias)
+            .unwrap_or_else(|| x.linear(&self.weight, bias))
     }
 }

@@ -1,0 +1,259 @@
+//! [`DecodeMatmul`]: the bridge between a layer's libtorch weight and the decode kernel — when
+//! to use it, and a packed copy that is re-made whenever the weight changes.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tch::{Device, Kind, Tensor};
+
+use super::matmul::matmul;
+use super::pack::PackedWeights;
+
+/// The most input rows the kernel takes: a decode step's batch.
+pub const MAX_ROWS: i64 = 64;
+
+/// Whether [`DecodeMatmul::forward`] may use the kernel at all (see [`set_enabled`]).
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Switches the decode kernel on or off for the whole process (on by default): off, every
+/// product goes to libtorch, which benchmarks compare against.
+pub fn set_enabled(enabled: bool) {
+    ENABLED.store(enabled, Ordering::Relaxed);
+}
+
+/// The packed copy of one weight matrix, made on first use, with the identity of the weight
+/// it copies: libtorch's version counter (bumped by every in-place write: optimizer steps,
+/// `copy_` from a checkpoint) and the storage address (changed by `set_data`). A mismatch on
+/// any call repacks, so the copy can never be stale.
+#[derive(Default)]
+pub struct DecodeMatmul {
+    packed: Mutex<Option<Stamped>>,
+}
+
+/// A packed copy and the weight version it was made from.
+struct Stamped {
+    version: i64,
+    address: usize,
+    weights: Arc<PackedWeights>,
+}
+
+impl DecodeMatmul {
+    /// `x.linear(weight, bias)` computed by the decode kernel for a decode step — `x`
+    /// `[B, 1, K]` (or `[B, K]`): one position per sequence, `B ≤` [`MAX_ROWS`] — or `None`
+    /// when libtorch should do it: more positions (prefill, training and reference forwards,
+    /// so a model that never generates is never packed), `x` or `weight` not f32 on the CPU,
+    /// or a result autograd would track (grad mode on and `x` or a weight requiring grad).
+    pub fn forward(&self, x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Option<Tensor> {
+        if !ENABLED.load(Ordering::Relaxed) {
+            return None;
+        }
+        let on_cpu_f32 = |t: &Tensor| t.device() == Device::Cpu && t.kind() == Kind::Float;
+        let shape = x.size();
+        let (&inputs, wshape) = (shape.last()?, weight.size());
+        let &[outputs, weight_inputs] = wshape.as_slice() else {
+            return None;
+        };
+        let rows = shape[0];
+        let one_position = shape.len() >= 2 && shape[1..shape.len() - 1].iter().all(|&d| d == 1);
+        if !one_position
+            || !on_cpu_f32(x)
+            || !on_cpu_f32(weight)
+            || bias.is_some_and(|b| !on_cpu_f32(b) || b.size() != [outputs])
+            || weight_inputs != inputs
+            || !(1..=MAX_ROWS).contains(&rows)
+            || ((x.requires_grad()
+                || weight.requires_grad()
+                || bias.is_some_and(Tensor::requires_grad))
+                && grad_enabled())
+        {
+            return None;
+        }
+        let weights = self.current(weight)?;
+        let x = x.contiguous();
+        let bias = bias.map(Tensor::contiguous);
+        let mut out_shape = shape;
+        *out_shape.last_mut()? = outputs;
+        let out = Tensor::empty(&out_shape, (Kind::Float, Device::Cpu));
+        let (rows, outputs) = (rows as usize, outputs as usize);
+        // SAFETY: `x`, `bias` and `out` are contiguous f32 CPU tensors of `rows × inputs`,
+        // `outputs` and `rows × outputs` elements (checked above or just allocated), so their
+        // data pointers address that many floats; `out` is fresh, so nothing else reads or
+        // writes it while the slice lives, and the inputs are only read.
+        let (x_data, bias_data, out_data) = unsafe {
+            (
+                std::slice::from_raw_parts(x.data_ptr().cast::<f32>(), rows * inputs as usize),
+                bias.as_ref().map(|b| {
+                    std::slice::from_raw_parts(b.data_ptr().cast::<f32>().cast_const(), outputs)
+                }),
+                std::slice::from_raw_parts_mut(out.data_ptr().cast::<f32>(), rows * outputs),
+            )
+        };
+        let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
+        matmul(x_data, rows, &weights, bias_data, out_data, threads);
+        Some(out)
+    }
+
+    /// The packed copy of `weight` as it is now, repacked if it changed since the last call;
+    /// `None` for a weight without a version counter (made in inference mode), left to libtorch.
+    fn current(&self, weight: &Tensor) -> Option<Arc<PackedWeights>> {
+        let version = weight.f_internal_version().ok()?;
+        let address = weight.data_ptr() as usize;
+        let mut packed = self.packed.lock().unwrap_or_else(|e| e.into_inner());
+        match &*packed {
+            Some(stamped) if stamped.version == version && stamped.address == address => {
+                Some(Arc::clone(&stamped.weights))
+            }
+            _ => {
+                // Free the stale copy before making the new one: peak memory stays one copy.
+                *packed = None;
+                let weights = Arc::new(pack(weight));
+                *packed = Some(Stamped {
+                    version,
+                    address,
+                    weights: Arc::clone(&weights),
+                });
+                Some(weights)
+            }
+        }
+    }
+}
+
+/// Packs a 2-D f32 CPU tensor.
+fn pack(weight: &Tensor) -> PackedWeights {
+    let start = Instant::now();
+    let weight = weight.contiguous();
+    let (outputs, inputs) = (weight.size()[0] as usize, weight.size()[1] as usize);
+    // SAFETY: a contiguous f32 CPU tensor of `outputs × inputs` elements (checked by
+    // `forward`), only read while the slice lives.
+    let data = unsafe {
+        std::slice::from_raw_parts(
+            weight.data_ptr().cast::<f32>().cast_const(),
+            outputs * inputs,
+        )
+    };
+    let packed = PackedWeights::pack(data, outputs, inputs);
+    tracing::debug!(
+        outputs,
+        inputs,
+        bytes = packed.bytes(),
+        ms = start.elapsed().as_secs_f64() * 1e3,
+        "packed a weight matrix for the decode kernel"
+    );
+    packed
+}
+
+/// Whether libtorch's grad mode is on (it is thread-local; `tch::no_grad` turns it off).
+fn grad_enabled() -> bool {
+    // SAFETY: `at_grad_set_enabled` sets the calling thread's grad mode and returns the
+    // previous one; setting it back at once leaves the mode as it was.
+    unsafe {
+        let previous = torch_sys::at_grad_set_enabled(1);
+        torch_sys::at_grad_set_enabled(previous);
+        previous != 0
+    }
+}
+
+impl std::fmt::Debug for DecodeMatmul {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let packed = self.packed.lock().map(|p| p.is_some()).unwrap_or(false);
+        f.debug_struct("DecodeMatmul")
+            .field("packed", &packed)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tch::nn::VarStore;
+
+    use super::*;
+    use crate::train::AdamW;
+
+    /// The largest difference between `a` and `b` relative to `b`'s largest magnitude.
+    fn relative_difference(a: &Tensor, b: &Tensor) -> f64 {
+        let scale = b.abs().max().double_value(&[]).max(1e-30);
+        (a - b).abs().max().double_value(&[]) / scale
+    }
+
+    #[test]
+    fn matches_libtorch_linear_on_odd_shapes() {
+        tch::manual_seed(7);
+        for rows in [1, 3, 17, 64] {
+            for (outputs, inputs) in [(1, 1), (33, 7), (100, 65), (576, 576), (49, 1536)] {
+                for with_bias in [false, true] {
+                    let weight = Tensor::randn([outputs, inputs], (Kind::Float, Device::Cpu));
+                    let bias =
+                        with_bias.then(|| Tensor::randn([outputs], (Kind::Float, Device::Cpu)));
+                    let x = Tensor::randn([rows, 1, inputs], (Kind::Float, Device::Cpu));
+                    let decode = DecodeMatmul::default();
+                    let got = decode
+                        .forward(&x, &weight, bias.as_ref())
+                        .expect("a decode-step shape");
+                    let want = x.linear(&weight, bias.as_ref());
+                    assert_eq!(got.size(), want.size());
+                    let diff = relative_difference(&got, &want);
+                    assert!(
+                        diff < 1e-5,
+                        "rows {rows}, {outputs}×{inputs}, bias {with_bias}: {diff}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn leaves_training_prefill_and_other_dtypes_to_libtorch() {
+        let vs = VarStore::new(Device::Cpu);
+        let weight = vs.root().randn_standard("w", &[8, 4]);
+        let decode = DecodeMatmul::default();
+        let step = Tensor::randn([2, 1, 4], (Kind::Float, Device::Cpu));
+        assert!(decode.forward(&step, &weight, None).is_none(), "grad mode");
+        assert!(tch::no_grad(|| decode.forward(&step, &weight, None)).is_some());
+        let prefill = Tensor::randn([2, 3, 4], (Kind::Float, Device::Cpu));
+        assert!(tch::no_grad(|| decode.forward(&prefill, &weight, None)).is_none());
+        let big = Tensor::randn([MAX_ROWS + 1, 1, 4], (Kind::Float, Device::Cpu));
+        assert!(tch::no_grad(|| decode.forward(&big, &weight, None)).is_none());
+        let frozen = weight.detach();
+        let tracked = step.set_requires_grad(true);
+        assert!(
+            decode.forward(&tracked, &frozen, None).is_none(),
+            "x tracked"
+        );
+        assert!(tch::no_grad(|| decode.forward(&tracked, &frozen, None)).is_some());
+        let double = Tensor::randn([2, 1, 4], (Kind::Double, Device::Cpu));
+        assert!(tch::no_grad(|| decode.forward(&double, &weight, None)).is_none());
+    }
+
+    #[test]
+    fn follows_every_in_place_change_of_the_weight() {
+        tch::manual_seed(11);
+        let vs = VarStore::new(Device::Cpu);
+        let weight = vs.root().randn_standard("w", &[40, 24]);
+        let decode = DecodeMatmul::default();
+        let x = Tensor::randn([5, 1, 24], (Kind::Float, Device::Cpu));
+        let check = |what: &str| {
+            let got = tch::no_grad(|| decode.forward(&x, &weight, None)).expect("decode step");
+            let want = tch::no_grad(|| x.linear::<Tensor>(&weight, None));
+            let diff = relative_difference(&got, &want);
+            assert!(diff < 1e-5, "after {what}: {diff}");
+        };
+        check("packing");
+        // A checkpoint load copies into the variable in place.
+        let loaded = Tensor::randn([40, 24], (Kind::Float, Device::Cpu));
+        tch::no_grad(|| weight.shallow_clone().copy_(&loaded));
+        check("a load");
+        // An optimizer step updates it in place.
+        let mut optimizer = AdamW::new(vec![("w".into(), weight.shallow_clone())], 0.1);
+        x.linear::<Tensor>(&weight, None)
+            .square()
+            .sum(Kind::Float)
+            .backward();
+        optimizer.step(0.5);
+        check("an optimizer step");
+        // `set_data` swaps its storage.
+        let mut swapped = weight.shallow_clone();
+        tch::no_grad(|| swapped.set_data(&Tensor::randn([40, 24], (Kind::Float, Device::Cpu))));
+        check("set_data");
+    }
+}
