@@ -3,6 +3,8 @@
 //! same logits, greedy tokens, chat text and token ids here; `save_hf` round-trips bit for bit;
 //! the SmolLM2 GGUF converts to an equivalent folder; bad folders fail with clear errors.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -84,25 +86,7 @@ fn batch_logits(model: &Llama, golden: &Value) -> (Tensor, f64) {
     let input = Tensor::from_slice(&rows.concat()).view([rows.len() as i64, width]);
     let mask = Tensor::from_slice(&masks.concat()).view([rows.len() as i64, width]);
     let logits = tch::no_grad(|| model.forward(&input, Some(&mask), None)).expect("forward");
-    let mut worst = 0.0f64;
-    for (i, want) in batch["logits"]
-        .as_array()
-        .expect("logits")
-        .iter()
-        .enumerate()
-    {
-        let want: Vec<f32> = want
-            .as_array()
-            .expect("positions")
-            .iter()
-            .flat_map(|row| row.as_array().expect("a row").iter())
-            .map(|v| v.as_f64().expect("a number") as f32)
-            .collect();
-        let start = masks[i].iter().position(|&m| m == 1).expect("a real token") as i64;
-        let got = logits.get(i as i64).narrow(0, start, width - start);
-        let want = Tensor::from_slice(&want).view(got.size().as_slice());
-        worst = worst.max((&got - &want).abs().max().double_value(&[]));
-    }
+    let worst = common::worst_golden_logit_difference(&batch["logits"], &logits, &masks);
     (logits, worst)
 }
 

@@ -4,6 +4,8 @@
 //! layout, and a PEFT-made adapter (`scripts/golden/make_lora_fixture.py`) gives PEFT's logits,
 //! merged or not.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -11,7 +13,7 @@ use clap::Parser;
 use drmas_host::engine::{generate, GenerationRequest, SamplerRng, SamplingParams};
 use drmas_host::model::layers::AdapterRows;
 use drmas_host::model::llama::Llama;
-use drmas_host::model::lora::LoraSettings;
+use drmas_host::model::lora::{LoraSettings, TARGET_MODULES};
 use drmas_host::model::peft::{AdapterConfig, ADAPTER_CONFIG_FILE};
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::train::AdamW;
@@ -31,17 +33,7 @@ fn settings(rank: i64) -> LoraSettings {
         rank,
         alpha: 16.0,
         dropout: 0.0,
-        target_modules: [
-            "q_proj",
-            "k_proj",
-            "v_proj",
-            "o_proj",
-            "gate_proj",
-            "up_proj",
-            "down_proj",
-        ]
-        .map(str::to_owned)
-        .to_vec(),
+        target_modules: TARGET_MODULES.map(str::to_owned).to_vec(),
     }
 }
 
@@ -304,26 +296,7 @@ fn peft_difference(model: &Llama, golden: &Value, slots: &[Option<usize>]) -> f6
     let logits = tch::no_grad(|| model.forward_hidden_with(&input, Some(&mask), None, &adapters))
         .map(|h| model.logits(&h))
         .expect("forward");
-    let mut worst = 0.0f64;
-    for (i, want) in golden["logits"]
-        .as_array()
-        .expect("logits")
-        .iter()
-        .enumerate()
-    {
-        let want: Vec<f32> = want
-            .as_array()
-            .expect("positions")
-            .iter()
-            .flat_map(|row| row.as_array().expect("a row").iter())
-            .map(|v| v.as_f64().expect("a number") as f32)
-            .collect();
-        let start = masks[i].iter().position(|&m| m == 1).expect("a token") as i64;
-        let got = logits.get(i as i64).narrow(0, start, shape[1] - start);
-        let want = Tensor::from_slice(&want).view(got.size().as_slice());
-        worst = worst.max(max_abs_diff(&got, &want));
-    }
-    worst
+    common::worst_golden_logit_difference(&golden["logits"], &logits, &masks)
 }
 
 #[test]

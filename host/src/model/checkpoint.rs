@@ -7,6 +7,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
+use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensorError, SafeTensors};
 use serde_json::{json, Map, Value};
 use tch::nn::VarStore;
@@ -116,21 +117,8 @@ fn load_file(
         if skip(&name) {
             continue;
         }
-        let kind = match view.dtype() {
-            Dtype::F32 => Kind::Float,
-            Dtype::F16 => Kind::Half,
-            Dtype::BF16 => Kind::BFloat16,
-            other => {
-                return Err(ModelError::Dtype {
-                    tensor: name,
-                    dtype: format!("{other:?}"),
-                })
-            }
-        };
         sink.check(&name, view.shape())?;
-        let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
-        let values = Tensor::f_from_data_size(view.data(), &shape, kind)?;
-        sink.copy(&name, &values)?;
+        sink.copy(&name, &tensor_from_view(&name, &view)?)?;
     }
     Ok(())
 }
@@ -211,4 +199,22 @@ pub fn write_safetensors(
     }
     let file = out.into_inner().map_err(|e| io(e.into_error()))?;
     file.sync_all().map_err(io)
+}
+
+/// The tensor a safetensors `view` named `name` holds (F32, F16 or BF16; other dtypes are an
+/// error naming the tensor).
+pub(crate) fn tensor_from_view(name: &str, view: &TensorView<'_>) -> Result<Tensor, ModelError> {
+    let kind = match view.dtype() {
+        Dtype::F32 => Kind::Float,
+        Dtype::F16 => Kind::Half,
+        Dtype::BF16 => Kind::BFloat16,
+        other => {
+            return Err(ModelError::Dtype {
+                tensor: name.to_owned(),
+                dtype: format!("{other:?}"),
+            })
+        }
+    };
+    let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
+    Ok(Tensor::f_from_data_size(view.data(), &shape, kind)?)
 }

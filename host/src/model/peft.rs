@@ -9,12 +9,12 @@ use std::fs::File;
 use std::path::Path;
 
 use memmap2::Mmap;
-use safetensors::{Dtype, SafeTensors};
+use safetensors::SafeTensors;
 use serde_json::{json, Value};
-use tch::{Kind, Tensor};
+use tch::Tensor;
 
 use super::atomic_dir::write_dir_atomically;
-use super::checkpoint::write_safetensors;
+use super::checkpoint::{tensor_from_view, write_safetensors};
 use super::error::ModelError;
 use super::llama::Llama;
 use super::lora::LoraSettings;
@@ -248,19 +248,7 @@ fn read_tensors(
     let tensors = SafeTensors::deserialize(&map)
         .map_err(|e| ModelError::file(path, format!("not a valid safetensors file: {e}")))?;
     for (name, view) in tensors.tensors() {
-        let kind = match view.dtype() {
-            Dtype::F32 => Kind::Float,
-            Dtype::F16 => Kind::Half,
-            Dtype::BF16 => Kind::BFloat16,
-            other => {
-                return Err(ModelError::Dtype {
-                    tensor: name,
-                    dtype: format!("{other:?}"),
-                })
-            }
-        };
-        let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
-        each(&name, &Tensor::f_from_data_size(view.data(), &shape, kind)?)?;
+        each(&name, &tensor_from_view(&name, &view)?)?;
     }
     Ok(())
 }
