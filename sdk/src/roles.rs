@@ -18,8 +18,11 @@ pub trait Component: Sized + Send + Sync + 'static {
 /// A role in a team: turns the team's context into chat messages and parses the model's answer.
 pub trait Agent: Send + Sync {
     /// The chat messages for one call, rendered by the host with the model's chat template.
+    /// A final `assistant` message is a response prefix: the model continues it (HF
+    /// `continue_final_message`), e.g. `<verify>` so a small model only picks the verdict.
     fn messages(&self, context: &AgentContext) -> Result<Vec<ChatMessage>>;
-    /// Extracts the action from the model's raw output and says whether its format was valid.
+    /// Extracts the action from the model's raw output (after the response prefix, if the
+    /// messages ended with one) and says whether its format was valid.
     fn parse(&self, raw: &str) -> Result<Parsed>;
 }
 

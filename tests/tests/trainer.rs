@@ -142,6 +142,34 @@ fn a_shared_model_trains_and_reports_each_agents_gradient() {
 }
 
 #[test]
+fn a_response_prefix_is_continued_and_parsed_with_the_reply() {
+    let dir = common::scratch(&format!("trainer-prefix-{}", std::process::id()));
+    let text = run_file("shared", "shared", &group("shared", "qwen2"), 1).replacen(
+        "agent = \"Shout Agent\"",
+        "agent = \"Shout Agent\"\nparams = { response_prefix = \"LOUD:\" }",
+        1,
+    );
+    trainer(&dir, &text)
+        .expect("trainer")
+        .train()
+        .expect("one iteration");
+    let samples = std::fs::read_to_string(dir.join("run/samples.jsonl")).expect("samples");
+    let texts = |role: &str| -> Vec<String> {
+        samples
+            .lines()
+            .map(|line| serde_json::from_str::<Value>(line).expect("a JSON line"))
+            .filter(|sample| sample["role"] == role)
+            .map(|sample| sample["text"].as_str().expect("text").to_owned())
+            .collect()
+    };
+    let (first, second) = (texts("first"), texts("second"));
+    assert!(!first.is_empty() && !second.is_empty());
+    // The agent sees (and the samples record) the prefix followed by what the model wrote.
+    assert!(first.iter().all(|t| t.starts_with("LOUD:")), "{first:?}");
+    assert!(second.iter().all(|t| !t.starts_with("LOUD:")), "{second:?}");
+}
+
+#[test]
 fn a_standalone_evaluation_keeps_the_runs_own_evaluations() {
     let dir = common::scratch(&format!("trainer-eval-{}", std::process::id()));
     let text = run_file("shared", "shared", &group("shared", "llama"), 0);

@@ -200,19 +200,39 @@ fn grad_norms(out: &mut String, summaries: &[EstimatorSummary]) {
 
 fn rewards(out: &mut String, summaries: &[EstimatorSummary]) {
     out.push_str("## Training reward\n\n");
-    let header = vec![
+    let _ = writeln!(
+        out,
+        "`reward/mean` is the environment's reward; `reward/penalised_mean` subtracts the \
+         invalid-format penalty, and `invalid_rate/ROLE` is the share of an agent's calls \
+         whose output had no valid format. \"Last {LAST_ITERATIONS}\": mean of the last \
+         {LAST_ITERATIONS} iterations (all, if fewer).\n"
+    );
+    let roles: BTreeSet<&String> = summaries
+        .iter()
+        .flat_map(|s| s.invalid_rate_last.keys())
+        .collect();
+    let mut header = vec![
         "estimator".to_string(),
         "`reward/mean`, last iteration".to_string(),
-        format!("`reward/mean`, mean of the last {LAST_ITERATIONS} iterations (all, if fewer)"),
+        format!("`reward/mean`, last {LAST_ITERATIONS}"),
+        format!("`reward/penalised_mean`, last {LAST_ITERATIONS}"),
     ];
+    header.extend(
+        roles
+            .iter()
+            .map(|r| format!("`invalid_rate/{r}`, last {LAST_ITERATIONS}")),
+    );
     let rows = summaries
         .iter()
         .map(|s| {
-            vec![
+            let mut row = vec![
                 format!("`{}`", s.estimator),
                 cell(s.final_reward.as_ref(), 3),
                 cell(s.final_reward_last.as_ref(), 3),
-            ]
+                cell(s.penalised_reward_last.as_ref(), 3),
+            ];
+            row.extend(roles.iter().map(|r| cell(s.invalid_rate_last.get(*r), 3)));
+            row
         })
         .collect();
     table(out, &header, rows);
@@ -303,6 +323,8 @@ mod tests {
             grad_norm_median: BTreeMap::from([("solver".into(), 0.00025)]),
             final_reward: Some(stats(reward, 0.05)),
             final_reward_last: Some(stats(reward, 0.0)),
+            penalised_reward_last: Some(stats(reward - 0.1, 0.0)),
+            invalid_rate_last: BTreeMap::from([("solver".into(), stats(0.25, 0.1))]),
             eval_before: BTreeMap::from([("avg@2".into(), stats(0.1, 0.0))]),
             eval_final: BTreeMap::from([("avg@2".into(), stats(reward, 0.0))]),
             amplification_mean: BTreeMap::from([("solver".into(), 1.5)]),
@@ -331,7 +353,8 @@ mod tests {
             "exceeds 3× the median",
             "| `grpo` | 2.00 ± 1.00 | 2.00 ± 1.00 |",
             "| `drmas` | 12.5 | 2.5e-4 |",
-            "| `drmas` | 0.500 ± 0.050 | 0.500 ± 0.000 |",
+            "| `drmas` | 0.500 ± 0.050 | 0.500 ± 0.000 | 0.400 ± 0.000 | 0.250 ± 0.100 |",
+            "`reward/penalised_mean`, last 3 | `invalid_rate/solver`, last 3 |",
             "| estimator | avg@2 before | avg@2 final |",
             "| `grpo` | 0.100 ± 0.000 | 0.250 ± 0.000 |",
             "| `grpo` | 1.5 | 4 |",

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use super::runs::RunRecord;
 use super::stats::{self, MeanStd};
 use crate::plot::figures::{
-    AMPLIFICATION_PREFIX, EVAL_PREFIX, GRAD_NORM_AGENT_PREFIX, REWARD_MEAN,
+    AMPLIFICATION_PREFIX, EVAL_PREFIX, GRAD_NORM_AGENT_PREFIX, INVALID_RATE_PREFIX, REWARD_MEAN,
+    REWARD_PENALISED_MEAN,
 };
 use crate::plot::Metrics;
 
@@ -27,6 +28,11 @@ pub struct RunSummary {
     pub final_reward: Option<f64>,
     /// Mean `reward/mean` of the last [`LAST_ITERATIONS`] iterations.
     pub final_reward_last: Option<f64>,
+    /// Mean `reward/penalised_mean` (reward with the format penalty) of the last
+    /// [`LAST_ITERATIONS`] iterations.
+    pub penalised_reward_last: Option<f64>,
+    /// Mean `invalid_rate/ROLE` of the last [`LAST_ITERATIONS`] iterations, per agent role.
+    pub invalid_rate_last: BTreeMap<String, f64>,
     /// Overall eval scores (`avg@K`, `pass@K`) before training (iteration 0).
     pub eval_before: BTreeMap<String, f64>,
     /// Overall eval scores of the last iteration that evaluated.
@@ -54,10 +60,16 @@ impl RunSummary {
             }
         }
         if let Some(rewards) = metrics.series(REWARD_MEAN) {
-            let values: Vec<f64> = rewards.iter().map(|p| p.1).collect();
-            summary.final_reward = values.last().copied();
-            let tail = &values[values.len().saturating_sub(LAST_ITERATIONS)..];
-            summary.final_reward_last = stats::mean(tail);
+            summary.final_reward = rewards.last().map(|p| p.1);
+            summary.final_reward_last = last_iterations_mean(rewards);
+        }
+        summary.penalised_reward_last = metrics
+            .series(REWARD_PENALISED_MEAN)
+            .and_then(last_iterations_mean);
+        for (role, series) in metrics.with_prefix(INVALID_RATE_PREFIX) {
+            if let Some(mean) = last_iterations_mean(series) {
+                summary.invalid_rate_last.insert(role.to_string(), mean);
+            }
         }
         let evals: Vec<(&str, &[(u64, f64)])> = metrics
             .with_prefix(EVAL_PREFIX)
@@ -114,6 +126,11 @@ pub struct EstimatorSummary {
     pub final_reward: Option<MeanStd>,
     /// Mean training reward of the last [`LAST_ITERATIONS`] iterations, mean ± std over seeds.
     pub final_reward_last: Option<MeanStd>,
+    /// The same for the reward with the format penalty.
+    pub penalised_reward_last: Option<MeanStd>,
+    /// Invalid-format rate of the last [`LAST_ITERATIONS`] iterations per agent role, mean ±
+    /// std over seeds.
+    pub invalid_rate_last: BTreeMap<String, MeanStd>,
     /// Eval scores before training, mean ± std over seeds.
     pub eval_before: BTreeMap<String, MeanStd>,
     /// Eval scores at the last evaluation, mean ± std over seeds.
@@ -146,6 +163,8 @@ impl EstimatorSummary {
             grad_norm_median: means(over_seeds(runs.iter().map(|r| r.grad_norm_median.clone()))),
             final_reward: singles(|r| r.final_reward),
             final_reward_last: singles(|r| r.final_reward_last),
+            penalised_reward_last: singles(|r| r.penalised_reward_last),
+            invalid_rate_last: over_seeds(runs.iter().map(|r| r.invalid_rate_last.clone())),
             eval_before: over_seeds(runs.iter().map(|r| r.eval_before.clone())),
             eval_final: over_seeds(runs.iter().map(|r| r.eval_final.clone())),
             amplification_mean: means(over_seeds(
@@ -195,6 +214,12 @@ fn means(stats: BTreeMap<String, MeanStd>) -> BTreeMap<String, f64> {
     stats.into_iter().map(|(key, s)| (key, s.mean)).collect()
 }
 
+/// Mean of the last [`LAST_ITERATIONS`] values of `series` (all, if fewer).
+fn last_iterations_mean(series: &[(u64, f64)]) -> Option<f64> {
+    let values: Vec<f64> = series.iter().map(|p| p.1).collect();
+    stats::mean(&values[values.len().saturating_sub(LAST_ITERATIONS)..])
+}
+
 fn finite_max(values: &[f64]) -> Option<f64> {
     values
         .iter()
@@ -223,7 +248,7 @@ mod tests {
 {"iteration": 2, "reward/mean": 0.2, "grad_norm/agent/a": 1, "grad_norm/agent/b": 2, "advantage/amplification/a": 3.0}
 {"iteration": 3, "reward/mean": 0.3, "grad_norm/agent/a": 2, "grad_norm/agent/b": 2, "advantage/amplification/a": null}
 {"iteration": 4, "reward/mean": 0.6, "grad_norm/agent/a": 6, "grad_norm/agent/b": 2, "eval/avg@2": 0.5, "eval/pass@2": 1.0, "eval/src/avg@2": 0.9}
-{"iteration": 5, "reward/mean": 0.9, "grad_norm/agent/a": 1, "grad_norm/agent/b": 2}
+{"iteration": 5, "reward/mean": 0.9, "reward/penalised_mean": 0.8, "invalid_rate/a": 0.25, "grad_norm/agent/a": 1, "grad_norm/agent/b": 2}
 "#;
 
     #[test]
@@ -237,6 +262,10 @@ mod tests {
         assert_eq!(run.final_reward, Some(0.9));
         // (0.3 + 0.6 + 0.9) / 3
         assert!((run.final_reward_last.unwrap_or(0.0) - 0.6).abs() < 1e-12);
+        // Logged in one iteration only: its mean is that value.
+        assert_eq!(run.penalised_reward_last, Some(0.8));
+        assert_eq!(run.invalid_rate_last["a"], 0.25);
+        assert!(!run.invalid_rate_last.contains_key("b"));
         assert_eq!(run.eval_before["avg@2"], 0.25);
         assert_eq!(run.eval_final["avg@2"], 0.5);
         assert_eq!(run.eval_final["pass@2"], 1.0);

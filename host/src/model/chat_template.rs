@@ -106,6 +106,35 @@ impl ChatTemplate {
             })
             .map_err(|e| ModelError::Input(format!("chat template failed to render: {e:#}")))
     }
+
+    /// Renders `messages` for the model to answer: with the assistant's turn opened after
+    /// them, or, when the last message is the assistant's, with that message left open so the
+    /// model continues it (HF `continue_final_message`: a response prefix such as `<verify>`).
+    pub fn render_for_reply(&self, messages: &[TemplateMessage<'_>]) -> Result<String, ModelError> {
+        let Some(last) = messages.last().filter(|m| m.role == "assistant") else {
+            return self.render(messages, true);
+        };
+        let text = self.render(messages, false)?;
+        // The template closes the final turn (`<|im_end|>` …): cut the text where the final
+        // message's content ends. Templates may strip it, so look for the stripped content
+        // and keep its leading/trailing whitespace only where the template kept it.
+        let content = last.content.trim();
+        let start = text.rfind(content).ok_or_else(|| {
+            ModelError::Input(
+                "the chat template does not write the final assistant message verbatim, so \
+                 it cannot be continued; drop the response prefix"
+                    .into(),
+            )
+        })?;
+        let kept_tail = &last.content[last.content.trim_end().len()..];
+        let end = start + content.len();
+        let end = if text[end..].starts_with(kept_tail) {
+            end + kept_tail.len()
+        } else {
+            end
+        };
+        Ok(text[..end].to_owned())
+    }
 }
 
 #[cfg(test)]
@@ -140,6 +169,37 @@ mod tests {
             text,
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n\
              <|im_start|>assistant\n"
+        );
+    }
+
+    #[test]
+    fn a_final_assistant_message_is_continued() {
+        let template = ChatTemplate::new(CHATML, "", "<|im_end|>").expect("compiles");
+        let text = template
+            .render_for_reply(&[
+                TemplateMessage {
+                    role: "user",
+                    content: "Is 2+2=4?",
+                },
+                TemplateMessage {
+                    role: "assistant",
+                    content: "<verify>",
+                },
+            ])
+            .expect("renders");
+        assert_eq!(
+            text,
+            "<|im_start|>user\nIs 2+2=4?<|im_end|>\n<|im_start|>assistant\n<verify>"
+        );
+        let opened = template
+            .render_for_reply(&[TemplateMessage {
+                role: "user",
+                content: "Is 2+2=4?",
+            }])
+            .expect("renders");
+        assert_eq!(
+            opened,
+            "<|im_start|>user\nIs 2+2=4?<|im_end|>\n<|im_start|>assistant\n"
         );
     }
 

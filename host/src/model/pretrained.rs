@@ -109,11 +109,12 @@ impl Pretrained {
         })
     }
 
-    /// Renders `messages` with the chat template (ending with the assistant's turn opened) and
+    /// Renders `messages` with the chat template (ending with the assistant's turn opened, or
+    /// continuing a final assistant message, see [`ChatTemplate::render_for_reply`]) and
     /// tokenises the text as HF `apply_chat_template(tokenize=True)` does: the template writes
     /// every special token itself, so none are added.
     pub fn encode_chat(&self, messages: &[TemplateMessage<'_>]) -> Result<Vec<i64>, ModelError> {
-        let text = self.chat_template.render(messages, true)?;
+        let text = self.chat_template.render_for_reply(messages)?;
         let encoding = self
             .tokenizer
             .encode(text, false)

@@ -15,6 +15,10 @@ use super::metrics::Metrics;
 
 /// Mean training reward per iteration.
 pub const REWARD_MEAN: &str = "reward/mean";
+/// Mean training reward with the invalid-format penalty, per iteration.
+pub const REWARD_PENALISED_MEAN: &str = "reward/penalised_mean";
+/// Prefix of the per-agent share of calls whose output had an invalid format.
+pub const INVALID_RATE_PREFIX: &str = "invalid_rate/";
 /// Standard deviation of the training reward per iteration.
 pub const REWARD_STD: &str = "reward/std";
 /// Prefix of the eval scores (`eval/avg@4`, `eval/pass@4`, ...).

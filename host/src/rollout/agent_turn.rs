@@ -24,6 +24,9 @@ pub(super) struct PreparedCall {
     pub request: GenerationRequest,
     /// Whether the prompt lost its beginning to `max_prompt_tokens`.
     pub truncated: bool,
+    /// The agent's response prefix (a final assistant message the model continues), which
+    /// the agent parses together with the generated text; empty when there is none.
+    pub response_prefix: String,
 }
 
 /// One generation batch of a rollout, for the metrics.
@@ -67,6 +70,11 @@ pub(super) fn prepare(
     if truncated {
         prompt.drain(..prompt.len() - max_prompt_tokens);
     }
+    let response_prefix = messages
+        .last()
+        .filter(|m| m.role == "assistant")
+        .map(|m| m.content.clone())
+        .unwrap_or_default();
     Ok(Some(PreparedCall {
         episode,
         member: *member_index,
@@ -78,6 +86,7 @@ pub(super) fn prepare(
             adapter: member.adapter,
         },
         truncated,
+        response_prefix,
     }))
 }
 
@@ -113,7 +122,7 @@ pub(super) fn complete(
     models: &[&Pretrained],
 ) -> anyhow::Result<AgentCall> {
     let member = &team[call.member];
-    let raw = models[member.group].decode(&generation.tokens)?;
+    let raw = call.response_prefix + &models[member.group].decode(&generation.tokens)?;
     let parsed = member.agent.parse(&raw).map_err(|e| anyhow!("{e}"))?;
     let output = AgentOutput {
         raw: raw.clone(),

@@ -11,6 +11,7 @@ use serde::Deserialize;
 /// Shouts the observation back; panics when asked to parse `panic`.
 pub struct ShoutAgent {
     prefix: String,
+    response_prefix: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -18,6 +19,9 @@ pub struct ShoutAgent {
 struct ShoutConfig {
     #[serde(default = "default_prefix")]
     prefix: String,
+    /// A final assistant message the model continues.
+    #[serde(default)]
+    response_prefix: Option<String>,
 }
 
 fn default_prefix() -> String {
@@ -31,6 +35,7 @@ impl Component for ShoutAgent {
         let config: ShoutConfig = parse_config(config)?;
         Ok(Self {
             prefix: config.prefix,
+            response_prefix: config.response_prefix,
         })
     }
 }
@@ -38,10 +43,12 @@ impl Component for ShoutAgent {
 impl Agent for ShoutAgent {
     fn messages(&self, context: &AgentContext) -> Result<Vec<ChatMessage>> {
         drmas_sdk::log::info!("building messages for step {}", context.step);
-        Ok(vec![
+        let mut messages = vec![
             ChatMessage::system("You shout."),
             ChatMessage::user(format!("{} {}", self.prefix, context.observation)),
-        ])
+        ];
+        messages.extend(self.response_prefix.as_deref().map(ChatMessage::assistant));
+        Ok(messages)
     }
 
     fn parse(&self, raw: &str) -> Result<Parsed> {

@@ -56,6 +56,9 @@ struct VerifierConfig {
     prompt: String,
     /// What an unparseable verdict counts as (Dr.MAS: approve).
     unparseable: Verdict,
+    /// Text the reply starts with, which the model continues (e.g. `<verify>`: small models
+    /// then only have to pick the verdict). None by default, as in Dr.MAS.
+    response_prefix: Option<String>,
 }
 
 impl Default for VerifierConfig {
@@ -64,6 +67,7 @@ impl Default for VerifierConfig {
             system: None,
             prompt: DEFAULT_PROMPT.into(),
             unparseable: Verdict::Approve,
+            response_prefix: None,
         }
     }
 }
@@ -86,7 +90,11 @@ impl Agent for VerifierAgent {
             &context.question,
             &team_context(&context.history),
         );
-        Ok(chat(self.config.system.as_deref(), user))
+        let mut messages = chat(self.config.system.as_deref(), user);
+        if let Some(prefix) = &self.config.response_prefix {
+            messages.push(ChatMessage::assistant(prefix.as_str()));
+        }
+        Ok(messages)
     }
 
     fn parse(&self, raw: &str) -> Result<Parsed> {

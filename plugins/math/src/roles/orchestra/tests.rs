@@ -1,6 +1,6 @@
 use super::*;
 use crate::roles::{SolverAgent, Verdict, VerifierAgent};
-use drmas_sdk::Agent;
+use drmas_sdk::{Agent, AgentContext, ChatMessage};
 
 fn task() -> Task {
     Task {
@@ -151,6 +151,25 @@ fn verdicts_parse_and_unparseable_ones_follow_the_config() {
         VerifierAgent::from_config("unparsable = \"reject\"").is_err(),
         "typos are errors"
     );
+}
+
+#[test]
+fn a_response_prefix_ends_the_verifier_messages_as_an_assistant_turn() {
+    let context = AgentContext {
+        question: "1+1?".into(),
+        ..AgentContext::default()
+    };
+    let plain = VerifierAgent::from_config("").expect("config");
+    let messages = plain.messages(&context).expect("messages");
+    assert_eq!(messages.last().map(|m| m.role.as_str()), Some("user"));
+
+    let prefixed = VerifierAgent::from_config("response_prefix = \"<verify>\"").expect("config");
+    let messages = prefixed.messages(&context).expect("messages");
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[1], ChatMessage::assistant("<verify>"));
+    // The host hands `parse` the prefix with the continuation.
+    let parsed = prefixed.parse("<verify>reject</verify>").expect("parse");
+    assert_eq!((parsed.action.as_str(), parsed.valid), ("reject", true));
 }
 
 #[test]
