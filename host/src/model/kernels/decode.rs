@@ -93,8 +93,7 @@ impl DecodeMatmul {
                 std::slice::from_raw_parts_mut(out.data_ptr().cast::<f32>(), rows * outputs),
             )
         };
-        let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
-        matmul(x_data, rows, &weights, bias_data, out_data, threads);
+        matmul(x_data, rows, &weights, bias_data, out_data);
         Some(out)
     }
 
