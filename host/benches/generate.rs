@@ -20,6 +20,8 @@
 
 #[path = "common/peer.rs"]
 mod peer;
+#[path = "common/settings.rs"]
+mod settings;
 
 use std::time::Instant;
 
@@ -29,24 +31,23 @@ use drmas_host::model::kernels;
 use drmas_host::model::llama::Llama;
 use peer::Peer;
 use serde_json::json;
+use settings::{setting, setting_list};
 use tch::{Device, Tensor};
 
 const NEW_TOKENS: usize = 128;
 
 fn main() {
-    let env_or = |name: &str, default: &str| std::env::var(name).unwrap_or(default.to_owned());
-    let threads: i32 = env_or("DRMAS_BENCH_THREADS", "2")
-        .parse()
-        .expect("DRMAS_BENCH_THREADS is a number");
-    let batches: Vec<usize> = env_or("DRMAS_BENCH_BATCHES", "1,16,64")
-        .split(',')
-        .map(|b| b.trim().parse().expect("DRMAS_BENCH_BATCHES lists numbers"))
-        .collect();
-    let modes: Vec<(&str, bool)> = match env_or("DRMAS_BENCH_KERNEL", "on").as_str() {
+    let threads: i32 = setting("DRMAS_BENCH_THREADS", 2);
+    let batches: Vec<usize> = setting_list("DRMAS_BENCH_BATCHES", &[1, 16, 64]);
+    let modes: Vec<(&str, bool)> = match setting("DRMAS_BENCH_KERNEL", String::from("on")).as_str()
+    {
         "on" => vec![("kernel", true)],
         "off" => vec![("libtorch", false)],
         "both" => vec![("kernel", true), ("libtorch", false)],
-        other => panic!("DRMAS_BENCH_KERNEL is on, off or both, not {other}"),
+        other => {
+            eprintln!("DRMAS_BENCH_KERNEL is on, off or both, not {other:?}");
+            std::process::exit(2)
+        }
     };
     tch::set_num_threads(threads);
     let path = drmas_host::model::default_model_path();

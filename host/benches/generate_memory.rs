@@ -11,26 +11,24 @@
 //! `cargo bench -p drmas-host --bench generate_memory`; `DRMAS_BENCH_THREADS` (2),
 //! `DRMAS_BENCH_BATCH` (64) and `DRMAS_BENCH_TOTAL` (512) change the defaults.
 
+#[path = "common/settings.rs"]
+mod settings;
+
 use std::time::Instant;
 
 use drmas_host::engine::{generate, GenerationRequest, SamplerRng, SamplingParams};
 use drmas_host::model::gguf::GgufModel;
 use drmas_host::model::llama::Llama;
+use settings::setting;
 use tch::Device;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
 fn main() {
-    let env_or = |name: &str, default: &str| std::env::var(name).unwrap_or(default.to_owned());
-    let number = |name: &str, default: &str| -> usize {
-        env_or(name, default)
-            .parse()
-            .unwrap_or_else(|_| panic!("{name} is a number"))
-    };
-    let (threads, batch, total) = (
-        number("DRMAS_BENCH_THREADS", "2"),
-        number("DRMAS_BENCH_BATCH", "64"),
-        number("DRMAS_BENCH_TOTAL", "512"),
+    let (threads, batch, total): (usize, usize, usize) = (
+        setting("DRMAS_BENCH_THREADS", 2),
+        setting("DRMAS_BENCH_BATCH", 64),
+        setting("DRMAS_BENCH_TOTAL", 512),
     );
     tch::set_num_threads(threads as i32);
     let start_peak = peak_rss();

@@ -14,6 +14,9 @@
 //! `DRMAS_BENCH_THREADS` (2) the libtorch threads. The per-row comparison is the fastest of
 //! seven alternating rounds of 50 steps each.
 
+#[path = "common/settings.rs"]
+mod settings;
+
 use std::process::Command;
 use std::time::Instant;
 
@@ -23,6 +26,7 @@ use drmas_host::model::lora::{LoraSettings, TARGET_MODULES};
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rollout::AgentCall;
 use drmas_host::train::{update_group, AdamW, AgentTraining, Reference};
+use settings::setting;
 use tch::{Device, Kind, Tensor};
 
 /// Set in a child: which side it measures.
@@ -32,13 +36,8 @@ const PROMPT: usize = 128;
 const RESPONSE: usize = 128;
 
 fn main() {
-    let env_or = |name: &str, default: &str| std::env::var(name).unwrap_or(default.to_owned());
-    let threads: i32 = env_or("DRMAS_BENCH_THREADS", "2")
-        .parse()
-        .expect("DRMAS_BENCH_THREADS is a number");
-    let steps: usize = env_or("DRMAS_BENCH_STEPS", "2")
-        .parse()
-        .expect("DRMAS_BENCH_STEPS is a number");
+    let threads: i32 = setting("DRMAS_BENCH_THREADS", 2);
+    let steps: usize = setting("DRMAS_BENCH_STEPS", 2);
     tch::set_num_threads(threads);
     if let Ok(side) = std::env::var(CHILD) {
         measure(&side, steps);

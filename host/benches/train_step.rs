@@ -18,12 +18,15 @@
 
 #[path = "common/peer.rs"]
 mod peer;
+#[path = "common/settings.rs"]
+mod settings;
 
 use std::time::Instant;
 
 use drmas_host::model::llama::Llama;
 use peer::Peer;
 use serde_json::json;
+use settings::setting;
 use tch::{Device, Kind, Tensor};
 
 const BATCH: i64 = 8;
@@ -32,13 +35,8 @@ const TOKENS: i64 = 256;
 const REFERENCE_PEAK: f64 = 171.0;
 
 fn main() {
-    let env_or = |name: &str, default: &str| std::env::var(name).unwrap_or(default.to_owned());
-    let threads: i32 = env_or("DRMAS_BENCH_THREADS", "2")
-        .parse()
-        .expect("DRMAS_BENCH_THREADS is a number");
-    let reps: usize = env_or("DRMAS_BENCH_REPS", "3")
-        .parse()
-        .expect("DRMAS_BENCH_REPS is a number");
+    let threads: i32 = setting("DRMAS_BENCH_THREADS", 2);
+    let reps: usize = setting("DRMAS_BENCH_REPS", 3);
     tch::set_num_threads(threads);
     let path = drmas_host::model::default_model_path();
     let llama = Llama::load_from_gguf(&path, Device::Cpu).expect("the model loads");
