@@ -114,6 +114,10 @@ impl ChatTemplate {
         let Some(last) = messages.last().filter(|m| m.role == "assistant") else {
             return self.render(messages, true);
         };
+        if last.content.trim().is_empty() {
+            // Nothing to continue: the reply starts in a freshly opened turn.
+            return self.render(&messages[..messages.len() - 1], true);
+        }
         let text = self.render(messages, false)?;
         // The template closes the final turn (`<|im_end|>` …): cut the text where the final
         // message's content ends. Templates may strip it, so look for the stripped content
@@ -201,6 +205,19 @@ mod tests {
             opened,
             "<|im_start|>user\nIs 2+2=4?<|im_end|>\n<|im_start|>assistant\n"
         );
+        let empty = template
+            .render_for_reply(&[
+                TemplateMessage {
+                    role: "user",
+                    content: "Is 2+2=4?",
+                },
+                TemplateMessage {
+                    role: "assistant",
+                    content: "",
+                },
+            ])
+            .expect("renders");
+        assert_eq!(empty, opened, "an empty prefix opens the turn as usual");
     }
 
     #[test]
