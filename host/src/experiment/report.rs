@@ -6,7 +6,6 @@ use std::fmt::Write;
 
 use super::stats::{MeanStd, SPIKE_FACTOR, SPIKE_MIN_HISTORY};
 use super::summary::{EstimatorSummary, LAST_ITERATIONS};
-use crate::plot::chart::format_number;
 
 /// What the report says about how the experiment was run.
 #[derive(Debug, Clone, Default)]
@@ -146,7 +145,21 @@ fn cell(value: Option<&MeanStd>, digits: usize) -> String {
 }
 
 fn number(value: Option<&f64>) -> String {
-    value.map_or(MISSING.to_string(), |v| format_number(*v))
+    value.map_or(MISSING.to_string(), |v| significant(*v))
+}
+
+/// `value` to three significant digits; scientific notation outside [1e-3, 1e4), where
+/// gradient norms of 10⁵ next to norms of 1 must stay readable.
+fn significant(value: f64) -> String {
+    let magnitude = value.abs();
+    if value == 0.0 || !value.is_finite() {
+        value.to_string()
+    } else if !(1e-3..1e4).contains(&magnitude) {
+        format!("{value:.2e}")
+    } else {
+        let decimals = (2 - magnitude.log10().floor() as i64).max(0) as usize;
+        format!("{value:.decimals$}")
+    }
 }
 
 fn spikes(out: &mut String, summaries: &[EstimatorSummary]) {
@@ -352,18 +365,32 @@ mod tests {
             "12 iterations, prompts_per_batch = 4, group_size = 4; seeds 0, 1",
             "exceeds 3× the median",
             "| `grpo` | 2.00 ± 1.00 | 2.00 ± 1.00 |",
-            "| `drmas` | 12.5 | 2.5e-4 |",
+            "| `drmas` | 12.5 | 2.50e-4 |",
             "| `drmas` | 0.500 ± 0.050 | 0.500 ± 0.000 | 0.400 ± 0.000 | 0.250 ± 0.100 |",
             "`reward/penalised_mean`, last 3 | `invalid_rate/solver`, last 3 |",
             "| estimator | avg@2 before | avg@2 final |",
             "| `grpo` | 0.100 ± 0.000 | 0.250 ± 0.000 |",
-            "| `grpo` | 1.5 | 4 |",
+            "| `grpo` | 1.50 | 4.00 |",
             "![reward](reward.png)",
             "Fewest gradient-norm spikes per run (mean over seeds): `drmas` (0.50 ± 1.00).",
             "Highest final training reward (mean over seeds): `drmas` (0.500 ± 0.050).",
             "Highest final eval avg@2 (mean over seeds): `drmas` (0.500 ± 0.000).",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn numbers_keep_three_significant_digits() {
+        for (value, text) in [
+            (51053.8471, "5.11e4"),
+            (1.6757, "1.68"),
+            (0.5743, "0.574"),
+            (12.5, "12.5"),
+            (-0.0005, "-5.00e-4"),
+            (0.0, "0"),
+        ] {
+            assert_eq!(significant(value), text);
         }
     }
 
