@@ -176,48 +176,36 @@ mod tests {
         );
     }
 
+    /// "Is 2+2=4?" as the user's message, then `reply` as an assistant message if given.
+    fn render_question_then(template: &ChatTemplate, reply: Option<&str>) -> String {
+        let mut messages = vec![TemplateMessage {
+            role: "user",
+            content: "Is 2+2=4?",
+        }];
+        messages.extend(reply.map(|content| TemplateMessage {
+            role: "assistant",
+            content,
+        }));
+        template.render_for_reply(&messages).expect("renders")
+    }
+
     #[test]
     fn a_final_assistant_message_is_continued() {
         let template = ChatTemplate::new(CHATML, "", "<|im_end|>").expect("compiles");
-        let text = template
-            .render_for_reply(&[
-                TemplateMessage {
-                    role: "user",
-                    content: "Is 2+2=4?",
-                },
-                TemplateMessage {
-                    role: "assistant",
-                    content: "<verify>",
-                },
-            ])
-            .expect("renders");
         assert_eq!(
-            text,
+            render_question_then(&template, Some("<verify>")),
             "<|im_start|>user\nIs 2+2=4?<|im_end|>\n<|im_start|>assistant\n<verify>"
         );
-        let opened = template
-            .render_for_reply(&[TemplateMessage {
-                role: "user",
-                content: "Is 2+2=4?",
-            }])
-            .expect("renders");
+        let opened = render_question_then(&template, None);
         assert_eq!(
             opened,
             "<|im_start|>user\nIs 2+2=4?<|im_end|>\n<|im_start|>assistant\n"
         );
-        let empty = template
-            .render_for_reply(&[
-                TemplateMessage {
-                    role: "user",
-                    content: "Is 2+2=4?",
-                },
-                TemplateMessage {
-                    role: "assistant",
-                    content: "",
-                },
-            ])
-            .expect("renders");
-        assert_eq!(empty, opened, "an empty prefix opens the turn as usual");
+        assert_eq!(
+            render_question_then(&template, Some("")),
+            opened,
+            "an empty prefix opens the turn as usual"
+        );
     }
 
     #[test]
