@@ -135,3 +135,70 @@ fn an_unreachable_http_retriever_is_reported_with_its_url() {
         .expect_err("unreachable");
     assert!(error.message().contains("127.0.0.1:9"), "{error}");
 }
+
+#[test]
+fn train_and_test_splits_of_the_nq_file_are_disjoint_and_limited_after_splitting() {
+    let index = std::env::temp_dir().join(format!("drmas-search-split-{}", std::process::id()));
+    let config = format!(
+        "[retriever]\nkind = \"bm25\"\ncorpus = \"{}\"\nindex_dir = \"{}\"\n",
+        data("nq/corpus.jsonl"),
+        index.display()
+    );
+    let env = SearchEnvironment::from_config(&config).expect("config");
+    let load = |split: &str, limit: Option<u64>| {
+        env.load_tasks(&DatasetSpec {
+            path: data("nq/questions.jsonl"),
+            split: split.into(),
+            limit,
+            ..Default::default()
+        })
+    };
+    let all = load("", None).expect("all");
+    let train = load("train", None).expect("train");
+    let test = load("test", Some(64)).expect("test");
+    assert_eq!(test.len(), 64, "the limit counts test tasks");
+    let test_all = load("test", None).expect("test");
+    assert_eq!(train.len() + test_all.len(), all.len());
+    assert!(test
+        .iter()
+        .all(|t| train.iter().all(|u| u.id != t.id && u.prompt != t.prompt)));
+    let error = load("dev", None).expect_err("unknown split").to_string();
+    assert!(error.contains("\"dev\""), "{error}");
+    let _ = std::fs::remove_dir_all(index);
+}
+
+#[test]
+fn a_response_prefix_ends_each_agents_messages() {
+    let context = drmas_sdk::AgentContext {
+        question: "who wrote hamlet".into(),
+        ..Default::default()
+    };
+    for (agent, prefix) in [
+        (
+            Box::new(SearchVerifierAgent::from_config("response_prefix = \"<verify>\"").expect("v"))
+                as Box<dyn Agent>,
+            "<verify>",
+        ),
+        (
+            Box::new(SearchAgent::from_config("response_prefix = \"<think>\"").expect("s")),
+            "<think>",
+        ),
+        (
+            Box::new(AnswerAgent::from_config("response_prefix = \"<think>\"").expect("a")),
+            "<think>",
+        ),
+    ] {
+        let messages = agent.messages(&context).expect("messages");
+        let last = messages.last().expect("a message");
+        assert_eq!(
+            (last.role.as_str(), last.content.as_str()),
+            ("assistant", prefix)
+        );
+        assert!(messages[messages.len() - 2]
+            .content
+            .contains("who wrote hamlet"));
+    }
+    let plain = AnswerAgent::from_config("").expect("a");
+    let messages = plain.messages(&context).expect("messages");
+    assert_eq!(messages.last().expect("a message").role, "user");
+}

@@ -14,12 +14,14 @@ mod error;
 mod jsonl;
 mod parquet;
 mod record;
+mod split;
 
 use std::path::Path;
 
 pub use error::DatasetError;
 pub use jsonl::load_qa_jsonl;
 pub use parquet::load_qa_parquet;
+pub use split::Split;
 
 /// One question with its accepted answers.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -29,6 +29,9 @@ struct PromptConfig {
     #[serde(default)]
     system: Option<String>,
     prompt: Option<String>,
+    /// Text the reply starts with, which the model continues (e.g. `<think>`).
+    #[serde(default)]
+    response_prefix: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -40,6 +43,10 @@ struct VerifierConfig {
     /// What an unparseable verdict counts as: `yes` (default, as in Dr.MAS) or `no`.
     #[serde(default = "yes")]
     unparseable: String,
+    /// Text the reply starts with, which the model continues (e.g. `<verify>`: a small model then
+    /// only has to choose the verdict). None by default, as in Dr.MAS.
+    #[serde(default)]
+    response_prefix: Option<String>,
 }
 
 fn yes() -> String {
@@ -54,15 +61,41 @@ fn team_text(history: &[Turn]) -> String {
         .collect()
 }
 
-fn messages(system: &Option<String>, template: &str, context: &AgentContext) -> Vec<ChatMessage> {
-    let user = template
-        .replace("{question}", &context.question)
-        .replace("{team}", &team_text(&context.history));
-    system
-        .iter()
-        .map(|s| ChatMessage::system(s.clone()))
-        .chain([ChatMessage::user(user)])
-        .collect()
+/// What a role shows the model: an optional system message, the user template and a reply prefix.
+struct Prompt {
+    system: Option<String>,
+    template: String,
+    /// Ends the messages as an assistant message the model continues (the host's response prefix).
+    response_prefix: Option<String>,
+}
+
+impl Prompt {
+    fn messages(&self, context: &AgentContext) -> Vec<ChatMessage> {
+        let user = self
+            .template
+            .replace("{question}", &context.question)
+            .replace("{team}", &team_text(&context.history));
+        self.system
+            .iter()
+            .map(|s| ChatMessage::system(s.clone()))
+            .chain([ChatMessage::user(user)])
+            .chain(
+                self.response_prefix
+                    .iter()
+                    .map(|p| ChatMessage::assistant(p.clone())),
+            )
+            .collect()
+    }
+}
+
+impl PromptConfig {
+    fn into_prompt(self, default_template: &str) -> Prompt {
+        Prompt {
+            system: self.system,
+            template: self.prompt.unwrap_or_else(|| default_template.into()),
+            response_prefix: self.response_prefix,
+        }
+    }
 }
 
 /// Exactly one `<think>…</think>` block.
@@ -72,8 +105,7 @@ fn one_think_block(raw: &str) -> bool {
 
 /// Decides whether the team knows enough: `yes` routes to the Answer Agent, `no` to the Search Agent.
 pub struct SearchVerifierAgent {
-    system: Option<String>,
-    prompt: String,
+    prompt: Prompt,
     unparseable: String,
 }
 
@@ -91,8 +123,11 @@ impl Component for SearchVerifierAgent {
             )));
         }
         Ok(Self {
-            system: config.system,
-            prompt: config.prompt.unwrap_or_else(|| VERIFIER_PROMPT.into()),
+            prompt: Prompt {
+                system: config.system,
+                template: config.prompt.unwrap_or_else(|| VERIFIER_PROMPT.into()),
+                response_prefix: config.response_prefix,
+            },
             unparseable: config.unparseable,
         })
     }
@@ -100,7 +135,7 @@ impl Component for SearchVerifierAgent {
 
 impl Agent for SearchVerifierAgent {
     fn messages(&self, context: &AgentContext) -> Result<Vec<ChatMessage>> {
-        Ok(messages(&self.system, &self.prompt, context))
+        Ok(self.prompt.messages(context))
     }
 
     fn parse(&self, raw: &str) -> Result<Parsed> {
@@ -120,8 +155,7 @@ impl Agent for SearchVerifierAgent {
 
 /// Writes a search query.
 pub struct SearchAgent {
-    system: Option<String>,
-    prompt: String,
+    prompt: Prompt,
 }
 
 impl Component for SearchAgent {
@@ -131,15 +165,14 @@ impl Component for SearchAgent {
     fn from_config(config: &str) -> Result<Self> {
         let config: PromptConfig = parse_config(config)?;
         Ok(Self {
-            system: config.system,
-            prompt: config.prompt.unwrap_or_else(|| SEARCH_PROMPT.into()),
+            prompt: config.into_prompt(SEARCH_PROMPT),
         })
     }
 }
 
 impl Agent for SearchAgent {
     fn messages(&self, context: &AgentContext) -> Result<Vec<ChatMessage>> {
-        Ok(messages(&self.system, &self.prompt, context))
+        Ok(self.prompt.messages(context))
     }
 
     /// The action is the query; without a `<search>` tag the whole output is used as the query.
@@ -159,8 +192,7 @@ impl Agent for SearchAgent {
 
 /// Writes the final answer.
 pub struct AnswerAgent {
-    system: Option<String>,
-    prompt: String,
+    prompt: Prompt,
 }
 
 impl Component for AnswerAgent {
@@ -171,15 +203,14 @@ impl Component for AnswerAgent {
     fn from_config(config: &str) -> Result<Self> {
         let config: PromptConfig = parse_config(config)?;
         Ok(Self {
-            system: config.system,
-            prompt: config.prompt.unwrap_or_else(|| ANSWER_PROMPT.into()),
+            prompt: config.into_prompt(ANSWER_PROMPT),
         })
     }
 }
 
 impl Agent for AnswerAgent {
     fn messages(&self, context: &AgentContext) -> Result<Vec<ChatMessage>> {
-        Ok(messages(&self.system, &self.prompt, context))
+        Ok(self.prompt.messages(context))
     }
 
     /// The action is the answer; without an `<answer>` tag the whole output is the answer.

@@ -13,7 +13,7 @@ use drmas_sdk::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::{load_qa, LoadOptions};
+use crate::dataset::{load_qa, LoadOptions, Split};
 use crate::format::format_information;
 use crate::metrics::{exact_match, f1_score, sub_exact_match};
 use crate::retriever::bm25::{Bm25Options, Bm25Retriever};
@@ -118,12 +118,23 @@ struct Payload {
 
 impl Environment for SearchEnvironment {
     fn load_tasks(&self, spec: &DatasetSpec) -> Result<Vec<Task>> {
+        let split = Split::from_name(&spec.split).map_err(Error::new)?;
+        // The limit counts tasks of the split, so it applies after splitting.
         let options = LoadOptions {
-            limit: spec.limit.map(|l| l as usize),
+            limit: (split == Split::All)
+                .then_some(spec.limit)
+                .flatten()
+                .map(|l| l as usize),
             skip_malformed: self.skip_malformed,
         };
         let path = spec.resolved_path();
-        let dataset = load_qa(&path, &options)?;
+        let mut dataset = load_qa(&path, &options)?;
+        if split != Split::All {
+            dataset.tasks.retain(|task| split.contains(task));
+            if let Some(limit) = spec.limit {
+                dataset.tasks.truncate(limit as usize);
+            }
+        }
         if dataset.skipped > 0 {
             drmas_sdk::log::warn!(
                 "{}: skipped {} malformed records",
