@@ -122,4 +122,8 @@ pub struct ExperimentArgs {
     /// The markdown report; default: OUT/report.md.
     #[arg(long)]
     pub report: Option<PathBuf>,
+    /// Delete each run's checkpoints once it has finished (the report reads only metrics;
+    /// a SmolLM2 checkpoint with optimizer state is 1.6 GB).
+    #[arg(long)]
+    pub drop_checkpoints: bool,
 }

@@ -90,6 +90,7 @@ fn four_estimators_one_seed_report_and_restart() {
         out_dir: out.clone(),
         report: out.join("report.md"),
         command_line: "drmas-host experiment --config base.toml --seeds 0".into(),
+        drop_checkpoints: true,
     };
     let registry = common::fixture_registry();
     let outcome = experiment.run(&registry).expect("experiment");
@@ -99,6 +100,10 @@ fn four_estimators_one_seed_report_and_restart() {
     let mut first = Vec::new();
     for estimator in experiment::DEFAULT_ESTIMATORS {
         let run = experiment::runs::run_dir(&out, estimator, 0);
+        assert!(
+            !run.join("checkpoints").exists(),
+            "{estimator}: checkpoints dropped"
+        );
         let lines = lines(&run);
         let iterations: Vec<&Value> = lines
             .iter()

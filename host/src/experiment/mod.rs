@@ -45,6 +45,8 @@ pub struct Experiment {
     pub report: PathBuf,
     /// The command line the report quotes.
     pub command_line: String,
+    /// Delete a run's `checkpoints/` once it has finished, to bound the disk an experiment takes.
+    pub drop_checkpoints: bool,
 }
 
 /// What [`Experiment::run`] did.
@@ -92,6 +94,7 @@ impl Experiment {
             out_dir,
             report,
             command_line: command_line(std::env::args()),
+            drop_checkpoints: args.drop_checkpoints,
         })
     }
 
@@ -116,6 +119,9 @@ impl Experiment {
                 );
                 train_one(&base, &file, registry, estimator, seed, &dir)
                     .with_context(|| format!("run {estimator}, seed {seed}"))?;
+                if self.drop_checkpoints {
+                    remove_dir_if_present(&dir.join("checkpoints"))?;
+                }
                 trained.push(dir);
             }
         }
@@ -259,6 +265,15 @@ pub fn variant(base: &RunConfig, estimator: &str, seed: u64, dir: &Path) -> RunC
 
 fn remove_if_present(path: &Path) -> anyhow::Result<()> {
     match std::fs::remove_file(path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+            Err(error).with_context(|| format!("removing {}", path.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn remove_dir_if_present(path: &Path) -> anyhow::Result<()> {
+    match std::fs::remove_dir_all(path) {
         Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
             Err(error).with_context(|| format!("removing {}", path.display()))
         }
