@@ -79,7 +79,7 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
         }
     }
 
-    let load = |section: &DatasetSection| -> anyhow::Result<Vec<Task>> {
+    let load = |key: &str, section: &DatasetSection| -> anyhow::Result<Vec<Task>> {
         let spec = DatasetSpec {
             path: section.path.clone(),
             split: section.split.clone().unwrap_or_default(),
@@ -88,18 +88,22 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
         };
         let tasks = environment
             .load_tasks(&spec)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            .map_err(|e| anyhow::anyhow!("{}: [environment] {key}: {e}", file.origin))?;
         if tasks.is_empty() {
-            bail!("{}: dataset `{}` has no tasks", file.origin, section.path);
+            bail!(
+                "{}: [environment] {key}: dataset `{}` has no tasks",
+                file.origin,
+                section.path
+            );
         }
         Ok(tasks)
     };
-    let train_tasks = load(&config.environment.train_data)?;
+    let train_tasks = load("train_data", &config.environment.train_data)?;
     let eval_tasks = config
         .environment
         .eval_data
         .as_ref()
-        .map(load)
+        .map(|section| load("eval_data", section))
         .transpose()?
         .unwrap_or_default();
 

@@ -101,3 +101,13 @@ fn a_missing_model_file_is_named() {
         "{error}"
     );
 }
+
+#[test]
+fn a_dataset_error_names_the_run_file_and_the_section() {
+    let error = prepare(&demo_text().replace("split = \"test\"", "split = \"dev\""))
+        .expect_err("bad split");
+    assert!(
+        error.starts_with("run.toml: [environment] eval_data: ") && error.contains("`dev`"),
+        "{error}"
+    );
+}

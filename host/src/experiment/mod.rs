@@ -110,6 +110,7 @@ impl Experiment {
                 let dir = runs::run_dir(&out_dir, estimator, seed);
                 if runs::finished(&dir, base.run.iterations) {
                     println!("experiment: {} already finished; skipped", dir.display());
+                    self.after_finished(&dir);
                     skipped.push(dir);
                     continue;
                 }
@@ -119,9 +120,7 @@ impl Experiment {
                 );
                 train_one(&base, &file, registry, estimator, seed, &dir)
                     .with_context(|| format!("run {estimator}, seed {seed}"))?;
-                if self.drop_checkpoints {
-                    remove_dir_if_present(&dir.join("checkpoints"))?;
-                }
+                self.after_finished(&dir);
                 trained.push(dir);
             }
         }
@@ -133,6 +132,18 @@ impl Experiment {
             figures,
             summaries,
         })
+    }
+
+    /// With `drop_checkpoints`, deletes a finished run's checkpoints; a failure only warns, since
+    /// the run itself is complete.
+    fn after_finished(&self, dir: &Path) {
+        if !self.drop_checkpoints {
+            return;
+        }
+        let checkpoints = dir.join("checkpoints");
+        if let Err(error) = remove_dir_if_present(&checkpoints) {
+            tracing::warn!("--drop-checkpoints: {error:#}");
+        }
     }
 
     /// Fails early on an empty, repeated or unknown estimator or seed list.
@@ -337,6 +348,7 @@ mod tests {
         let (args, common) = parse(&["drmas-host", "experiment", "--config", "configs/demo.toml"]);
         assert_eq!(args.estimators, DEFAULT_ESTIMATORS);
         assert_eq!(args.seeds, DEFAULT_SEEDS);
+        assert!(!args.drop_checkpoints, "checkpoints are kept by default");
         let experiment = Experiment::from_cli(
             &common,
             &ExperimentArgs {
@@ -357,7 +369,9 @@ mod tests {
             "o",
             "--report",
             "r.md",
+            "--drop-checkpoints",
         ]);
+        assert!(args.drop_checkpoints);
         assert_eq!(args.estimators, ["grpo", "drmas"]);
         assert_eq!(args.seeds, [4]);
         assert_eq!(args.report, Some(PathBuf::from("r.md")));

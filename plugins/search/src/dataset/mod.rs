@@ -7,6 +7,9 @@
 //!   (`reward_model.ground_truth.target` for the answers, the question from `question`, else
 //!   `extra_info.question`, else the last user message of `prompt`).
 //!
+//! - [`Split`]: `train` / `test` subsets of a file that has no splits (one task in ten, by the
+//!   hash of its id, is `test`), applied by the search environment before its `limit`.
+//!
 //! [`load_qa`] picks the reader by the file's extension. Both readers build their tasks through
 //! the same checks, so a JSONL file and a parquet file with the same records give equal tasks.
 

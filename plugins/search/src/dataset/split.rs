@@ -1,6 +1,6 @@
 //! Held-out splits of a QA file that has none: every task falls in `train` or `test` by a stable
-//! hash of its id, so the two never share a question and a task stays in its split when the file
-//! grows or is reordered.
+//! hash of its id, so the two never share a task, and a task with an `id` field stays in its split
+//! when the file grows or is reordered (without one its id is `<file stem>:<line>`, which moves).
 
 use super::QaTask;
 
@@ -14,7 +14,8 @@ pub enum Split {
     All,
     /// `split = "train"`: the ~90 % of tasks not in `test`.
     Train,
-    /// `split = "test"`: ~10 % of tasks, chosen by the hash of their id.
+    /// `split = "test"` (or `eval`, `validation`, as the math environment accepts): ~10 % of
+    /// tasks, chosen by the hash of their id.
     Test,
 }
 
@@ -24,11 +25,11 @@ impl Split {
         match name {
             "" => Ok(Self::All),
             "train" => Ok(Self::Train),
-            "test" => Ok(Self::Test),
+            "test" | "eval" | "validation" => Ok(Self::Test),
             other => Err(format!(
                 "unknown split {other:?}: the search environment splits a QA file into \"train\" \
-                 and \"test\" (one task in {TEST_ONE_IN}, by the hash of its id); leave `split` out \
-                 to use every task"
+                 and \"test\" (also called \"eval\" or \"validation\"; one task in {TEST_ONE_IN}, by \
+                 the hash of its id); leave `split` out to use every task"
             )),
         }
     }
@@ -84,7 +85,7 @@ mod tests {
 
     #[test]
     fn an_unknown_split_names_the_accepted_ones() {
-        let error = Split::from_name("validation").expect_err("not a split");
+        let error = Split::from_name("dev").expect_err("not a split");
         assert!(
             error.contains("\"train\"") && error.contains("\"test\""),
             "{error}"

@@ -26,8 +26,10 @@ inside <answer> and </answer>.";
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PromptConfig {
+    /// An optional system message.
     #[serde(default)]
     system: Option<String>,
+    /// The user template (`{question}`, `{team}`); the role's default when absent.
     prompt: Option<String>,
     /// Text the reply starts with, which the model continues (e.g. `<think>`).
     #[serde(default)]
@@ -37,8 +39,10 @@ struct PromptConfig {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct VerifierConfig {
+    /// An optional system message.
     #[serde(default)]
     system: Option<String>,
+    /// The user template (`{question}`, `{team}`); the role's default when absent.
     prompt: Option<String>,
     /// What an unparseable verdict counts as: `yes` (default, as in Dr.MAS) or `no`.
     #[serde(default = "yes")]
@@ -70,6 +74,21 @@ struct Prompt {
 }
 
 impl Prompt {
+    /// The run file's prompt parameters, with `default_template` when it sets no `prompt`.
+    fn new(
+        system: Option<String>,
+        template: Option<String>,
+        response_prefix: Option<String>,
+        default_template: &str,
+    ) -> Self {
+        Self {
+            system,
+            template: template.unwrap_or_else(|| default_template.into()),
+            response_prefix,
+        }
+    }
+
+    /// The chat for one call: system, the filled template, then the reply prefix if any.
     fn messages(&self, context: &AgentContext) -> Vec<ChatMessage> {
         let user = self
             .template
@@ -90,11 +109,12 @@ impl Prompt {
 
 impl PromptConfig {
     fn into_prompt(self, default_template: &str) -> Prompt {
-        Prompt {
-            system: self.system,
-            template: self.prompt.unwrap_or_else(|| default_template.into()),
-            response_prefix: self.response_prefix,
-        }
+        Prompt::new(
+            self.system,
+            self.prompt,
+            self.response_prefix,
+            default_template,
+        )
     }
 }
 
@@ -123,11 +143,12 @@ impl Component for SearchVerifierAgent {
             )));
         }
         Ok(Self {
-            prompt: Prompt {
-                system: config.system,
-                template: config.prompt.unwrap_or_else(|| VERIFIER_PROMPT.into()),
-                response_prefix: config.response_prefix,
-            },
+            prompt: Prompt::new(
+                config.system,
+                config.prompt,
+                config.response_prefix,
+                VERIFIER_PROMPT,
+            ),
             unparseable: config.unparseable,
         })
     }

@@ -119,18 +119,27 @@ struct Payload {
 impl Environment for SearchEnvironment {
     fn load_tasks(&self, spec: &DatasetSpec) -> Result<Vec<Task>> {
         let split = Split::from_name(&spec.split).map_err(Error::new)?;
-        // The limit counts tasks of the split, so it applies after splitting.
+        // The limit counts tasks of the split, so with a split the whole file is read first.
         let options = LoadOptions {
-            limit: (split == Split::All)
-                .then_some(spec.limit)
-                .flatten()
+            limit: spec
+                .limit
+                .filter(|_| split == Split::All)
                 .map(|l| l as usize),
             skip_malformed: self.skip_malformed,
         };
         let path = spec.resolved_path();
         let mut dataset = load_qa(&path, &options)?;
         if split != Split::All {
+            let read = dataset.tasks.len();
             dataset.tasks.retain(|task| split.contains(task));
+            if dataset.tasks.is_empty() && read > 0 {
+                return Err(Error::new(format!(
+                    "{}: none of its {read} tasks falls in split `{}` (one task in ten, by the \
+                     hash of its id, is `test`); use a larger file or leave `split` out",
+                    path.display(),
+                    spec.split
+                )));
+            }
             if let Some(limit) = spec.limit {
                 dataset.tasks.truncate(limit as usize);
             }
