@@ -35,7 +35,9 @@ pub fn spike_definition() -> String {
         "An iteration is a **gradient-norm spike** for an agent when that agent's gradient norm \
          (`grad_norm/agent/ROLE`) exceeds {SPIKE_FACTOR}× the median of its own gradient norms \
          in all previous iterations of the run; an agent needs at least {SPIKE_MIN_HISTORY} \
-         previous values before any iteration can count. Spikes are counted per run and agent."
+         previous values before any iteration can count. Iterations where the agent had no \
+         gradient (norm 0: all its advantages were 0, or it made no call) are neither spikes nor \
+         history. Spikes are counted per run and agent."
     )
 }
 

@@ -25,12 +25,15 @@ pub fn median(values: &[f64]) -> Option<f64> {
 
 /// The indices of the spikes in one agent's gradient norms, in iteration order: values greater
 /// than [`SPIKE_FACTOR`] × the median of all previous values, once there are at least
-/// [`SPIKE_MIN_HISTORY`] previous values. Non-finite values are neither spikes nor history.
+/// [`SPIKE_MIN_HISTORY`] previous values. Non-finite values are neither spikes nor history, and
+/// neither are zeros: an agent whose advantages were all 0 (or that made no call) had no gradient
+/// that iteration, which says nothing about its scale (with zeros in the history, a median of 0
+/// would make every later non-zero norm a spike).
 pub fn spikes(norms: &[f64]) -> Vec<usize> {
     let mut history: Vec<f64> = Vec::new();
     let mut found = Vec::new();
     for (index, &norm) in norms.iter().enumerate() {
-        if !norm.is_finite() {
+        if !norm.is_finite() || norm == 0.0 {
             continue;
         }
         if history.len() >= SPIKE_MIN_HISTORY {
@@ -112,6 +115,11 @@ mod tests {
         // Non-finite values are skipped, not counted as history.
         assert_eq!(spikes(&[1.0, f64::NAN, 1.0, 1.0, 5.0]), vec![4]);
         assert_eq!(spikes(&[1.0, f64::NAN, 1.0, 5.0]), Vec::<usize>::new());
+        // So are zeros (no gradient): [0, 0, 0] is no history, and 2.0 after [0, 1, 0, 1, 1]
+        // compares with the median 1 of the non-zero norms, not with 0.
+        assert!(spikes(&[0.0, 0.0, 0.0, 2.0]).is_empty());
+        assert!(spikes(&[0.0, 1.0, 0.0, 1.0, 1.0, 2.0]).is_empty());
+        assert_eq!(spikes(&[0.0, 1.0, 0.0, 1.0, 1.0, 3.5]), vec![5]);
     }
 
     #[test]
