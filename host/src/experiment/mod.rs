@@ -141,7 +141,7 @@ impl Experiment {
             return;
         }
         let checkpoints = dir.join("checkpoints");
-        if let Err(error) = remove_dir_if_present(&checkpoints) {
+        if let Err(error) = remove_if_present(|p| std::fs::remove_dir_all(p), &checkpoints) {
             tracing::warn!("--drop-checkpoints: {error:#}");
         }
     }
@@ -253,7 +253,7 @@ fn train_one(
         }
     } else {
         for stale in ["metrics.jsonl", "samples.jsonl"] {
-            remove_if_present(&dir.join(stale))?;
+            remove_if_present(|p| std::fs::remove_file(p), &dir.join(stale))?;
         }
     }
     let summary = trainer.train()?;
@@ -274,17 +274,9 @@ pub fn variant(base: &RunConfig, estimator: &str, seed: u64, dir: &Path) -> RunC
     config
 }
 
-fn remove_if_present(path: &Path) -> anyhow::Result<()> {
-    match std::fs::remove_file(path) {
-        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
-            Err(error).with_context(|| format!("removing {}", path.display()))
-        }
-        _ => Ok(()),
-    }
-}
-
-fn remove_dir_if_present(path: &Path) -> anyhow::Result<()> {
-    match std::fs::remove_dir_all(path) {
+/// Removes the file or folder at `path` with `remove`; nothing there is not an error.
+fn remove_if_present(remove: fn(&Path) -> std::io::Result<()>, path: &Path) -> anyhow::Result<()> {
+    match remove(path) {
         Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
             Err(error).with_context(|| format!("removing {}", path.display()))
         }

@@ -47,15 +47,22 @@ fn agents_check_their_own_formats() {
     assert!(SearchVerifierAgent::from_config("unparseable = \"perhaps\"").is_err());
 }
 
-#[test]
-fn an_episode_searches_the_real_corpus_and_scores_the_answer() {
-    let index = std::env::temp_dir().join(format!("drmas-search-env-{}", std::process::id()));
+/// The search environment over the bundled NQ corpus, its BM25 index in a fresh temp folder
+/// named after `test` (returned, for cleaning up); `params` go before the retriever table.
+fn nq_environment(test: &str, params: &str) -> (SearchEnvironment, std::path::PathBuf) {
+    let index = std::env::temp_dir().join(format!("drmas-search-{test}-{}", std::process::id()));
     let config = format!(
-        "max_turns = 3\n[retriever]\nkind = \"bm25\"\ncorpus = \"{}\"\nindex_dir = \"{}\"\n",
+        "{params}[retriever]\nkind = \"bm25\"\ncorpus = \"{}\"\nindex_dir = \"{}\"\n",
         data("nq/corpus.jsonl"),
         index.display()
     );
     let env = SearchEnvironment::from_config(&config).expect("config");
+    (env, index)
+}
+
+#[test]
+fn an_episode_searches_the_real_corpus_and_scores_the_answer() {
+    let (env, index) = nq_environment("env", "max_turns = 3\n");
     let spec = DatasetSpec {
         path: data("nq/questions.jsonl"),
         limit: Some(4),
@@ -138,13 +145,7 @@ fn an_unreachable_http_retriever_is_reported_with_its_url() {
 
 #[test]
 fn train_and_test_splits_of_the_nq_file_are_disjoint_and_limited_after_splitting() {
-    let index = std::env::temp_dir().join(format!("drmas-search-split-{}", std::process::id()));
-    let config = format!(
-        "[retriever]\nkind = \"bm25\"\ncorpus = \"{}\"\nindex_dir = \"{}\"\n",
-        data("nq/corpus.jsonl"),
-        index.display()
-    );
-    let env = SearchEnvironment::from_config(&config).expect("config");
+    let (env, index) = nq_environment("split", "");
     let load = |split: &str, limit: Option<u64>| {
         env.load_tasks(&DatasetSpec {
             path: data("nq/questions.jsonl"),

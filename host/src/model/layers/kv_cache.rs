@@ -71,21 +71,16 @@ impl KvCache {
         let used = self.len;
         let kept_rows = rows.size()[0];
         for cache in self.keys.iter_mut().chain(self.values.iter_mut()) {
-            if kept_rows <= cache.size()[0] {
-                if used > 0 {
-                    let moved = cache.narrow(2, 0, used).index_select(0, rows);
-                    cache
-                        .narrow(0, 0, kept_rows)
-                        .narrow(2, 0, used)
-                        .copy_(&moved);
-                }
-                *cache = cache.narrow(0, 0, kept_rows);
-                continue;
-            }
-            let mut size = cache.size();
-            size[0] = kept_rows;
-            let kept = Tensor::empty(size.as_slice(), (cache.kind(), cache.device()));
+            let kept = if kept_rows <= cache.size()[0] {
+                cache.narrow(0, 0, kept_rows)
+            } else {
+                let mut size = cache.size();
+                size[0] = kept_rows;
+                Tensor::empty(size.as_slice(), (cache.kind(), cache.device()))
+            };
             if used > 0 {
+                // `index_select` copies before anything is overwritten, so moving rows within
+                // the same tensor is safe.
                 kept.narrow(2, 0, used)
                     .copy_(&cache.narrow(2, 0, used).index_select(0, rows));
             }

@@ -107,17 +107,6 @@ impl Prompt {
     }
 }
 
-impl PromptConfig {
-    fn into_prompt(self, default_template: &str) -> Prompt {
-        Prompt::new(
-            self.system,
-            self.prompt,
-            self.response_prefix,
-            default_template,
-        )
-    }
-}
-
 /// Exactly one `<think>…</think>` block.
 fn one_think_block(raw: &str) -> bool {
     raw.matches("<think>").count() == 1 && raw.matches("</think>").count() == 1
@@ -186,7 +175,12 @@ impl Component for SearchAgent {
     fn from_config(config: &str) -> Result<Self> {
         let config: PromptConfig = parse_config(config)?;
         Ok(Self {
-            prompt: config.into_prompt(SEARCH_PROMPT),
+            prompt: Prompt::new(
+                config.system,
+                config.prompt,
+                config.response_prefix,
+                SEARCH_PROMPT,
+            ),
         })
     }
 }
@@ -224,7 +218,12 @@ impl Component for AnswerAgent {
     fn from_config(config: &str) -> Result<Self> {
         let config: PromptConfig = parse_config(config)?;
         Ok(Self {
-            prompt: config.into_prompt(ANSWER_PROMPT),
+            prompt: Prompt::new(
+                config.system,
+                config.prompt,
+                config.response_prefix,
+                ANSWER_PROMPT,
+            ),
         })
     }
 }
