@@ -9,4 +9,4 @@ if [[ -d runs/demo && " $* " != *" --resume "* ]]; then
   mv runs/demo "$previous"
   echo "the previous demo run is now in $previous"
 fi
-exec target/release/drmas-host train --plugins ./plugins --config configs/demo.toml "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/drmas-host" train --plugins ./plugins --config configs/demo.toml "$@"
