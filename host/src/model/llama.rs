@@ -11,8 +11,8 @@ use super::error::ModelError;
 use super::gguf::GgufModel;
 use super::kernels::DecodeMatmul;
 use super::layers::{
-    AdapterRows, AttentionConfig, AttentionContext, DecoderLayer, KvCache, Projection, RmsNorm,
-    Rotary,
+    AdapterRows, AttentionConfig, AttentionContext, DecoderLayer, KvCache, Past, Projection,
+    PromptPrefix, RmsNorm, Rotary,
 };
 use super::lora::Adapters;
 use super::weights::load_into;
@@ -266,7 +266,104 @@ impl Llama {
         &self,
         input_ids: &Tensor,
         attention_mask: Option<&Tensor>,
-        mut cache: Option<&mut KvCache>,
+        cache: Option<&mut KvCache>,
+        rows: &AdapterRows,
+    ) -> Result<Tensor, ModelError> {
+        let valid = self.checked_valid(input_ids, attention_mask, rows)?;
+        let (b, t) = (valid.size()[0], valid.size()[1]);
+        let Some(cache) = cache else {
+            self.check_positions(t)?;
+            let context = AttentionContext::full(&valid);
+            return Ok(self.run(input_ids, &context, &mut Past::None, rows));
+        };
+        if cache.batch() != b || cache.len() + t > cache.max_len() {
+            return Err(ModelError::Input(format!(
+                "{b} sequences of {t} tokens do not fit a cache of {} sequences holding {} of {} \
+                 tokens",
+                cache.batch(),
+                cache.len(),
+                cache.max_len()
+            )));
+        }
+        let offset = cache.len();
+        let (key_valid, seen) = cache.reserve(&valid);
+        let context = AttentionContext::new(&key_valid, &seen, &valid, offset);
+        let hidden = self.run(input_ids, &context, &mut Past::Cache(cache), rows);
+        cache.advance(&valid);
+        Ok(hidden)
+    }
+
+    /// The prompt pass of shared-prompt training: final hidden states `[G, P, hidden]` of
+    /// `G` left-padded prompts `input_ids` `[G, P]` (`attention_mask` as in
+    /// [`Self::forward_hidden`]) and their keys and values, with autograd, for
+    /// [`Self::forward_continuations`].
+    pub fn forward_prompts(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        rows: &AdapterRows,
+    ) -> Result<(Tensor, PromptPrefix), ModelError> {
+        let valid = self.checked_valid(input_ids, attention_mask, rows)?;
+        self.check_positions(valid.size()[1])?;
+        let mut prefix = PromptPrefix::new(&valid);
+        let context = AttentionContext::full(&valid);
+        let hidden = self.run(input_ids, &context, &mut Past::Record(&mut prefix), rows);
+        Ok((hidden, prefix))
+    }
+
+    /// The response pass of shared-prompt training: final hidden states `[B, T, hidden]` of
+    /// `input_ids` `[B, T]`, row `i` continuing prompt `prompts[i]` (`[B]` int64) of `prefix`.
+    /// The new tokens are right-padded (`attention_mask` 1 on each row's first tokens, then 0);
+    /// padding positions give hidden states that mean nothing.
+    pub fn forward_continuations(
+        &self,
+        prefix: &PromptPrefix,
+        prompts: &Tensor,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        rows: &AdapterRows,
+    ) -> Result<Tensor, ModelError> {
+        let valid = self.checked_valid(input_ids, attention_mask, rows)?;
+        let (b, t) = (valid.size()[0], valid.size()[1]);
+        if prefix.layers() != self.layers.len() {
+            return Err(ModelError::Input(format!(
+                "the prompt prefix has {} layers, the model {}: it was made by another model",
+                prefix.layers(),
+                self.layers.len()
+            )));
+        }
+        if prompts.size() != [b] {
+            return Err(ModelError::Input(format!(
+                "prompts: expected one prompt index per row, shape [{b}], found {:?}",
+                prompts.size()
+            )));
+        }
+        let (lo, hi) = (
+            prompts.min().int64_value(&[]),
+            prompts.max().int64_value(&[]),
+        );
+        if lo < 0 || hi >= prefix.prompts() {
+            return Err(ModelError::Input(format!(
+                "prompts: indices must be in 0..{}, found {lo}..={hi}",
+                prefix.prompts()
+            )));
+        }
+        self.check_positions(prefix.len() + t)?;
+        let context = prefix.context(prompts, &valid);
+        Ok(self.run(
+            input_ids,
+            &context,
+            &mut Past::Prefix(prefix, prompts),
+            rows,
+        ))
+    }
+
+    /// Checks `input_ids`, `attention_mask` and `rows` against each other and the model, and
+    /// returns the real tokens `[B, T]` (bool).
+    fn checked_valid(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
         rows: &AdapterRows,
     ) -> Result<Tensor, ModelError> {
         let size = input_ids.size();
@@ -289,39 +386,6 @@ impl Llama {
                 )));
             }
         }
-        let valid = match attention_mask {
-            Some(mask) if mask.size() != size => {
-                return Err(ModelError::Input(format!(
-                    "attention_mask: expected shape {size:?} like input_ids, found {:?}",
-                    mask.size()
-                )))
-            }
-            Some(mask) => mask.to_kind(Kind::Bool),
-            None => Tensor::ones([b, t], (Kind::Bool, input_ids.device())),
-        };
-        let context = match cache.as_deref_mut() {
-            Some(cache) => {
-                if cache.batch() != b || cache.len() + t > cache.max_len() {
-                    return Err(ModelError::Input(format!(
-                        "{b} sequences of {t} tokens do not fit a cache of {} sequences \
-                         holding {} of {} tokens",
-                        cache.batch(),
-                        cache.len(),
-                        cache.max_len()
-                    )));
-                }
-                let offset = cache.len();
-                let (key_valid, seen) = cache.reserve(&valid);
-                AttentionContext::new(&key_valid, &seen, &valid, offset)
-            }
-            None if t > self.rotary.max_positions() => {
-                return Err(ModelError::Input(format!(
-                    "{t} tokens are more than the model's {} positions",
-                    self.rotary.max_positions()
-                )))
-            }
-            None => AttentionContext::full(&valid),
-        };
         let vocab = self.config.vocab_size as i64;
         let (lo, hi) = (
             input_ids.min().int64_value(&[]),
@@ -332,19 +396,39 @@ impl Llama {
                 "input_ids: token ids must be in 0..{vocab}, found {lo}..={hi}"
             )));
         }
+        match attention_mask {
+            Some(mask) if mask.size() != size => Err(ModelError::Input(format!(
+                "attention_mask: expected shape {size:?} like input_ids, found {:?}",
+                mask.size()
+            ))),
+            Some(mask) => Ok(mask.to_kind(Kind::Bool)),
+            None => Ok(Tensor::ones([b, t], (Kind::Bool, input_ids.device()))),
+        }
+    }
+
+    /// Fails when `len` positions are more than the rotary tables cover.
+    fn check_positions(&self, len: i64) -> Result<(), ModelError> {
+        if len > self.rotary.max_positions() {
+            return Err(ModelError::Input(format!(
+                "{len} tokens are more than the model's {} positions",
+                self.rotary.max_positions()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The network proper on checked inputs: embedding, the layers over `past`, final norm.
+    fn run(
+        &self,
+        input_ids: &Tensor,
+        context: &AttentionContext,
+        past: &mut Past<'_>,
+        rows: &AdapterRows,
+    ) -> Tensor {
         let mut x = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
         for (i, layer) in self.layers.iter().enumerate() {
-            x = layer.forward(
-                &x,
-                &self.rotary,
-                &context,
-                cache.as_deref_mut().map(|c| (c, i)),
-                rows,
-            );
+            x = layer.forward(&x, &self.rotary, context, (past, i), rows);
         }
-        if let Some(cache) = cache {
-            cache.advance(&valid);
-        }
-        Ok(self.norm.forward(&x))
+        self.norm.forward(&x)
     }
 }

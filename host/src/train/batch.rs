@@ -1,21 +1,32 @@
-//! [`TrainingBatch`]: agent calls packed into left-padded tensors whose responses all end in the
-//! last column, so one slice of the hidden states covers every response.
+//! [`TrainingBatch`]: agent calls as tensors, each distinct prompt once and the responses that
+//! continue it after, so a prompt shared by a group's samples is trained through once.
+
+use std::collections::HashMap;
 
 use tch::{Device, Kind, Tensor};
 
+use crate::model::error::ModelError;
+use crate::model::layers::AdapterRows;
+use crate::model::llama::Llama;
 use crate::rollout::AgentCall;
 
 /// One micro-batch of calls as tensors.
 ///
-/// Each call's prompt and response are concatenated and left-padded to the longest, so every
-/// response ends at the last column. Response-position tensors are `[B, R]` with `R` the longest
-/// response, right-aligned the same way.
+/// The calls' distinct prompts are left-padded to the longest, so every prompt ends in the last
+/// column; responses are right-padded, so each starts where its prompt ends. Response-position
+/// tensors are `[B, R]` with `R` the longest response.
 pub struct TrainingBatch {
-    /// Token ids `[B, T]` (padding 0).
-    pub input_ids: Tensor,
-    /// Real tokens `[B, T]` (bool).
-    pub attention_mask: Tensor,
-    /// The response tokens `[B, R]` (the targets of the last `R` predictions).
+    /// The distinct prompts `[G, P]` (padding 0).
+    pub prompt_ids: Tensor,
+    /// Real prompt tokens `[G, P]` (bool).
+    pub prompt_mask: Tensor,
+    /// The prompt each call continues, `[B]` int64 (rows of `prompt_ids`).
+    pub prompt_of_call: Tensor,
+    /// Each call's response but its last token, `[B, R − 1]` right-padded, with its real tokens
+    /// (bool): the inputs whose outputs predict the second response token on. `None` when
+    /// `R` = 1 (the prompts alone predict every response).
+    pub response_inputs: Option<(Tensor, Tensor)>,
+    /// The response tokens `[B, R]`.
     pub targets: Tensor,
     /// 1.0 on response tokens, 0.0 on padding, `[B, R]` f32.
     pub response_mask: Tensor,
@@ -25,51 +36,65 @@ pub struct TrainingBatch {
     pub advantages: Tensor,
     /// Sampling temperature per call `[B, 1, 1]` f32 (1 for greedy calls).
     pub temperatures: Tensor,
-    /// Total length `T`.
-    pub total_len: i64,
     /// Longest response `R`.
     pub response_len: i64,
     /// Real response tokens in the batch.
     pub response_tokens: usize,
+    /// Tokens the forward pass runs, padding included: `G × P + B × (R − 1)`.
+    pub forward_tokens: usize,
 }
 
 impl TrainingBatch {
-    /// Packs `calls` with their `advantages` onto `device`.
+    /// Packs `calls` with their `advantages` onto `device`. Calls whose prompts are equal token
+    /// for token share one row of `prompt_ids`.
     ///
     /// # Panics
     /// If a call has an empty prompt or response, or `calls` is empty (the trainer never
     /// builds such batches).
     pub fn new(calls: &[&AgentCall], advantages: &[f64], device: Device) -> Self {
         assert!(!calls.is_empty(), "a training batch needs calls");
-        let total = calls
-            .iter()
-            .map(|c| c.prompt.len() + c.response.len())
-            .max()
-            .unwrap_or(0);
-        let response = calls.iter().map(|c| c.response.len()).max().unwrap_or(0);
         assert!(
             calls
                 .iter()
                 .all(|c| !c.prompt.is_empty() && !c.response.is_empty()),
             "every call needs a prompt and a response"
         );
+        let mut prompt_rows: HashMap<&[i64], i64> = HashMap::new();
+        let mut prompts: Vec<&[i64]> = Vec::new();
+        let prompt_of_call: Vec<i64> = calls
+            .iter()
+            .map(|call| {
+                *prompt_rows.entry(&call.prompt).or_insert_with(|| {
+                    prompts.push(&call.prompt);
+                    prompts.len() as i64 - 1
+                })
+            })
+            .collect();
+        let prompt_len = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
+        let mut prompt_ids = vec![0i64; prompts.len() * prompt_len];
+        let mut prompt_mask = vec![false; prompts.len() * prompt_len];
+        for (row, prompt) in prompts.iter().enumerate() {
+            let end = (row + 1) * prompt_len;
+            prompt_ids[end - prompt.len()..end].copy_from_slice(prompt);
+            prompt_mask[end - prompt.len()..end].fill(true);
+        }
+
         let b = calls.len();
-        let mut ids = vec![0i64; b * total];
-        let mut mask = vec![false; b * total];
+        let response = calls.iter().map(|c| c.response.len()).max().unwrap_or(0);
+        let inputs = response - 1;
+        let mut input_ids = vec![0i64; b * inputs];
+        let mut input_mask = vec![false; b * inputs];
         let mut targets = vec![0i64; b * response];
         let mut response_mask = vec![0f32; b * response];
         let mut old = vec![0f32; b * response];
         for (row, call) in calls.iter().enumerate() {
-            let len = call.prompt.len() + call.response.len();
-            let start = row * total + total - len;
-            for (slot, &token) in call.prompt.iter().chain(&call.response).enumerate() {
-                ids[start + slot] = token;
-                mask[start + slot] = true;
-            }
-            let start = row * response + response - call.response.len();
-            targets[start..start + call.response.len()].copy_from_slice(&call.response);
-            response_mask[start..start + call.response.len()].fill(1.0);
-            old[start..start + call.response.len()].copy_from_slice(&call.logprobs);
+            let (start, len) = (row * response, call.response.len());
+            targets[start..start + len].copy_from_slice(&call.response);
+            response_mask[start..start + len].fill(1.0);
+            old[start..start + len].copy_from_slice(&call.logprobs);
+            let start = row * inputs;
+            input_ids[start..start + len - 1].copy_from_slice(&call.response[..len - 1]);
+            input_mask[start..start + len - 1].fill(true);
         }
         let temperatures: Vec<f32> = calls
             .iter()
@@ -82,34 +107,33 @@ impl TrainingBatch {
             })
             .collect();
         let advantages: Vec<f32> = advantages.iter().map(|&a| a as f32).collect();
-        let shape = |n: usize| [b as i64, n as i64];
+        let tensor = |values: Tensor, rows: usize, columns: usize| {
+            values.view([rows as i64, columns as i64]).to_device(device)
+        };
         Self {
-            input_ids: Tensor::from_slice(&ids)
-                .view(shape(total))
-                .to_device(device),
-            attention_mask: Tensor::from_slice(&mask)
-                .view(shape(total))
-                .to_device(device),
-            targets: Tensor::from_slice(&targets)
-                .view(shape(response))
-                .to_device(device),
-            response_mask: Tensor::from_slice(&response_mask)
-                .view(shape(response))
-                .to_device(device),
-            old_logprobs: Tensor::from_slice(&old)
-                .view(shape(response))
-                .to_device(device),
+            prompt_ids: tensor(Tensor::from_slice(&prompt_ids), prompts.len(), prompt_len),
+            prompt_mask: tensor(Tensor::from_slice(&prompt_mask), prompts.len(), prompt_len),
+            prompt_of_call: Tensor::from_slice(&prompt_of_call).to_device(device),
+            response_inputs: (inputs > 0).then(|| {
+                (
+                    tensor(Tensor::from_slice(&input_ids), b, inputs),
+                    tensor(Tensor::from_slice(&input_mask), b, inputs),
+                )
+            }),
+            targets: tensor(Tensor::from_slice(&targets), b, response),
+            response_mask: tensor(Tensor::from_slice(&response_mask), b, response),
+            old_logprobs: tensor(Tensor::from_slice(&old), b, response),
             advantages: Tensor::from_slice(&advantages).to_device(device),
             temperatures: Tensor::from_slice(&temperatures)
                 .view([b as i64, 1, 1])
                 .to_device(device),
-            total_len: total as i64,
             response_len: response as i64,
             response_tokens: calls.iter().map(|c| c.response.len()).sum(),
+            forward_tokens: prompts.len() * prompt_len + b * inputs,
         }
     }
 
-    /// The calls' sequences in the batch.
+    /// The calls in the batch.
     pub fn len(&self) -> usize {
         self.advantages.size()[0] as usize
     }
@@ -119,10 +143,44 @@ impl TrainingBatch {
         self.len() == 0
     }
 
-    /// The hidden states that predict the response tokens: columns `T − R − 1 .. T − 1` of
-    /// `hidden` `[B, T, H]`.
-    pub fn response_predictors(&self, hidden: &Tensor) -> Tensor {
-        hidden.narrow(1, self.total_len - self.response_len - 1, self.response_len)
+    /// The distinct prompts in the batch.
+    pub fn prompts(&self) -> usize {
+        self.prompt_ids.size()[0] as usize
+    }
+
+    /// The final hidden states that predict the response tokens, `[B, R, hidden]`: each call's
+    /// last prompt position, then its response positions but the last. The prompts run through
+    /// `model` once ([`Llama::forward_prompts`]) and the responses after them
+    /// ([`Llama::forward_continuations`]), every row through LoRA adapter `adapter` (`None`:
+    /// the base model), with dropout when `training`.
+    pub fn response_hidden(
+        &self,
+        model: &Llama,
+        adapter: Option<usize>,
+        training: bool,
+    ) -> Result<Tensor, ModelError> {
+        let device = self.prompt_ids.device();
+        let rows = |n: usize| AdapterRows::new(&vec![adapter; n], device, training);
+        let (prompt_hidden, prefix) = model.forward_prompts(
+            &self.prompt_ids,
+            Some(&self.prompt_mask),
+            &rows(self.prompts()),
+        )?;
+        let last_prompt = prompt_hidden
+            .select(1, prompt_hidden.size()[1] - 1)
+            .index_select(0, &self.prompt_of_call)
+            .unsqueeze(1);
+        let Some((ids, mask)) = &self.response_inputs else {
+            return Ok(last_prompt);
+        };
+        let responses = model.forward_continuations(
+            &prefix,
+            &self.prompt_of_call,
+            ids,
+            Some(mask),
+            &rows(self.len()),
+        )?;
+        Ok(Tensor::cat(&[last_prompt, responses], 1))
     }
 
     /// Log-probabilities `[B, R]` of the targets and, when `with_entropy`, the entropy `[B, R]`

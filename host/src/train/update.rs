@@ -9,7 +9,6 @@ use tch::{Kind, Tensor};
 use super::{policy_loss, AdamW, GradientLedger, LossInputs, LossStats, TrainingBatch};
 use crate::config::LossSection;
 use crate::model::error::ModelError;
-use crate::model::layers::AdapterRows;
 use crate::model::llama::Llama;
 use crate::rollout::AgentCall;
 
@@ -93,7 +92,18 @@ pub fn update_group(
     let mut finite_loss = true;
     for (&agent, indices) in &mut by_agent {
         let settings = &agents[agent];
-        indices.sort_by_key(|&i| calls[i].prompt.len() + calls[i].response.len());
+        // Calls with the same prompt side by side, so a micro-batch trains their prompt once;
+        // prompts by length and responses by length within a prompt, for little padding.
+        indices.sort_by(|&a, &b| {
+            let key = |i: usize| {
+                (
+                    calls[i].prompt.len(),
+                    &calls[i].prompt,
+                    calls[i].response.len(),
+                )
+            };
+            key(a).cmp(&key(b))
+        });
         if several_agents {
             ledger.mark();
         }
@@ -102,12 +112,11 @@ pub fn update_group(
             let micro_advantages: Vec<f64> = chunk.iter().map(|&i| advantages[i]).collect();
             let batch = TrainingBatch::new(&micro, &micro_advantages, device);
             let weight = chunk.len() as f64 / calls.len() as f64;
-            let adapters = AdapterRows::new(&vec![settings.adapter; chunk.len()], device, true);
-            let stats = accumulate(model, reference, &batch, &adapters, &settings.loss, weight)?;
+            let stats = accumulate(model, reference, &batch, settings, weight)?;
             finite_loss &= stats.policy_loss.is_finite();
             report.stats = add_weighted(report.stats, stats, weight);
             report.response_tokens += batch.response_tokens;
-            report.forward_tokens += batch.len() * batch.total_len as usize;
+            report.forward_tokens += batch.forward_tokens;
         }
         let norm = if several_agents {
             ledger.norm_since_mark()
@@ -128,22 +137,17 @@ pub fn update_group(
     Ok(report)
 }
 
-/// Forward and backward of one micro-batch, its loss scaled by `weight`.
+/// Forward and backward of one micro-batch of an agent's calls (trained with its `settings`),
+/// the loss scaled by `weight`.
 fn accumulate(
     model: &Llama,
     reference: Reference<'_>,
     batch: &TrainingBatch,
-    adapters: &AdapterRows,
-    loss: &LossSection,
+    settings: &AgentTraining,
     weight: f64,
 ) -> Result<LossStats, ModelError> {
-    let hidden = model.forward_hidden_with(
-        &batch.input_ids,
-        Some(&batch.attention_mask),
-        None,
-        adapters,
-    )?;
-    let logits = model.logits(&batch.response_predictors(&hidden));
+    let loss = &settings.loss;
+    let logits = model.logits(&batch.response_hidden(model, settings.adapter, true)?);
     let (logprobs, entropy) = batch.token_logprobs(&logits, loss.entropy_coef != 0.0);
     let reference = match reference {
         Reference::None => None,
@@ -152,9 +156,7 @@ fn accumulate(
     };
     let ref_logprobs = match reference {
         Some(reference) if loss.kl_coef != 0.0 => Some(tch::no_grad(|| {
-            let hidden =
-                reference.forward_hidden(&batch.input_ids, Some(&batch.attention_mask), None)?;
-            let logits = reference.logits(&batch.response_predictors(&hidden));
+            let logits = reference.logits(&batch.response_hidden(reference, None, false)?);
             Ok::<_, ModelError>(batch.token_logprobs(&logits, false).0)
         })?),
         _ => None,

@@ -1,9 +1,9 @@
 //! [`Attention`]: grouped-query self-attention with RoPE, optional q/k/v biases (Qwen2) and
-//! per-head q/k RMSNorm (Qwen3), reading and writing a [`KvCache`].
+//! per-head q/k RMSNorm (Qwen3), over the keys of earlier tokens a [`Past`] holds.
 
 use tch::{nn, Tensor};
 
-use super::{AdapterRows, AttentionContext, KvCache, Projection, RmsNorm, Rotary};
+use super::{AdapterRows, AttentionContext, Past, Projection, RmsNorm, Rotary};
 
 /// The sizes and options of one attention block.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -84,15 +84,15 @@ impl Attention {
         ]
     }
 
-    /// Attends from `x` `[B, T, hidden]` to the cached keys (when `cache` holds this block's
-    /// `layer`) and the new ones, as `context` allows; each row's projections go through the
-    /// LoRA adapter `rows` gives it.
+    /// Attends from `x` `[B, T, hidden]` to the earlier tokens `past` holds for this block
+    /// (layer `layer`) and to the new ones, as `context` allows; each row's projections go
+    /// through the LoRA adapter `rows` gives it.
     pub fn forward(
         &self,
         x: &Tensor,
         rotary: &Rotary,
         context: &AttentionContext,
-        cache: Option<(&mut KvCache, usize)>,
+        (past, layer): (&mut Past<'_>, usize),
         rows: &AdapterRows,
     ) -> Tensor {
         let c = &self.config;
@@ -111,10 +111,7 @@ impl Attention {
         let v = heads(self.v_proj.forward(x, rows), c.kv_heads, &None);
         let q = rotary.apply(&q, &context.positions);
         let k = rotary.apply(&k, &context.positions);
-        let (k, v) = match cache {
-            Some((cache, layer)) => cache.store(layer, context.offset, &k, &v),
-            None => (k, v),
-        };
+        let (k, v) = past.keys_values(layer, context.offset, k, v);
         let y = Tensor::scaled_dot_product_attention(
             &q,
             &k,

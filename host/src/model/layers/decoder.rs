@@ -3,7 +3,7 @@
 use tch::{nn, Tensor};
 
 use super::{
-    AdapterRows, Attention, AttentionConfig, AttentionContext, KvCache, Mlp, Projection, RmsNorm,
+    AdapterRows, Attention, AttentionConfig, AttentionContext, Mlp, Past, Projection, RmsNorm,
     Rotary,
 };
 
@@ -53,20 +53,20 @@ impl DecoderLayer {
     }
 
     /// Applies the layer to `x` `[B, T, hidden]`, each row through the LoRA adapter `rows`
-    /// gives it.
+    /// gives it; `past` holds the earlier tokens (with this layer's index).
     pub fn forward(
         &self,
         x: &Tensor,
         rotary: &Rotary,
         context: &AttentionContext,
-        cache: Option<(&mut KvCache, usize)>,
+        past: (&mut Past<'_>, usize),
         rows: &AdapterRows,
     ) -> Tensor {
         let h = x + self.self_attn.forward(
             &self.input_layernorm.forward(x),
             rotary,
             context,
-            cache,
+            past,
             rows,
         );
         let out = self

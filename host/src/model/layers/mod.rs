@@ -11,6 +11,8 @@ pub mod linear;
 pub mod lora;
 pub mod mask;
 pub mod mlp;
+pub mod past;
+pub mod prompt_prefix;
 pub mod rms_norm;
 pub mod rotary;
 
@@ -22,5 +24,7 @@ pub use linear::Linear;
 pub use lora::{LoraLinear, Projection};
 pub use mask::AttentionContext;
 pub use mlp::Mlp;
+pub use past::Past;
+pub use prompt_prefix::PromptPrefix;
 pub use rms_norm::RmsNorm;
 pub use rotary::Rotary;

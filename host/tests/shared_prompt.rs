@@ -1,0 +1,133 @@
+//! Shared-prompt training on the tiny Llama, Qwen2 and Qwen3 fixtures: a prompt several calls
+//! share runs through the model once ([`TrainingBatch`]), and that changes nothing but the
+//! cost — each call's log-probabilities are those of its own whole-sequence forward pass, and
+//! the gradients those of training every call alone.
+
+use std::path::Path;
+
+use drmas_host::engine::FinishReason;
+use drmas_host::model::llama::Llama;
+use drmas_host::model::pretrained::Pretrained;
+use drmas_host::rollout::AgentCall;
+use drmas_host::train::TrainingBatch;
+use tch::{Device, Kind, Tensor};
+
+fn fixture(name: &str) -> Llama {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hf")
+        .join(name);
+    Pretrained::load(&path, Device::Cpu, Kind::Float)
+        .expect("fixture loads")
+        .model
+}
+
+fn call(prompt: &[i64], response: &[i64]) -> AgentCall {
+    AgentCall {
+        episode: 0,
+        agent: 0,
+        prompt: prompt.to_vec(),
+        response: response.to_vec(),
+        text: String::new(),
+        logprobs: vec![0.0; response.len()],
+        temperature: 1.0,
+        valid: true,
+        finish: FinishReason::Length,
+    }
+}
+
+/// Two prompts of different lengths, shared by three and two calls whose responses have
+/// different lengths (one of a single token).
+fn calls() -> Vec<AgentCall> {
+    let first = [5, 17, 3, 29, 8];
+    let second = [11, 2, 40];
+    vec![
+        call(&first, &[7, 1, 33, 12]),
+        call(&second, &[9, 9]),
+        call(&first, &[4]),
+        call(&first, &[21, 6, 6, 30, 2, 18]),
+        call(&second, &[3, 14, 27, 5, 1]),
+    ]
+}
+
+/// Each call's response log-probabilities under `model`, `[B, R]`, through a shared-prompt batch.
+fn batch_logprobs(model: &Llama, batch: &TrainingBatch) -> Tensor {
+    let hidden = batch.response_hidden(model, None, false).expect("forward");
+    batch.token_logprobs(&model.logits(&hidden), false).0
+}
+
+#[test]
+fn a_shared_prompt_gives_each_call_its_own_logprobs() {
+    let calls = calls();
+    let refs: Vec<&AgentCall> = calls.iter().collect();
+    for name in ["llama", "qwen2", "qwen3"] {
+        let model = fixture(name);
+        let batch = TrainingBatch::new(&refs, &[0.0; 5], Device::Cpu);
+        assert_eq!(batch.prompts(), 2, "{name}: two distinct prompts");
+        assert_eq!(
+            batch.forward_tokens,
+            2 * 5 + 5 * 5,
+            "{name}: G × P + B × (R − 1)"
+        );
+        let shared = tch::no_grad(|| batch_logprobs(&model, &batch));
+        for (row, call) in calls.iter().enumerate() {
+            let sequence: Vec<i64> = call.prompt.iter().chain(&call.response).copied().collect();
+            let whole = tch::no_grad(|| {
+                let ids = Tensor::from_slice(&sequence).unsqueeze(0);
+                model.forward(&ids, None, None).expect("forward")
+            })
+            .get(0)
+            .log_softmax(-1, Kind::Float);
+            for (j, &token) in call.response.iter().enumerate() {
+                let position = (call.prompt.len() + j - 1) as i64;
+                let want = whole.double_value(&[position, token]);
+                let got = shared.double_value(&[row as i64, j as i64]);
+                // f32 sums in another order; the bound of the padding and cache tests.
+                assert!(
+                    (got - want).abs() < 1e-4,
+                    "{name}: call {row} token {j}: {got} shared, {want} alone"
+                );
+            }
+        }
+    }
+}
+
+/// The gradient of Σ_calls advantage × Σ_tokens log π over all trainable weights, flattened.
+fn gradient(model: &Llama, batches: &[TrainingBatch]) -> Tensor {
+    let variables = model.var_store().trainable_variables();
+    for variable in &variables {
+        variable.shallow_clone().zero_grad();
+    }
+    for batch in batches {
+        let logprobs = batch_logprobs(model, batch);
+        let objective = (logprobs * &batch.response_mask).sum_dim_intlist(1, false, Kind::Float)
+            * &batch.advantages;
+        objective.sum(Kind::Float).backward();
+    }
+    let grads: Vec<Tensor> = variables.iter().map(|v| v.grad().flatten(0, -1)).collect();
+    Tensor::cat(&grads, 0)
+}
+
+#[test]
+fn sharing_a_prompt_leaves_the_gradient_unchanged() {
+    let calls = calls();
+    let advantages = [1.0, -0.5, 0.25, -1.5, 0.75];
+    let model = fixture("llama");
+    let refs: Vec<&AgentCall> = calls.iter().collect();
+    let shared = gradient(
+        &model,
+        &[TrainingBatch::new(&refs, &advantages, Device::Cpu)],
+    );
+    let alone: Vec<TrainingBatch> = calls
+        .iter()
+        .zip(advantages)
+        .map(|(call, advantage)| TrainingBatch::new(&[call], &[advantage], Device::Cpu))
+        .collect();
+    let alone = gradient(&model, &alone);
+    let scale = alone.abs().max().double_value(&[]);
+    let worst = (&shared - &alone).abs().max().double_value(&[]);
+    assert!(scale > 0.0, "the objective has a gradient");
+    assert!(
+        worst <= 1e-5 * scale,
+        "shared and separate prompts differ by {worst} (largest gradient {scale})"
+    );
+}
