@@ -1,7 +1,7 @@
 //! Shared-prompt training on the tiny Llama, Qwen2 and Qwen3 fixtures: a prompt several calls
 //! share runs through the model once ([`TrainingBatch`]), and that changes nothing but the
-//! cost — each call's log-probabilities are those of its own whole-sequence forward pass, and
-//! the gradients those of training every call alone.
+//! cost — each call's log-probabilities (at its sampling temperature) are those of its own
+//! whole-sequence forward pass, and the gradients those of training every call alone.
 
 use std::path::Path;
 
@@ -21,7 +21,7 @@ fn fixture(name: &str) -> Llama {
         .model
 }
 
-fn call(prompt: &[i64], response: &[i64]) -> AgentCall {
+fn call(prompt: &[i64], response: &[i64], temperature: f64) -> AgentCall {
     AgentCall {
         episode: 0,
         agent: 0,
@@ -29,30 +29,30 @@ fn call(prompt: &[i64], response: &[i64]) -> AgentCall {
         response: response.to_vec(),
         text: String::new(),
         logprobs: vec![0.0; response.len()],
-        temperature: 1.0,
+        temperature,
         valid: true,
         finish: FinishReason::Length,
     }
 }
 
 /// Two prompts of different lengths, shared by three and two calls whose responses have
-/// different lengths (one of a single token).
+/// different lengths (one of a single token), sampled at different temperatures (0: greedy).
 fn calls() -> Vec<AgentCall> {
     let first = [5, 17, 3, 29, 8];
     let second = [11, 2, 40];
     vec![
-        call(&first, &[7, 1, 33, 12]),
-        call(&second, &[9, 9]),
-        call(&first, &[4]),
-        call(&first, &[21, 6, 6, 30, 2, 18]),
-        call(&second, &[3, 14, 27, 5, 1]),
+        call(&first, &[7, 1, 33, 12], 1.0),
+        call(&second, &[9, 9], 0.7),
+        call(&first, &[4], 0.0),
+        call(&first, &[21, 6, 6, 30, 2, 18], 1.3),
+        call(&second, &[3, 14, 27, 5, 1], 0.5),
     ]
 }
 
 /// Each call's response log-probabilities under `model`, `[B, R]`, through a shared-prompt batch.
 fn batch_logprobs(model: &Llama, batch: &TrainingBatch) -> Tensor {
-    let hidden = batch.response_hidden(model, None, false).expect("forward");
-    batch.token_logprobs(&model.logits(&hidden), false).0
+    let logits = batch.response_logits(model, None, false).expect("forward");
+    batch.token_logprobs(&logits, false).0
 }
 
 #[test]
@@ -71,11 +71,17 @@ fn a_shared_prompt_gives_each_call_its_own_logprobs() {
         let shared = tch::no_grad(|| batch_logprobs(&model, &batch));
         for (row, call) in calls.iter().enumerate() {
             let sequence: Vec<i64> = call.prompt.iter().chain(&call.response).copied().collect();
+            let temperature = if call.temperature > 0.0 {
+                call.temperature
+            } else {
+                1.0
+            };
             let whole = tch::no_grad(|| {
                 let ids = Tensor::from_slice(&sequence).unsqueeze(0);
                 model.forward(&ids, None, None).expect("forward")
             })
             .get(0)
+            .divide_scalar(temperature)
             .log_softmax(-1, Kind::Float);
             for (j, &token) in call.response.iter().enumerate() {
                 let position = (call.prompt.len() + j - 1) as i64;

@@ -34,7 +34,8 @@ pub struct TrainingBatch {
     pub old_logprobs: Tensor,
     /// One advantage per call `[B]` f32.
     pub advantages: Tensor,
-    /// Sampling temperature per call `[B, 1, 1]` f32 (1 for greedy calls).
+    /// Sampling temperature per call `[B, 1, 1]` f32 (1 for greedy calls); the logits are
+    /// divided by it, as they were for sampling.
     pub temperatures: Tensor,
     /// Longest response `R`.
     pub response_len: i64,
@@ -148,12 +149,16 @@ impl TrainingBatch {
         self.prompt_ids.size()[0] as usize
     }
 
-    /// The final hidden states that predict the response tokens, `[B, R, hidden]`: each call's
-    /// last prompt position, then its response positions but the last. The prompts run through
-    /// `model` once ([`Llama::forward_prompts`]) and the responses after them
-    /// ([`Llama::forward_continuations`]), every row through LoRA adapter `adapter` (`None`:
-    /// the base model), with dropout when `training`.
-    pub fn response_hidden(
+    /// The logits `[B, R, vocab]` that predict the response tokens, at each call's
+    /// temperature: from each call's last prompt position, then its response positions but the
+    /// last. The prompts run through `model` once ([`Llama::forward_prompts`]) and the
+    /// responses after them ([`Llama::forward_continuations`]), every row through LoRA adapter
+    /// `adapter` (`None`: the base model), with dropout when `training`.
+    ///
+    /// The temperature divides the hidden states before the LM head (`(h / T) · Wᵀ = (h · Wᵀ) /
+    /// T`): a tensor `vocab / hidden` (85 for SmolLM2) times smaller than the logits, which
+    /// spares a logits-sized tensor and its gradient per micro-batch.
+    pub fn response_logits(
         &self,
         model: &Llama,
         adapter: Option<usize>,
@@ -170,23 +175,28 @@ impl TrainingBatch {
             .select(1, prompt_hidden.size()[1] - 1)
             .index_select(0, &self.prompt_of_call)
             .unsqueeze(1);
-        let Some((ids, mask)) = &self.response_inputs else {
-            return Ok(last_prompt);
+        let hidden = match &self.response_inputs {
+            None => last_prompt,
+            Some((ids, mask)) => {
+                let responses = model.forward_continuations(
+                    &prefix,
+                    &self.prompt_of_call,
+                    ids,
+                    Some(mask),
+                    &rows(self.len()),
+                )?;
+                Tensor::cat(&[last_prompt, responses], 1)
+            }
         };
-        let responses = model.forward_continuations(
-            &prefix,
-            &self.prompt_of_call,
-            ids,
-            Some(mask),
-            &rows(self.len()),
-        )?;
-        Ok(Tensor::cat(&[last_prompt, responses], 1))
+        let temperatures = self.temperatures.to_kind(hidden.kind());
+        Ok(model.logits(&(hidden / temperatures)))
     }
 
     /// Log-probabilities `[B, R]` of the targets and, when `with_entropy`, the entropy `[B, R]`
-    /// of the predicted distributions, from logits `[B, R, V]` at the calls' temperatures.
+    /// of the predicted distributions, from [`Self::response_logits`] (in f32 whatever the
+    /// model's dtype).
     pub fn token_logprobs(&self, logits: &Tensor, with_entropy: bool) -> (Tensor, Option<Tensor>) {
-        let log_probs = (logits.to_kind(Kind::Float) / &self.temperatures).log_softmax(-1, None);
+        let log_probs = logits.log_softmax(-1, Kind::Float);
         let chosen = log_probs
             .gather(2, &self.targets.unsqueeze(-1), false)
             .squeeze_dim(-1);

@@ -147,7 +147,7 @@ fn accumulate(
     weight: f64,
 ) -> Result<LossStats, ModelError> {
     let loss = &settings.loss;
-    let logits = model.logits(&batch.response_hidden(model, settings.adapter, true)?);
+    let logits = batch.response_logits(model, settings.adapter, true)?;
     let (logprobs, entropy) = batch.token_logprobs(&logits, loss.entropy_coef != 0.0);
     let reference = match reference {
         Reference::None => None,
@@ -156,7 +156,7 @@ fn accumulate(
     };
     let ref_logprobs = match reference {
         Some(reference) if loss.kl_coef != 0.0 => Some(tch::no_grad(|| {
-            let logits = reference.logits(&batch.response_hidden(reference, None, false)?);
+            let logits = batch.response_logits(reference, None, false)?;
             Ok::<_, ModelError>(batch.token_logprobs(&logits, false).0)
         })?),
         _ => None,
