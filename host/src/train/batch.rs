@@ -153,7 +153,8 @@ impl TrainingBatch {
     /// temperature: from each call's last prompt position, then its response positions but the
     /// last. The prompts run through `model` once ([`Llama::forward_prompts`]) and the
     /// responses after them ([`Llama::forward_continuations`]), every row through LoRA adapter
-    /// `adapter` (`None`: the base model), with dropout when `training`.
+    /// `adapter` (`None`: the base model), with dropout when `training` (a prompt's dropout mask
+    /// is then drawn once and shared by its responses, as its forward pass is).
     ///
     /// The temperature divides the hidden states before the LM head (`(h / T) · Wᵀ = (h · Wᵀ) /
     /// T`): a tensor `vocab / hidden` (85 for SmolLM2) times smaller than the logits, which
