@@ -1,7 +1,8 @@
 //! Shared-prompt training on the tiny Llama, Qwen2 and Qwen3 fixtures: a prompt several calls
 //! share runs through the model once ([`TrainingBatch`]), and that changes nothing but the
 //! cost — each call's log-probabilities (at its sampling temperature) are those of its own
-//! whole-sequence forward pass, and the gradients those of training every call alone.
+//! whole-sequence forward pass, and the gradients those of training every call alone. Prompt
+//! indices the prefix does not have are errors that say so.
 
 use std::path::Path;
 
@@ -135,5 +136,32 @@ fn sharing_a_prompt_leaves_the_gradient_unchanged() {
     assert!(
         worst <= 1e-5 * scale,
         "shared and separate prompts differ by {worst} (largest gradient {scale})"
+    );
+}
+
+#[test]
+fn continuing_a_prompt_the_prefix_lacks_is_an_error_naming_the_indices() {
+    let llama = fixture("llama");
+    let rows = drmas_host::model::layers::AdapterRows::base();
+    let prompts = Tensor::from_slice(&[5i64, 17, 3]).view([1, 3]);
+    let (_, prefix) =
+        tch::no_grad(|| llama.forward_prompts(&prompts, None, &rows)).expect("prompts");
+    let response = Tensor::from_slice(&[7i64, 1]).view([1, 2]);
+    let continue_with = |indices: &[i64]| {
+        let indices = Tensor::from_slice(indices);
+        llama
+            .forward_continuations(&prefix, &indices, &response, None, &rows)
+            .expect_err("invalid prompt indices")
+            .to_string()
+    };
+    let missing = continue_with(&[1]);
+    assert!(
+        missing.contains("indices must be in 0..1, found 1..=1"),
+        "{missing}"
+    );
+    let too_many = continue_with(&[0, 0]);
+    assert!(
+        too_many.contains("one prompt index per row, shape [1]"),
+        "{too_many}"
     );
 }

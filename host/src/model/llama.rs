@@ -249,7 +249,8 @@ impl Llama {
     /// `attention_mask` `[B, T]` (1 = token, 0 = left padding; all ones when `None`) keeps
     /// padding out of attention and RoPE positions. With a `cache` the tokens follow those
     /// already cached (prefill when it is empty, decode after) and are added to it; without
-    /// one they are a whole sequence (the training forward). LoRA adapters, if any, are left
+    /// one they are whole sequences (training runs [`Self::forward_prompts`] and
+    /// [`Self::forward_continuations`] instead, to share prompts). LoRA adapters, if any, are left
     /// out: this is the base model.
     pub fn forward_hidden(
         &self,

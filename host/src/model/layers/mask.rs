@@ -4,9 +4,10 @@ use tch::{Kind, Tensor};
 
 /// The positions and attention mask of one forward pass, shared by every layer.
 ///
-/// Sequences are left-padded: cache slot `s` is the same column for the whole batch, while a
-/// sequence's RoPE positions count only its real (unpadded) tokens, so padding changes
-/// nothing about a sequence's output.
+/// Cache slot `s` is the same column for the whole batch, while a sequence's RoPE positions
+/// count only its real (unpadded) tokens, so padding changes nothing about a sequence's output:
+/// left padding for prompts and generation, right padding for the responses that continue a
+/// [`super::PromptPrefix`].
 #[derive(Debug)]
 pub struct AttentionContext {
     /// RoPE position of every new token, `[B, T]` int64.
