@@ -349,7 +349,7 @@ impl Llama {
                 prefix.prompts()
             )));
         }
-        self.check_positions(prefix.len() + t)?;
+        self.check_positions(prefix.width() + t)?;
         let context = prefix.context(prompts, &valid);
         Ok(self.run(
             input_ids,

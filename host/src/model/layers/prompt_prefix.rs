@@ -19,31 +19,22 @@ pub struct PromptPrefix {
     values: Vec<Tensor>,
     /// `[G, P]` bool: real prompt tokens.
     valid: Tensor,
-    /// `[G]` int64: real tokens per prompt.
-    lengths: Tensor,
 }
 
 impl PromptPrefix {
     /// An empty prefix for prompts whose real tokens `valid` `[G, P]` marks; the prompt pass
     /// ([`super::Past::Record`]) fills it layer by layer.
     pub(crate) fn new(valid: &Tensor) -> Self {
-        let valid = valid.to_kind(Kind::Bool);
         Self {
-            lengths: valid.sum_dim_intlist(1, false, Kind::Int64),
-            valid,
+            valid: valid.to_kind(Kind::Bool),
             keys: Vec::new(),
             values: Vec::new(),
         }
     }
 
     /// The prompts' width `P` (padding included).
-    pub fn len(&self) -> i64 {
+    pub(crate) fn width(&self) -> i64 {
         self.valid.size()[1]
-    }
-
-    /// Whether the prompts are empty (never, for a prefix the model made).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The number of layers recorded.
@@ -52,7 +43,7 @@ impl PromptPrefix {
     }
 
     /// The number of prompts `G`.
-    pub fn prompts(&self) -> i64 {
+    pub(crate) fn prompts(&self) -> i64 {
         self.valid.size()[0]
     }
 
@@ -66,13 +57,10 @@ impl PromptPrefix {
     /// that continue prompts `rows` `[B]`: positions go on from each prompt's length, and a
     /// token attends to its prompt's real tokens and to the real new tokens up to itself.
     pub(crate) fn context(&self, rows: &Tensor, new_valid: &Tensor) -> AttentionContext {
-        let key_valid = Tensor::cat(&[&self.valid.index_select(0, rows), new_valid], 1);
-        AttentionContext::new(
-            &key_valid,
-            &self.lengths.index_select(0, rows),
-            new_valid,
-            self.len(),
-        )
+        let prompt_valid = self.valid.index_select(0, rows);
+        let prompt_lengths = prompt_valid.sum_dim_intlist(1, false, Kind::Int64);
+        let key_valid = Tensor::cat(&[&prompt_valid, new_valid], 1);
+        AttentionContext::new(&key_valid, &prompt_lengths, new_valid, self.width())
     }
 
     /// Layer `layer`'s keys and values for new tokens continuing prompts `rows`: each row's
