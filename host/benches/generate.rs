@@ -4,13 +4,13 @@
 //!
 //! Run with `cargo bench -p drmas-host --bench generate` (`$DRMAS_MODEL` or the default model
 //! path must hold the GGUF). `DRMAS_BENCH_BATCHES=1,16` picks the batch sizes and
-//! `DRMAS_BENCH_THREADS` the thread count. Prints, per batch, the prefill time of distinct
-//! prompts, then for the same prompt in every row (a sampling group: prefilled once) and for
-//! distinct prompts the tokens generated and tokens per second over the whole `generate` call
-//! (prefill included). Before that, per batch, it times one decode step (the forward of one new
-//! token per row over the prompt's cache) and the LM head alone.
+//! `DRMAS_BENCH_THREADS` the thread count (libtorch's and the kernel's). Prints, per batch and
+//! mode, the prefill of distinct prompts, one decode step (the forward of one new token per row
+//! over the prompt's cache) and the LM head alone; then for the same prompt in every row (a
+//! sampling group: prefilled once) and for distinct prompts the tokens generated and tokens per
+//! second over the whole `generate` call (prefill included).
 //!
-//! `DRMAS_BENCH_KERNEL` = `on` (default), `off` or `both` runs generation with the decode
+//! `DRMAS_BENCH_KERNEL` = `on` (default), `off` or `both` runs generation with the generation
 //! matmul kernel, with libtorch's matmuls, or both interleaved per batch.
 //!
 //! When the Python peer is installed (`scripts/bench/peer-venv.sh`, or `$DRMAS_PEER_PYTHON`), the
@@ -87,12 +87,17 @@ fn main() {
         let mut cache = llama
             .new_cache(1, prompt.len() as i64 + 2)
             .expect("a cache");
-        let _ = tch::no_grad(|| llama.forward_last(&ids, None, Some(&mut cache))).expect("prefill");
+        let _ = kernels::while_generating(|| {
+            tch::no_grad(|| llama.forward_last(&ids, None, Some(&mut cache)))
+        })
+        .expect("prefill");
         let next = Tensor::zeros([1, 1], (tch::Kind::Int64, Device::Cpu));
         let mut step = || {
             let start = Instant::now();
-            let _ = tch::no_grad(|| llama.forward_last(&next, None, Some(&mut cache)))
-                .expect("decode step");
+            let _ = kernels::while_generating(|| {
+                tch::no_grad(|| llama.forward_last(&next, None, Some(&mut cache)))
+            })
+            .expect("decode step");
             start.elapsed().as_secs_f64() * 1e3
         };
         let (first, second) = (step(), step());
@@ -139,37 +144,34 @@ fn main() {
             Tensor::from_slice(&padded).view(shape),
             Tensor::from_slice(&valid).view(shape),
         );
-        let mut cache = llama
-            .new_cache(batch as i64, longest as i64)
-            .expect("a cache");
-        let start = Instant::now();
-        let _ = tch::no_grad(|| llama.forward_last(&ids, Some(&mask), Some(&mut cache)))
-            .expect("prefill");
-        let prefill = start.elapsed().as_secs_f64();
-        println!(
-            "batch {batch:>3}: prefill of {batch} distinct prompts {:.1} ms",
-            prefill * 1e3
-        );
         let hidden = Tensor::randn([batch as i64, 1, 576], (tch::Kind::Float, Device::Cpu));
         let next = Tensor::zeros([batch as i64, 1], (tch::Kind::Int64, Device::Cpu));
         for &(mode, enabled) in &modes {
             kernels::set_enabled(enabled);
-            let head = time_ms(20, || {
-                let _ = tch::no_grad(|| llama.logits(&hidden));
+            // What `generate` runs, in its scope: the prefill of distinct prompts, the LM head
+            // of one position per row, decode steps each adding one token to the cache.
+            let (prefill, head, step) = kernels::while_generating(|| {
+                let mut cache = llama
+                    .new_cache(batch as i64, longest as i64 + 6)
+                    .expect("a cache");
+                let start = Instant::now();
+                let _ = tch::no_grad(|| llama.forward_last(&ids, Some(&mask), Some(&mut cache)))
+                    .expect("prefill");
+                let prefill = start.elapsed().as_secs_f64() * 1e3;
+                let head = time_ms(20, || {
+                    let _ = tch::no_grad(|| llama.logits(&hidden));
+                });
+                let step = time_ms(5, || {
+                    let _ = tch::no_grad(|| llama.forward_last(&next, None, Some(&mut cache)))
+                        .expect("decode step");
+                });
+                (prefill, head, step)
             });
-            // Decode steps over the prefilled cache, each adding one token to it.
-            let mut step_cache = llama
-                .new_cache(batch as i64, longest as i64 + 6)
-                .expect("a cache");
-            let _ = tch::no_grad(|| llama.forward_last(&ids, Some(&mask), Some(&mut step_cache)))
-                .expect("prefill");
-            let step = time_ms(5, || {
-                let _ = tch::no_grad(|| llama.forward_last(&next, None, Some(&mut step_cache)))
-                    .expect("decode step");
-            });
-            println!("  {mode:<9} decode step {step:>7.1} ms, LM head alone {head:>6.2} ms");
+            println!(
+                "batch {batch:>3} {mode:<9} prefill of {batch} distinct prompts {prefill:>7.1} \
+                 ms, decode step {step:>7.1} ms, LM head alone {head:>6.2} ms"
+            );
         }
-        drop(cache);
         let peer_prompts = distinct.clone();
         let runs = [
             ("same prompt", vec![request.clone(); batch]),

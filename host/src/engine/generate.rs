@@ -9,6 +9,7 @@ use tokenizers::Tokenizer;
 use super::sampling::{Sampler, SamplerRng, SamplingParams};
 use super::stop::StopStrings;
 use crate::model::error::ModelError;
+use crate::model::kernels::while_generating;
 use crate::model::layers::AdapterRows;
 use crate::model::llama::Llama;
 
@@ -121,8 +122,9 @@ pub fn generate(
     let mut cache = model.new_cache(unique.len() as i64, (longest + most_new) as i64)?;
     let (ids, mask) = left_pad(&unique, longest, device);
     let mut adapters = AdapterRows::new(&unique_adapters, device, false);
-    let mut logits =
-        tch::no_grad(|| model.forward_last_with(&ids, Some(&mask), Some(&mut cache), &adapters))?;
+    let mut logits = while_generating(|| {
+        tch::no_grad(|| model.forward_last_with(&ids, Some(&mask), Some(&mut cache), &adapters))
+    })?;
     if unique.len() < active.len() {
         let index = Tensor::from_slice(&prompt_of.iter().map(|&u| u as i64).collect::<Vec<_>>())
             .to_device(device);
@@ -182,8 +184,9 @@ pub fn generate(
             live.fill(true);
             dead_steps = 0.0;
         }
-        logits =
-            tch::no_grad(|| model.forward_last_with(&next, None, Some(&mut cache), &adapters))?;
+        logits = while_generating(|| {
+            tch::no_grad(|| model.forward_last_with(&next, None, Some(&mut cache), &adapters))
+        })?;
     }
     Ok(outputs)
 }

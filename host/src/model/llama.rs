@@ -9,7 +9,7 @@ use tch::{Device, Kind, Tensor};
 use super::config::LlamaConfig;
 use super::error::ModelError;
 use super::gguf::GgufModel;
-use super::kernels::DecodeMatmul;
+use super::kernels::GenerationMatmul;
 use super::layers::{
     AdapterRows, AttentionConfig, AttentionContext, DecoderLayer, KvCache, Past, Projection,
     PromptPrefix, RmsNorm, Rotary,
@@ -32,8 +32,8 @@ pub struct Llama {
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     lm_head: Tensor,
-    /// The decode kernel's copy of `lm_head` (see [`Llama::logits`]).
-    lm_head_decode: DecodeMatmul,
+    /// The kernel's copy of `lm_head` (see [`Llama::logits`]).
+    lm_head_kernel: GenerationMatmul,
     rotary: Rotary,
     adapters: Option<Adapters>,
 }
@@ -94,7 +94,7 @@ impl Llama {
             layers,
             norm,
             lm_head,
-            lm_head_decode: DecodeMatmul::default(),
+            lm_head_kernel: GenerationMatmul::default(),
             rotary,
             adapters: None,
         }
@@ -212,10 +212,10 @@ impl Llama {
     }
 
     /// The LM head: logits `[…, vocab]` of final hidden states `[…, hidden]`. Training applies
-    /// it to the response positions only, which saves most of the head's cost. Decode steps
-    /// (few rows, no autograd) run it on the decode kernel.
+    /// it to the response positions only, which saves most of the head's cost. Generation
+    /// runs it on the kernel (see [`super::kernels::while_generating`]).
     pub fn logits(&self, hidden: &Tensor) -> Tensor {
-        self.lm_head_decode
+        self.lm_head_kernel
             .forward(hidden, &self.lm_head, None)
             .unwrap_or_else(|| hidden.linear::<Tensor>(&self.lm_head, None))
     }

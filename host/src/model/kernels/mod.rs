@@ -1,17 +1,18 @@
-//! CPU kernels for decode steps: `y = x Wᵀ + b` for a handful of rows (one per sequence in the
-//! batch) against large f32 weights, where libtorch's bundled MKL reaches a fraction of this
-//! machine's bandwidth and FLOP rate.
+//! CPU kernels for generation: `y = x Wᵀ + b` of prefills and decode steps against f32
+//! weights, where libtorch's bundled MKL takes the AVX2 path on this AMD CPU and reaches a
+//! fraction of its bandwidth (decode) and FLOP rate (prefill, wide decode batches).
 //!
-//! [`DecodeMatmul`] decides per call whether the kernel applies (f32 on the CPU, few rows, no
-//! autograd) and keeps the weight [`pack`]ed into panels, repacked whenever libtorch's version
-//! counter says the weight changed; [`matmul`] runs the panels on the calling thread; the
-//! [`microkernel`] computes one tile in registers (AVX-512 when the CPU has it, portable Rust
-//! otherwise).
+//! [`GenerationMatmul`] decides per call whether the kernel applies (inside
+//! [`while_generating`], f32 on the CPU, no autograd) and keeps the weight [`pack`]ed into
+//! panels, repacked whenever libtorch's version counter says the weight changed; [`matmul`]
+//! splits the panels over the calling thread and the [`pool`]'s helpers; the [`microkernel`]
+//! computes one tile in registers (AVX-512 when the CPU has it, portable Rust otherwise).
 
-pub mod decode;
+pub mod generation;
 pub mod matmul;
 pub mod microkernel;
 pub mod pack;
+pub mod pool;
 
-pub use decode::{set_enabled, DecodeMatmul};
+pub use generation::{set_enabled, while_generating, GenerationMatmul};
 pub use pack::PackedWeights;

@@ -2,15 +2,15 @@
 
 use tch::{nn, Tensor};
 
-use crate::model::kernels::DecodeMatmul;
+use crate::model::kernels::GenerationMatmul;
 
 /// A dense layer whose `weight` (and optional `bias`) are variables of its path.
 #[derive(Debug)]
 pub struct Linear {
     weight: Tensor,
     bias: Option<Tensor>,
-    /// The decode kernel's copy of `weight`, for few-row products without autograd.
-    decode: DecodeMatmul,
+    /// The kernel's copy of `weight`, for generation's products.
+    kernel: GenerationMatmul,
 }
 
 impl Linear {
@@ -20,14 +20,14 @@ impl Linear {
         Self {
             weight: p.zeros("weight", &[out_dim, in_dim]),
             bias: bias.then(|| p.zeros("bias", &[out_dim])),
-            decode: DecodeMatmul::default(),
+            kernel: GenerationMatmul::default(),
         }
     }
 
-    /// Applies the layer to the last dimension of `x` (decode steps through the decode kernel).
+    /// Applies the layer to the last dimension of `x` (through the kernel while generating).
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let bias = self.bias.as_ref();
-        self.decode
+        self.kernel
             .forward(x, &self.weight, bias)
             .unwrap_or_else(|| x.linear(&self.weight, bias))
     }

@@ -1,6 +1,7 @@
-//! [`DecodeMatmul`]: the bridge between a layer's libtorch weight and the decode kernel — when
-//! to use it, and a packed copy that is re-made whenever the weight changes.
+//! [`GenerationMatmul`]: the bridge between a layer's libtorch weight and the kernel — when to
+//! use it ([`while_generating`]), and a packed copy that is re-made whenever the weight changes.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -10,20 +11,34 @@ use tch::{Device, Kind, Tensor};
 use super::matmul::matmul;
 use super::pack::PackedWeights;
 
-/// The most input rows handed to the kernel. On a quiet machine (2-core Zen 5, load ≈ 2,
-/// `DRMAS_BENCH_KERNEL=both`) the kernel won at batch 1 (decode step 30.5 vs 40.1 ms, 36 vs
-/// 21 tok/s) but lost to libtorch's MKL at batch 16 (116 vs 135 tok/s over whole generations)
-/// and at batch 64 (decode step 439 vs 171 ms): only the memory-bound few-row products, which
-/// run on one thread, come here.
-pub const MAX_ROWS: i64 = 3;
-
-/// Whether [`DecodeMatmul::forward`] may use the kernel at all (see [`set_enabled`]).
+/// Whether [`GenerationMatmul::forward`] may use the kernel at all (see [`set_enabled`]).
 static ENABLED: AtomicBool = AtomicBool::new(true);
 
-/// Switches the decode kernel on or off for the whole process (on by default): off, every
-/// product goes to libtorch, which benchmarks compare against.
+thread_local! {
+    /// Whether this thread is inside [`while_generating`].
+    static GENERATING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Switches the kernel on or off for the whole process (on by default): off, every product
+/// goes to libtorch, which benchmarks compare against.
 pub fn set_enabled(enabled: bool) {
     ENABLED.store(enabled, Ordering::Relaxed);
+}
+
+/// Runs `forward` with the kernel taking the f32 CPU products of the models it calls: the
+/// generation engine's prefills and decode steps. Every other forward (training, old and
+/// reference log-probabilities) stays on libtorch, so the logprobs training compares are
+/// computed by one set of kernels and a model that never generates is never packed.
+pub fn while_generating<T>(forward: impl FnOnce() -> T) -> T {
+    /// Restores the previous state, also when `forward` panics.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            GENERATING.with(|g| g.set(self.0));
+        }
+    }
+    let _restore = Restore(GENERATING.with(|g| g.replace(true)));
+    forward()
 }
 
 /// The packed copy of one weight matrix, made on first use, with the identity of the weight
@@ -31,7 +46,7 @@ pub fn set_enabled(enabled: bool) {
 /// `copy_` from a checkpoint) and the storage address (changed by `set_data`). A mismatch on
 /// any call repacks, so the copy can never be stale.
 #[derive(Default)]
-pub struct DecodeMatmul {
+pub struct GenerationMatmul {
     packed: Mutex<Option<Stamped>>,
 }
 
@@ -42,14 +57,13 @@ struct Stamped {
     weights: Arc<PackedWeights>,
 }
 
-impl DecodeMatmul {
-    /// `x.linear(weight, bias)` computed by the decode kernel for a decode step — `x`
-    /// `[B, 1, K]` (or `[B, K]`): one position per sequence, `B ≤` [`MAX_ROWS`] — or `None`
-    /// when libtorch should do it: more positions (prefill, training and reference forwards,
-    /// so a model that never generates is never packed), `x` or `weight` not f32 on the CPU,
-    /// or a result autograd would track (grad mode on and `x` or a weight requiring grad).
+impl GenerationMatmul {
+    /// `x.linear(weight, bias)` computed by the kernel — `x` `[…, K]`, any number of rows —
+    /// or `None` when libtorch should do it: outside [`while_generating`], `x` or `weight` not
+    /// f32 on the CPU, or a result autograd would track (grad mode on and `x` or a weight
+    /// requiring grad).
     pub fn forward(&self, x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Option<Tensor> {
-        if !ENABLED.load(Ordering::Relaxed) {
+        if !ENABLED.load(Ordering::Relaxed) || !GENERATING.with(Cell::get) {
             return None;
         }
         let on_cpu_f32 = |t: &Tensor| t.device() == Device::Cpu && t.kind() == Kind::Float;
@@ -58,14 +72,12 @@ impl DecodeMatmul {
         let &[outputs, weight_inputs] = wshape.as_slice() else {
             return None;
         };
-        let rows = shape[0];
-        let one_position = shape.len() >= 2 && shape[1..shape.len() - 1].iter().all(|&d| d == 1);
-        if !one_position
-            || !on_cpu_f32(x)
+        let rows: i64 = shape[..shape.len() - 1].iter().product();
+        if !on_cpu_f32(x)
             || !on_cpu_f32(weight)
             || bias.is_some_and(|b| !on_cpu_f32(b) || b.size() != [outputs])
             || weight_inputs != inputs
-            || !(1..=MAX_ROWS).contains(&rows)
+            || rows == 0
             || ((x.requires_grad()
                 || weight.requires_grad()
                 || bias.is_some_and(Tensor::requires_grad))
@@ -141,7 +153,7 @@ fn pack(weight: &Tensor) -> PackedWeights {
         inputs,
         bytes = packed.bytes(),
         ms = start.elapsed().as_secs_f64() * 1e3,
-        "packed a weight matrix for the decode kernel"
+        "packed a weight matrix for the generation kernel"
     );
     packed
 }
@@ -157,10 +169,10 @@ fn grad_enabled() -> bool {
     }
 }
 
-impl std::fmt::Debug for DecodeMatmul {
+impl std::fmt::Debug for GenerationMatmul {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let packed = self.packed.lock().map(|p| p.is_some()).unwrap_or(false);
-        f.debug_struct("DecodeMatmul")
+        f.debug_struct("GenerationMatmul")
             .field("packed", &packed)
             .finish()
     }
@@ -182,23 +194,23 @@ mod tests {
     #[test]
     fn matches_libtorch_linear_on_odd_shapes() {
         tch::manual_seed(7);
-        for rows in 1..=MAX_ROWS {
+        // Decode steps (one position per row) of few and many rows, and prefills.
+        for shape in [[1, 1], [3, 1], [5, 1], [64, 1], [2, 9], [7, 40]] {
             for (outputs, inputs) in [(1, 1), (33, 7), (100, 65), (576, 576), (49, 1536)] {
                 for with_bias in [false, true] {
                     let weight = Tensor::randn([outputs, inputs], (Kind::Float, Device::Cpu));
                     let bias =
                         with_bias.then(|| Tensor::randn([outputs], (Kind::Float, Device::Cpu)));
-                    let x = Tensor::randn([rows, 1, inputs], (Kind::Float, Device::Cpu));
-                    let decode = DecodeMatmul::default();
-                    let got = decode
-                        .forward(&x, &weight, bias.as_ref())
-                        .expect("a decode-step shape");
+                    let x = Tensor::randn([shape[0], shape[1], inputs], (Kind::Float, Device::Cpu));
+                    let kernel = GenerationMatmul::default();
+                    let got = while_generating(|| kernel.forward(&x, &weight, bias.as_ref()))
+                        .expect("a generation product");
                     let want = x.linear(&weight, bias.as_ref());
                     assert_eq!(got.size(), want.size());
                     let diff = relative_difference(&got, &want);
                     assert!(
                         diff < 1e-5,
-                        "rows {rows}, {outputs}×{inputs}, bias {with_bias}: {diff}"
+                        "x {shape:?}, {outputs}×{inputs}, bias {with_bias}: {diff}"
                     );
                 }
             }
@@ -206,26 +218,28 @@ mod tests {
     }
 
     #[test]
-    fn leaves_training_prefill_and_other_dtypes_to_libtorch() {
+    fn leaves_training_other_forwards_and_other_dtypes_to_libtorch() {
         let vs = VarStore::new(Device::Cpu);
         let weight = vs.root().randn_standard("w", &[8, 4]);
-        let decode = DecodeMatmul::default();
+        let kernel = GenerationMatmul::default();
+        let generated =
+            |x: &Tensor, w: &Tensor| while_generating(|| kernel.forward(x, w, None)).is_some();
         let step = Tensor::randn([2, 1, 4], (Kind::Float, Device::Cpu));
-        assert!(decode.forward(&step, &weight, None).is_none(), "grad mode");
-        assert!(tch::no_grad(|| decode.forward(&step, &weight, None)).is_some());
-        let prefill = Tensor::randn([2, 3, 4], (Kind::Float, Device::Cpu));
-        assert!(tch::no_grad(|| decode.forward(&prefill, &weight, None)).is_none());
-        let big = Tensor::randn([MAX_ROWS + 1, 1, 4], (Kind::Float, Device::Cpu));
-        assert!(tch::no_grad(|| decode.forward(&big, &weight, None)).is_none());
+        assert!(!generated(&step, &weight), "grad mode");
+        assert!(tch::no_grad(|| generated(&step, &weight)));
+        assert!(
+            tch::no_grad(|| kernel.forward(&step, &weight, None)).is_none(),
+            "outside generation"
+        );
         let frozen = weight.detach();
         let tracked = step.set_requires_grad(true);
-        assert!(
-            decode.forward(&tracked, &frozen, None).is_none(),
-            "x tracked"
-        );
-        assert!(tch::no_grad(|| decode.forward(&tracked, &frozen, None)).is_some());
+        assert!(!generated(&tracked, &frozen), "x tracked");
+        assert!(tch::no_grad(|| generated(&tracked, &frozen)));
         let double = Tensor::randn([2, 1, 4], (Kind::Double, Device::Cpu));
-        assert!(tch::no_grad(|| decode.forward(&double, &weight, None)).is_none());
+        assert!(!tch::no_grad(|| generated(&double, &weight)));
+        // The scope ends with its closure, also when the closure panics.
+        let _ = std::panic::catch_unwind(|| while_generating(|| panic!("a failing forward")));
+        assert!(tch::no_grad(|| kernel.forward(&step, &weight, None)).is_none());
     }
 
     #[test]
@@ -233,10 +247,11 @@ mod tests {
         tch::manual_seed(11);
         let vs = VarStore::new(Device::Cpu);
         let weight = vs.root().randn_standard("w", &[40, 24]);
-        let decode = DecodeMatmul::default();
-        let x = Tensor::randn([MAX_ROWS, 1, 24], (Kind::Float, Device::Cpu));
+        let kernel = GenerationMatmul::default();
+        let x = Tensor::randn([4, 1, 24], (Kind::Float, Device::Cpu));
         let check = |what: &str| {
-            let got = tch::no_grad(|| decode.forward(&x, &weight, None)).expect("decode step");
+            let got = tch::no_grad(|| while_generating(|| kernel.forward(&x, &weight, None)))
+                .expect("a generation product");
             let want = tch::no_grad(|| x.linear::<Tensor>(&weight, None));
             let diff = relative_difference(&got, &want);
             assert!(diff < 1e-5, "after {what}: {diff}");
