@@ -59,9 +59,9 @@ struct Stamped {
 
 impl GenerationMatmul {
     /// `x.linear(weight, bias)` computed by the kernel — `x` `[…, K]`, any number of rows —
-    /// or `None` when libtorch should do it: outside [`while_generating`], `x` or `weight` not
-    /// f32 on the CPU, or a result autograd would track (grad mode on and `x` or a weight
-    /// requiring grad).
+    /// or `None` when libtorch should do it: outside [`while_generating`], no rows or no
+    /// inputs, `x` or `weight` not f32 on the CPU, or a result autograd would track (grad mode
+    /// on and `x` or a weight requiring grad).
     pub fn forward(&self, x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Option<Tensor> {
         if !ENABLED.load(Ordering::Relaxed) || !GENERATING.with(Cell::get) {
             return None;
@@ -78,6 +78,7 @@ impl GenerationMatmul {
             || bias.is_some_and(|b| !on_cpu_f32(b) || b.size() != [outputs])
             || weight_inputs != inputs
             || rows == 0
+            || inputs == 0
             || ((x.requires_grad()
                 || weight.requires_grad()
                 || bias.is_some_and(Tensor::requires_grad))
@@ -237,6 +238,12 @@ mod tests {
         assert!(tch::no_grad(|| generated(&tracked, &frozen)));
         let double = Tensor::randn([2, 1, 4], (Kind::Double, Device::Cpu));
         assert!(!tch::no_grad(|| generated(&double, &weight)));
+        let no_inputs = Tensor::zeros([3, 0], (Kind::Float, Device::Cpu));
+        let empty_rows = Tensor::zeros([2, 1, 0], (Kind::Float, Device::Cpu));
+        assert!(
+            !tch::no_grad(|| generated(&empty_rows, &no_inputs)),
+            "K = 0"
+        );
         // The scope ends with its closure, also when the closure panics.
         let _ = std::panic::catch_unwind(|| while_generating(|| panic!("a failing forward")));
         assert!(tch::no_grad(|| kernel.forward(&step, &weight, None)).is_none());

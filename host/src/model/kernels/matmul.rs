@@ -1,5 +1,5 @@
 //! [`matmul`]: `y = x Wᵀ (+ b)` for generation's products, split by output panels over the
-//! calling thread and the kernel's helpers.
+//! threads of libtorch's OpenMP team (see [`super::pool`]).
 //!
 //! Products of at most [`FEW_ROWS`] rows run on the calling thread alone: they are bound by
 //! reading the weights, which one core does as fast as two (SmolLM2's LM head at batch 1: 26

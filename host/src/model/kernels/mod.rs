@@ -5,7 +5,7 @@
 //! [`GenerationMatmul`] decides per call whether the kernel applies (inside
 //! [`while_generating`], f32 on the CPU, no autograd) and keeps the weight [`pack`]ed into
 //! panels, repacked whenever libtorch's version counter says the weight changed; [`matmul`]
-//! splits the panels over the calling thread and the [`pool`]'s helpers; the [`microkernel`]
+//! splits the panels over the threads of libtorch's OpenMP team ([`pool`]); the [`microkernel`]
 //! computes one tile in registers (AVX-512 when the CPU has it, portable Rust otherwise).
 
 pub mod generation;
