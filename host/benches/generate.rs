@@ -80,35 +80,6 @@ fn main() {
         adapter: None,
     };
     let mut peer = Peer::start(&path, threads);
-    if modes.iter().any(|&(_, enabled)| enabled) {
-        // The first generation forward (a prefill) packs every weight matrix for the kernel;
-        // the decode steps after it do not.
-        kernels::set_enabled(true);
-        let ids = Tensor::from_slice(&prompt).view([1, prompt.len() as i64]);
-        let mut cache = llama
-            .new_cache(1, prompt.len() as i64 + 2)
-            .expect("a cache");
-        let start = Instant::now();
-        let _ = kernels::while_generating(|| {
-            tch::no_grad(|| llama.forward_last(&ids, None, Some(&mut cache)))
-        })
-        .expect("prefill");
-        let prefill = start.elapsed().as_secs_f64() * 1e3;
-        let next = Tensor::zeros([1, 1], (tch::Kind::Int64, Device::Cpu));
-        let mut step = || {
-            let start = Instant::now();
-            let _ = kernels::while_generating(|| {
-                tch::no_grad(|| llama.forward_last(&next, None, Some(&mut cache)))
-            })
-            .expect("decode step");
-            start.elapsed().as_secs_f64() * 1e3
-        };
-        let (first, second) = (step(), step());
-        println!(
-            "first prefill {prefill:.1} ms (packs the weights for the kernel), then decode \
-             steps of {first:.1} and {second:.1} ms"
-        );
-    }
     // Warm-up: libtorch's first calls allocate and pick kernels.
     let warm = GenerationRequest {
         max_new_tokens: 4,

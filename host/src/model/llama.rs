@@ -9,7 +9,7 @@ use tch::{Device, Kind, Tensor};
 use super::config::LlamaConfig;
 use super::error::ModelError;
 use super::gguf::GgufModel;
-use super::kernels::GenerationMatmul;
+use super::kernels::generation_linear;
 use super::layers::{
     AdapterRows, AttentionConfig, AttentionContext, DecoderLayer, KvCache, Past, Projection,
     PromptPrefix, RmsNorm, Rotary,
@@ -32,8 +32,6 @@ pub struct Llama {
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     lm_head: Tensor,
-    /// The kernel's copy of `lm_head` (see [`Llama::logits`]).
-    lm_head_kernel: GenerationMatmul,
     rotary: Rotary,
     adapters: Option<Adapters>,
 }
@@ -94,7 +92,6 @@ impl Llama {
             layers,
             norm,
             lm_head,
-            lm_head_kernel: GenerationMatmul::default(),
             rotary,
             adapters: None,
         }
@@ -215,8 +212,7 @@ impl Llama {
     /// it to the response positions only, which saves most of the head's cost. Generation
     /// runs it on the kernel (see [`super::kernels::while_generating`]).
     pub fn logits(&self, hidden: &Tensor) -> Tensor {
-        self.lm_head_kernel
-            .forward(hidden, &self.lm_head, None)
+        generation_linear(hidden, &self.lm_head, None)
             .unwrap_or_else(|| hidden.linear::<Tensor>(&self.lm_head, None))
     }
 

@@ -1,17 +1,14 @@
-//! [`GenerationMatmul`]: the bridge between a layer's libtorch weight and the kernel — when to
-//! use it ([`while_generating`]), and a packed copy that is re-made whenever the weight changes.
+//! [`generation_linear`]: the bridge between a layer's libtorch weight and the kernel — when
+//! to use it ([`while_generating`]) and how its tensors become the kernel's slices.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use tch::{Device, Kind, Tensor};
 
-use super::matmul::matmul;
-use super::pack::PackedWeights;
+use super::matmul::{matmul, Weights};
 
-/// Whether [`GenerationMatmul::forward`] may use the kernel at all (see [`set_enabled`]).
+/// Whether [`generation_linear`] may use the kernel at all (see [`set_enabled`]).
 static ENABLED: AtomicBool = AtomicBool::new(true);
 
 thread_local! {
@@ -28,7 +25,7 @@ pub fn set_enabled(enabled: bool) {
 /// Runs `forward` with the kernel taking the f32 CPU products of the models it calls: the
 /// generation engine's prefills and decode steps. Every other forward (training, old and
 /// reference log-probabilities) stays on libtorch, so the logprobs training compares are
-/// computed by one set of kernels and a model that never generates is never packed.
+/// computed by one set of kernels.
 pub fn while_generating<T>(forward: impl FnOnce() -> T) -> T {
     /// Restores the previous state, also when `forward` panics.
     struct Restore(bool);
@@ -41,122 +38,69 @@ pub fn while_generating<T>(forward: impl FnOnce() -> T) -> T {
     forward()
 }
 
-/// The packed copy of one weight matrix, made on first use, with the identity of the weight
-/// it copies: libtorch's version counter (bumped by every in-place write: optimizer steps,
-/// `copy_` from a checkpoint) and the storage address (changed by `set_data`). A mismatch on
-/// any call repacks, so the copy can never be stale.
-#[derive(Default)]
-pub struct GenerationMatmul {
-    packed: Mutex<Option<Stamped>>,
-}
-
-/// A packed copy and the weight version it was made from.
-struct Stamped {
-    version: i64,
-    address: usize,
-    weights: Arc<PackedWeights>,
-}
-
-impl GenerationMatmul {
-    /// `x.linear(weight, bias)` computed by the kernel — `x` `[…, K]`, any number of rows —
-    /// or `None` when libtorch should do it: outside [`while_generating`], no rows or no
-    /// inputs, `x` or `weight` not f32 on the CPU, or a result autograd would track (grad mode
-    /// on and `x` or a weight requiring grad).
-    pub fn forward(&self, x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Option<Tensor> {
-        if !ENABLED.load(Ordering::Relaxed) || !GENERATING.with(Cell::get) {
-            return None;
-        }
-        let on_cpu_f32 = |t: &Tensor| t.device() == Device::Cpu && t.kind() == Kind::Float;
-        let shape = x.size();
-        let (&inputs, wshape) = (shape.last()?, weight.size());
-        let &[outputs, weight_inputs] = wshape.as_slice() else {
-            return None;
-        };
-        let rows: i64 = shape[..shape.len() - 1].iter().product();
-        if !on_cpu_f32(x)
-            || !on_cpu_f32(weight)
-            || bias.is_some_and(|b| !on_cpu_f32(b) || b.size() != [outputs])
-            || weight_inputs != inputs
-            || rows == 0
-            || inputs == 0
-            || ((x.requires_grad()
-                || weight.requires_grad()
-                || bias.is_some_and(Tensor::requires_grad))
-                && grad_enabled())
-        {
-            return None;
-        }
-        let weights = self.current(weight)?;
-        let x = x.contiguous();
-        let bias = bias.map(Tensor::contiguous);
-        let mut out_shape = shape;
-        *out_shape.last_mut()? = outputs;
-        let out = Tensor::empty(&out_shape, (Kind::Float, Device::Cpu));
-        let (rows, outputs) = (rows as usize, outputs as usize);
-        // SAFETY: `x`, `bias` and `out` are contiguous f32 CPU tensors of `rows × inputs`,
-        // `outputs` and `rows × outputs` elements (checked above or just allocated), so their
-        // data pointers address that many floats; `out` is fresh, so nothing else reads or
-        // writes it while the slice lives, and the inputs are only read.
-        let (x_data, bias_data, out_data) = unsafe {
-            (
-                std::slice::from_raw_parts(x.data_ptr().cast::<f32>(), rows * inputs as usize),
-                bias.as_ref().map(|b| {
-                    std::slice::from_raw_parts(b.data_ptr().cast::<f32>().cast_const(), outputs)
-                }),
-                std::slice::from_raw_parts_mut(out.data_ptr().cast::<f32>(), rows * outputs),
-            )
-        };
-        matmul(x_data, rows, &weights, bias_data, out_data);
-        Some(out)
+/// `x.linear(weight, bias)` computed by the kernel — `x` `[…, K]`, any number of rows — or
+/// `None` when libtorch should do it: outside [`while_generating`], no rows or no inputs, `x`
+/// or `weight` not f32 on the CPU, or a result autograd would track (grad mode on and `x` or a
+/// weight requiring grad). The kernel reads `weight` where libtorch keeps it, so optimizer
+/// steps and checkpoint loads are seen by the next call.
+pub fn generation_linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Option<Tensor> {
+    if !ENABLED.load(Ordering::Relaxed) || !GENERATING.with(Cell::get) {
+        return None;
     }
-
-    /// The packed copy of `weight` as it is now, repacked if it changed since the last call;
-    /// `None` for a weight without a version counter (made in inference mode), left to libtorch.
-    fn current(&self, weight: &Tensor) -> Option<Arc<PackedWeights>> {
-        let version = weight.f_internal_version().ok()?;
-        let address = weight.data_ptr() as usize;
-        let mut packed = self.packed.lock().unwrap_or_else(|e| e.into_inner());
-        match &*packed {
-            Some(stamped) if stamped.version == version && stamped.address == address => {
-                Some(Arc::clone(&stamped.weights))
-            }
-            _ => {
-                // Free the stale copy before making the new one: peak memory stays one copy.
-                *packed = None;
-                let weights = Arc::new(pack(weight));
-                *packed = Some(Stamped {
-                    version,
-                    address,
-                    weights: Arc::clone(&weights),
-                });
-                Some(weights)
-            }
-        }
+    let on_cpu_f32 = |t: &Tensor| t.device() == Device::Cpu && t.kind() == Kind::Float;
+    let shape = x.size();
+    let (&inputs, wshape) = (shape.last()?, weight.size());
+    let &[outputs, weight_inputs] = wshape.as_slice() else {
+        return None;
+    };
+    let rows: i64 = shape[..shape.len() - 1].iter().product();
+    if !on_cpu_f32(x)
+        || !on_cpu_f32(weight)
+        || bias.is_some_and(|b| !on_cpu_f32(b) || b.size() != [outputs])
+        || weight_inputs != inputs
+        || rows == 0
+        || inputs == 0
+        || ((x.requires_grad()
+            || weight.requires_grad()
+            || bias.is_some_and(Tensor::requires_grad))
+            && grad_enabled())
+    {
+        return None;
     }
-}
-
-/// Packs a 2-D f32 CPU tensor.
-fn pack(weight: &Tensor) -> PackedWeights {
-    let start = Instant::now();
-    let weight = weight.contiguous();
-    let (outputs, inputs) = (weight.size()[0] as usize, weight.size()[1] as usize);
-    // SAFETY: a contiguous f32 CPU tensor of `outputs × inputs` elements (checked by
-    // `forward`), only read while the slice lives.
-    let data = unsafe {
-        std::slice::from_raw_parts(
-            weight.data_ptr().cast::<f32>().cast_const(),
-            outputs * inputs,
+    let (x, weight, bias) = (
+        x.contiguous(),
+        weight.contiguous(),
+        bias.map(Tensor::contiguous),
+    );
+    let mut out_shape = shape;
+    *out_shape.last_mut()? = outputs;
+    let out = Tensor::empty(&out_shape, (Kind::Float, Device::Cpu));
+    let (rows, inputs, outputs) = (rows as usize, inputs as usize, outputs as usize);
+    // SAFETY: `x`, `weight`, `bias` and `out` are contiguous f32 CPU tensors of
+    // `rows × inputs`, `outputs × inputs`, `outputs` and `rows × outputs` elements (checked
+    // above or just allocated), so their data pointers address that many floats; `out` is
+    // fresh, so nothing else reads or writes it while the slice lives, and the others are only
+    // read.
+    let (x_data, weight_data, bias_data, out_data) = unsafe {
+        (
+            std::slice::from_raw_parts(x.data_ptr().cast::<f32>().cast_const(), rows * inputs),
+            std::slice::from_raw_parts(
+                weight.data_ptr().cast::<f32>().cast_const(),
+                outputs * inputs,
+            ),
+            bias.as_ref().map(|b| {
+                std::slice::from_raw_parts(b.data_ptr().cast::<f32>().cast_const(), outputs)
+            }),
+            std::slice::from_raw_parts_mut(out.data_ptr().cast::<f32>(), rows * outputs),
         )
     };
-    let packed = PackedWeights::pack(data, outputs, inputs);
-    tracing::debug!(
+    let weights = Weights {
+        data: weight_data,
         outputs,
         inputs,
-        bytes = packed.bytes(),
-        ms = start.elapsed().as_secs_f64() * 1e3,
-        "packed a weight matrix for the generation kernel"
-    );
-    packed
+    };
+    matmul(x_data, rows, weights, bias_data, out_data);
+    Some(out)
 }
 
 /// Whether libtorch's grad mode is on (it is thread-local; `tch::no_grad` turns it off).
@@ -167,15 +111,6 @@ fn grad_enabled() -> bool {
         let previous = torch_sys::at_grad_set_enabled(1);
         torch_sys::at_grad_set_enabled(previous);
         previous != 0
-    }
-}
-
-impl std::fmt::Debug for GenerationMatmul {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let packed = self.packed.lock().map(|p| p.is_some()).unwrap_or(false);
-        f.debug_struct("GenerationMatmul")
-            .field("packed", &packed)
-            .finish()
     }
 }
 
@@ -203,8 +138,7 @@ mod tests {
                     let bias =
                         with_bias.then(|| Tensor::randn([outputs], (Kind::Float, Device::Cpu)));
                     let x = Tensor::randn([shape[0], shape[1], inputs], (Kind::Float, Device::Cpu));
-                    let kernel = GenerationMatmul::default();
-                    let got = while_generating(|| kernel.forward(&x, &weight, bias.as_ref()))
+                    let got = while_generating(|| generation_linear(&x, &weight, bias.as_ref()))
                         .expect("a generation product");
                     let want = x.linear(&weight, bias.as_ref());
                     assert_eq!(got.size(), want.size());
@@ -222,14 +156,13 @@ mod tests {
     fn leaves_training_other_forwards_and_other_dtypes_to_libtorch() {
         let vs = VarStore::new(Device::Cpu);
         let weight = vs.root().randn_standard("w", &[8, 4]);
-        let kernel = GenerationMatmul::default();
         let generated =
-            |x: &Tensor, w: &Tensor| while_generating(|| kernel.forward(x, w, None)).is_some();
+            |x: &Tensor, w: &Tensor| while_generating(|| generation_linear(x, w, None)).is_some();
         let step = Tensor::randn([2, 1, 4], (Kind::Float, Device::Cpu));
         assert!(!generated(&step, &weight), "grad mode");
         assert!(tch::no_grad(|| generated(&step, &weight)));
         assert!(
-            tch::no_grad(|| kernel.forward(&step, &weight, None)).is_none(),
+            tch::no_grad(|| generation_linear(&step, &weight, None)).is_none(),
             "outside generation"
         );
         let frozen = weight.detach();
@@ -246,7 +179,7 @@ mod tests {
         );
         // The scope ends with its closure, also when the closure panics.
         let _ = std::panic::catch_unwind(|| while_generating(|| panic!("a failing forward")));
-        assert!(tch::no_grad(|| kernel.forward(&step, &weight, None)).is_none());
+        assert!(tch::no_grad(|| generation_linear(&step, &weight, None)).is_none());
     }
 
     #[test]
@@ -254,16 +187,15 @@ mod tests {
         tch::manual_seed(11);
         let vs = VarStore::new(Device::Cpu);
         let weight = vs.root().randn_standard("w", &[40, 24]);
-        let kernel = GenerationMatmul::default();
         let x = Tensor::randn([4, 1, 24], (Kind::Float, Device::Cpu));
         let check = |what: &str| {
-            let got = tch::no_grad(|| while_generating(|| kernel.forward(&x, &weight, None)))
+            let got = tch::no_grad(|| while_generating(|| generation_linear(&x, &weight, None)))
                 .expect("a generation product");
             let want = tch::no_grad(|| x.linear::<Tensor>(&weight, None));
             let diff = relative_difference(&got, &want);
             assert!(diff < 1e-5, "after {what}: {diff}");
         };
-        check("packing");
+        check("the first product");
         // A checkpoint load copies into the variable in place.
         let loaded = Tensor::randn([40, 24], (Kind::Float, Device::Cpu));
         tch::no_grad(|| weight.shallow_clone().copy_(&loaded));

@@ -1,60 +1,131 @@
-//! [`matmul`]: `y = x Wᵀ (+ b)` for generation's products, split by output panels over the
-//! threads of libtorch's OpenMP team (see [`super::pool`]).
+//! [`matmul`]: `y = x Wᵀ (+ b)` for generation's products, reading `W` where libtorch keeps
+//! it (row-major, no copy), split by outputs over the threads of libtorch's OpenMP team (see
+//! [`super::pool`]).
 //!
-//! Products of at most [`FEW_ROWS`] rows run on the calling thread alone: they are bound by
-//! reading the weights, which one core does as fast as two (SmolLM2's LM head at batch 1: 26
-//! GB/s on one thread, 25 on two). Wider ones (decode steps of a batch, prefills) are bound by
-//! arithmetic and split into one contiguous range of panels per thread.
+//! Products of at most [`dot::MAX_ROWS`] rows run the [`dot`] kernel on the calling thread
+//! alone: they are bound by reading the weights, which one core does as fast as two (SmolLM2's
+//! LM head at batch 1: 26 GB/s on one thread, 25 on two). Wider ones are bound by arithmetic
+//! and split into one contiguous range of outputs per thread: decode steps of up to
+//! [`DECODE_ROWS`] rows transpose `x` once ([`TransposedRows`]) and run
+//! [`broadcast_weights`] tiles of 16 rows × 24 outputs; prefills transpose each panel of 32
+//! outputs once per block of rows ([`PanelBuffer`]) and run [`broadcast_inputs`] tiles of up
+//! to 12 rows × 32 outputs.
 
-use super::microkernel::{self, Tile, MAX_ROWS};
-use super::pack::{PackedWeights, PANEL};
+use super::broadcast_inputs::{self, MAX_ROWS};
+use super::broadcast_weights::{self, OUTPUTS};
+use super::dot;
+use super::panel::{PanelBuffer, PANEL};
 use super::pool;
+use super::transpose::{TransposedRows, GROUP};
 
-/// The most rows a product runs on one thread (see the module documentation).
-pub const FEW_ROWS: usize = 3;
+/// The most rows a product runs as a decode step (see the module documentation).
+pub const DECODE_ROWS: usize = 64;
 
-/// Input bytes per row block: a block's rows are read once per panel, so they should stay in
-/// the core's L2 cache (1 MB on the Zen 5 this was tuned on) beside the panel being streamed.
+/// Input bytes per row block of a prefill: a block's rows are read once per panel, so they
+/// should stay in the core's L2 cache (1 MB on the Zen 5 this was tuned on) beside the panel.
 const ROW_BLOCK_BYTES: usize = 256 * 1024;
 
+/// `W [N, K]` as libtorch (and HF's `Linear`) store it: row `n` holds output `n`'s weights.
+#[derive(Clone, Copy, Debug)]
+pub struct Weights<'a> {
+    /// `N × K` floats, row-major.
+    pub data: &'a [f32],
+    /// `N`.
+    pub outputs: usize,
+    /// `K`.
+    pub inputs: usize,
+}
+
+impl<'a> Weights<'a> {
+    /// Rows `range` of `W`: one contiguous block.
+    fn rows(&self, range: std::ops::Range<usize>) -> &'a [f32] {
+        &self.data[range.start * self.inputs..range.end * self.inputs]
+    }
+}
+
 /// `out[r][n] = Σ_k x[r][k] · W[n][k] (+ bias[n])` for `x` `rows × K` and `out` `rows × N`
-/// (both row-major), `W` packed.
+/// (both row-major).
 ///
-/// Rows are cut into blocks that fit in L2 ([`ROW_BLOCK_BYTES`]) and each block into tiles of
-/// at most [`MAX_ROWS`] (sizes balanced); per block, every panel of the thread's range runs
-/// every tile, so a panel is read from memory once per block and then from cache.
+/// A decode step's tiles of [`GROUP`] rows each meet a run of [`OUTPUTS`] weight rows, read
+/// from memory once (while the next run is prefetched). A prefill cuts its rows into blocks
+/// that fit in L2 ([`ROW_BLOCK_BYTES`]) and each block into tiles of at most [`MAX_ROWS`]
+/// (sizes balanced); per block, each panel of the thread's range is read from memory once,
+/// transposed, and meets every tile of the block from cache.
 ///
 /// # Panics
 /// When the slice lengths do not match `rows`, `K` and `N`.
-pub fn matmul(
-    x: &[f32],
-    rows: usize,
-    weights: &PackedWeights,
-    bias: Option<&[f32]>,
-    out: &mut [f32],
-) {
-    let (n, k) = (weights.outputs(), weights.inputs());
+pub fn matmul(x: &[f32], rows: usize, weights: Weights<'_>, bias: Option<&[f32]>, out: &mut [f32]) {
+    let (n, k) = (weights.outputs, weights.inputs);
+    assert_eq!(weights.data.len(), n * k, "W is N × K");
     assert_eq!(x.len(), rows * k, "x is rows × K");
     assert_eq!(out.len(), rows * n, "out is rows × N");
     assert!(bias.is_none_or(|b| b.len() == n), "bias has N values");
     if rows == 0 || n == 0 {
         return;
     }
-    let panels = weights.panels();
-    let parts = if rows <= FEW_ROWS {
-        1
-    } else {
-        pool::parts().min(panels)
-    };
+    if rows <= dot::MAX_ROWS {
+        few_rows(x, rows, weights, bias, out);
+        return;
+    }
     let out = OutPtr(out.as_mut_ptr());
-    pool::run_parts(parts, &|part| {
-        // Contiguous, balanced panel ranges: the first `panels % parts` get one panel more.
-        let first = part * (panels / parts) + part.min(panels % parts);
-        let count = panels / parts + usize::from(part < panels % parts);
-        // SAFETY: every part writes the columns of its own panels only, the ranges are
-        // disjoint, and `out` (rows × N floats) is borrowed mutably for the whole call.
-        unsafe { run_panels(x, rows, weights, bias, out, first..first + count) };
-    });
+    if rows <= DECODE_ROWS {
+        let runs = n.div_ceil(OUTPUTS);
+        let parts = pool::parts().min(runs);
+        TransposedRows::with(x, rows, k, |x_t| {
+            pool::run_parts(parts, &|part| {
+                let outputs = part_of(part, parts, runs, OUTPUTS, n);
+                // SAFETY: every part writes the columns of its own outputs only, the ranges
+                // are disjoint, and `out` (rows × N floats) is borrowed mutably for the call.
+                unsafe { run_decode(x_t, rows, weights, bias, out, outputs) };
+            });
+        });
+    } else {
+        let panels = n.div_ceil(PANEL);
+        let parts = pool::parts().min(panels);
+        pool::run_parts(parts, &|part| {
+            let outputs = part_of(part, parts, panels, PANEL, n);
+            // SAFETY: as above.
+            unsafe { run_prefill(x, rows, weights, bias, out, outputs) };
+        });
+    }
+}
+
+/// The outputs of part `part` of `parts`: a contiguous, balanced range of the `runs` runs of
+/// `width` outputs (the first `runs % parts` get one run more), clipped to `n`.
+fn part_of(
+    part: usize,
+    parts: usize,
+    runs: usize,
+    width: usize,
+    n: usize,
+) -> std::ops::Range<usize> {
+    let first = part * (runs / parts) + part.min(runs % parts);
+    let count = runs / parts + usize::from(part < runs % parts);
+    first * width..((first + count) * width).min(n)
+}
+
+/// Products of at most [`dot::MAX_ROWS`] rows, on this thread: one [`dot`] tile per
+/// [`dot::OUTPUTS`] outputs, each prefetching the next one's weights.
+fn few_rows(x: &[f32], rows: usize, weights: Weights<'_>, bias: Option<&[f32]>, out: &mut [f32]) {
+    let (n, k) = (weights.outputs, weights.inputs);
+    for column in (0..n).step_by(dot::OUTPUTS) {
+        let columns = dot::OUTPUTS.min(n - column);
+        let next = column + columns..(column + columns + dot::OUTPUTS).min(n);
+        let tile = dot::Tile {
+            x,
+            rows,
+            inputs: k,
+            weights: weights.rows(column..column + columns),
+            prefetch: weights.rows(next),
+            outputs: columns,
+            bias: bias.map(|b| &b[column..column + columns]),
+            out: out[column..].as_mut_ptr(),
+            out_stride: n,
+        };
+        // SAFETY: the tile writes rows `0..rows`, columns `column..column + columns` of
+        // `out`, all inside it and borrowed mutably here.
+        unsafe { dot::run(&tile) };
+    }
 }
 
 /// The output's base pointer, shared by the parts that write disjoint columns of it.
@@ -64,50 +135,99 @@ struct OutPtr(*mut f32);
 // SAFETY: the parts of one product write disjoint elements (see `matmul`).
 unsafe impl Sync for OutPtr {}
 
-/// Computes the columns of `panels` for all rows of `out` (see [`matmul`]).
+/// Computes the columns `outputs` of a decode step for all `rows` of `out` (see [`matmul`]).
 ///
 /// # Safety
 /// `out` addresses `rows × N` floats that nothing else reads or writes in these columns
 /// during the call.
-unsafe fn run_panels(
-    x: &[f32],
+unsafe fn run_decode(
+    x_t: &TransposedRows,
     rows: usize,
-    weights: &PackedWeights,
+    weights: Weights<'_>,
     bias: Option<&[f32]>,
     out: OutPtr,
-    panels: std::ops::Range<usize>,
+    outputs: std::ops::Range<usize>,
 ) {
-    let (n, k) = (weights.outputs(), weights.inputs());
-    let block_rows = (ROW_BLOCK_BYTES / (4 * k)).max(MAX_ROWS) / MAX_ROWS * MAX_ROWS;
-    for block in (0..rows).step_by(block_rows) {
-        let block_height = block_rows.min(rows - block);
-        let tiles = block_height.div_ceil(MAX_ROWS);
-        for panel in panels.clone() {
-            let column = panel * PANEL;
-            let columns = PANEL.min(n - column);
-            let mut row = block;
-            for t in 0..tiles {
-                // Balanced tile sizes: the first `block_height % tiles` get one row more.
-                let height = block_height / tiles + usize::from(t < block_height % tiles);
-                let tile = Tile {
-                    x: &x[row * k..(row + height) * k],
-                    rows: height,
-                    inputs: k,
-                    panel: weights.panel(panel),
-                    next_panel: (panel + 1 < panels.end).then(|| weights.panel(panel + 1)),
-                    bias: bias.map(|b| &b[column..column + columns]),
-                    columns,
-                    // SAFETY: `row * n + column` is inside `out` (row < rows, column < n).
-                    out: unsafe { out.0.add(row * n + column) },
-                    out_stride: n,
-                };
-                // SAFETY: the tile writes rows `row..row + height`, columns
-                // `column..column + columns` of `out`, inside it and in this call's panels.
-                unsafe { microkernel::run(&tile) };
-                row += height;
-            }
+    let (n, k) = (weights.outputs, weights.inputs);
+    let (floats, x_stride) = (x_t.floats(), x_t.stride());
+    for column in outputs.clone().step_by(OUTPUTS) {
+        let columns = OUTPUTS.min(outputs.end - column);
+        let next = column + columns..(column + columns + OUTPUTS).min(outputs.end);
+        for row in (0..rows).step_by(GROUP) {
+            let tile = broadcast_weights::Tile {
+                x_t: &floats[row..],
+                x_stride,
+                rows: GROUP.min(rows - row),
+                inputs: k,
+                weights: weights.rows(column..column + columns),
+                outputs: columns,
+                // The first tile fetches the next run's weights for all of them.
+                prefetch: if row == 0 {
+                    weights.rows(next.clone())
+                } else {
+                    &[]
+                },
+                bias: bias.map(|b| &b[column..column + columns]),
+                // SAFETY: `row * n + column` is inside `out` (row < rows, column < n).
+                out: unsafe { out.0.add(row * n + column) },
+                out_stride: n,
+            };
+            // SAFETY: the tile writes rows `row..row + tile.rows`, columns
+            // `column..column + columns` of `out`, inside it and in this call's outputs.
+            unsafe { broadcast_weights::run(&tile) };
         }
     }
+}
+
+/// Computes the columns `outputs` (whole panels but for the last) of a prefill for all
+/// `rows` of `out` (see [`matmul`]).
+///
+/// # Safety
+/// `out` addresses `rows × N` floats that nothing else reads or writes in these columns
+/// during the call.
+unsafe fn run_prefill(
+    x: &[f32],
+    rows: usize,
+    weights: Weights<'_>,
+    bias: Option<&[f32]>,
+    out: OutPtr,
+    outputs: std::ops::Range<usize>,
+) {
+    let (n, k) = (weights.outputs, weights.inputs);
+    let block_rows = (ROW_BLOCK_BYTES / (4 * k.max(1))).max(MAX_ROWS) / MAX_ROWS * MAX_ROWS;
+    PanelBuffer::with(k, |panel| {
+        for block in (0..rows).step_by(block_rows) {
+            let block_height = block_rows.min(rows - block);
+            let tiles = block_height.div_ceil(MAX_ROWS);
+            for column in outputs.clone().step_by(PANEL) {
+                let columns = PANEL.min(outputs.end - column);
+                let next = column + columns..(column + columns + PANEL).min(outputs.end);
+                panel.load(weights.data, column, columns);
+                let mut row = block;
+                for t in 0..tiles {
+                    // Balanced tile sizes: the first `block_height % tiles` get one row more.
+                    let height = block_height / tiles + usize::from(t < block_height % tiles);
+                    let tile = broadcast_inputs::Tile {
+                        x: &x[row * k..(row + height) * k],
+                        rows: height,
+                        inputs: k,
+                        panel: panel.panel(),
+                        next_panel: (!next.is_empty()).then(|| weights.rows(next.clone())),
+                        bias: bias.map(|b| &b[column..column + columns]),
+                        columns,
+                        // SAFETY: `row * n + column` is inside `out` (row < rows, column < n).
+                        out: unsafe { out.0.add(row * n + column) },
+                        out_stride: n,
+                    };
+                    // SAFETY: the tile writes rows `row..row + height`, columns
+                    // `column..column + columns` of `out`, inside it and in this call's
+                    // outputs.
+                    unsafe { broadcast_inputs::run(&tile) };
+                    row += height;
+                }
+            }
+        }
+    });
 }
 
 #[cfg(test)]
@@ -150,14 +270,21 @@ mod tests {
             (17, 33, 64),
             (64, 100, 3),
             (13, 32, 40),
-            // Several row blocks (36 rows each for K = 1536) and panel ranges of unequal size.
-            (100, 161, 1536),
+            // Decode steps: partial tiles, output ranges with short runs at their ends.
+            (64, 161, 1536),
+            // Prefills: several row blocks (36 rows each for K = 1536), panel ranges of
+            // unequal size.
+            (65, 161, 1536),
             (1000, 70, 64),
         ] {
             let (x, w, b) = (values(rows * k, 1), values(n * k, 2), values(n, 3));
-            let packed = PackedWeights::pack(&w, n, k);
+            let weights = Weights {
+                data: &w,
+                outputs: n,
+                inputs: k,
+            };
             let mut out = vec![f32::NAN; rows * n];
-            matmul(&x, rows, &packed, Some(&b), &mut out);
+            matmul(&x, rows, weights, Some(&b), &mut out);
             let expected = reference(&x, &w, Some(&b), rows, n);
             for (i, (&got, &want)) in out.iter().zip(&expected).enumerate() {
                 assert!(

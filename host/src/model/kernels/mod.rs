@@ -2,17 +2,27 @@
 //! weights, where libtorch's bundled MKL takes the AVX2 path on this AMD CPU and reaches a
 //! fraction of its bandwidth (decode) and FLOP rate (prefill, wide decode batches).
 //!
-//! [`GenerationMatmul`] decides per call whether the kernel applies (inside
-//! [`while_generating`], f32 on the CPU, no autograd) and keeps the weight [`pack`]ed into
-//! panels, repacked whenever libtorch's version counter says the weight changed; [`matmul`]
-//! splits the panels over the threads of libtorch's OpenMP team ([`pool`]); the [`microkernel`]
-//! computes one tile in registers (AVX-512 when the CPU has it, portable Rust otherwise).
+//! [`generation_linear`] decides per call whether the kernel applies (inside
+//! [`while_generating`], f32 on the CPU, no autograd) and hands it the weight where libtorch
+//! keeps it: no copy of the weights is made. [`matmul`] picks a kernel by row count — [`dot`]
+//! products for a few rows (bound by reading the weights), [`broadcast_weights`] over the
+//! input rows [`transpose`]d for decode steps of a batch, [`broadcast_inputs`] over weight
+//! [`panel`]s transposed per block of rows for prefills — and splits the outputs over the
+//! threads of libtorch's OpenMP team ([`pool`]). Every kernel has an AVX-512 version and a
+//! portable one for CPUs without it.
 
+pub mod broadcast_inputs;
+pub mod broadcast_weights;
+pub mod dot;
 pub mod generation;
 pub mod matmul;
-pub mod microkernel;
-pub mod pack;
+pub mod panel;
 pub mod pool;
+pub mod transpose;
 
-pub use generation::{set_enabled, while_generating, GenerationMatmul};
-pub use pack::PackedWeights;
+pub use generation::{generation_linear, set_enabled, while_generating};
+
+/// Inputs summed in one run before a partial sum is added to the total: rounding error grows
+/// with the block length plus the number of blocks instead of with `K`, as in BLAS kernels
+/// (whose depth blocking does the same), so decode logits stay within 1e-4 of libtorch's.
+pub const K_BLOCK: usize = 128;

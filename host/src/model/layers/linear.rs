@@ -2,15 +2,13 @@
 
 use tch::{nn, Tensor};
 
-use crate::model::kernels::GenerationMatmul;
+use crate::model::kernels::generation_linear;
 
 /// A dense layer whose `weight` (and optional `bias`) are variables of its path.
 #[derive(Debug)]
 pub struct Linear {
     weight: Tensor,
     bias: Option<Tensor>,
-    /// The kernel's copy of `weight`, for generation's products.
-    kernel: GenerationMatmul,
 }
 
 impl Linear {
@@ -20,15 +18,12 @@ impl Linear {
         Self {
             weight: p.zeros("weight", &[out_dim, in_dim]),
             bias: bias.then(|| p.zeros("bias", &[out_dim])),
-            kernel: GenerationMatmul::default(),
         }
     }
 
     /// Applies the layer to the last dimension of `x` (through the kernel while generating).
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let bias = self.bias.as_ref();
-        self.kernel
-            .forward(x, &self.weight, bias)
-            .unwrap_or_else(|| x.linear(&self.weight, bias))
+        generation_linear(x, &self.weight, bias).unwrap_or_else(|| x.linear(&self.weight, bias))
     }
 }

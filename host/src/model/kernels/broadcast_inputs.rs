@@ -1,16 +1,14 @@
-//! The register-blocked microkernel: a tile of up to [`MAX_ROWS`] input rows times one packed
-//! panel of [`PANEL`] outputs, in AVX-512 where the CPU has it and portable Rust elsewhere.
+//! The microkernel for prefills: a tile of up to [`MAX_ROWS`] input rows, each value
+//! broadcast, times one transposed panel of [`PANEL`] outputs ([`super::panel`]), in AVX-512
+//! where the CPU has it and portable Rust elsewhere. Per `k`: two aligned loads of the panel,
+//! one broadcast per row, two FMAs per row.
 
-use super::pack::PANEL;
+use super::panel::PANEL;
+use super::K_BLOCK;
 
 /// Most rows per tile: 12 rows × 2 registers = 24 accumulators of AVX-512's 32 registers,
 /// leaving room for the two weight vectors and the broadcast input.
 pub const MAX_ROWS: usize = 12;
-
-/// Inputs summed in one run before a partial sum is added to the total: rounding error grows
-/// with the block length plus the number of blocks instead of with `K`, as in BLAS kernels
-/// (whose depth blocking does the same), so decode logits stay within 1e-4 of libtorch's.
-pub const K_BLOCK: usize = 128;
 
 /// One tile's operands. `out` is a raw pointer because tiles of the same rows but different
 /// panels are written by different threads into one row-major output.
@@ -23,9 +21,9 @@ pub struct Tile<'a> {
     pub inputs: usize,
     /// The panel: `inputs × PANEL` floats, `k`-major, 64-byte aligned.
     pub panel: &'a [f32],
-    /// The panel to compute next, if any (`inputs × PANEL` floats), prefetched into L2 while
-    /// this tile computes: memory then streams weights during all the tiles of a panel, not
-    /// only the first, the one that waits for them.
+    /// The weights of the panel to compute next, if any (its rows of `W`, at most
+    /// `inputs × PANEL` floats), prefetched into L2 while this tile computes: memory then
+    /// streams weights during all the tiles of a panel, not only before the first.
     pub next_panel: Option<&'a [f32]>,
     /// The bias of this panel's first `columns` outputs, if any.
     pub bias: Option<&'a [f32]>,
@@ -52,11 +50,6 @@ pub unsafe fn run(tile: &Tile<'_>) {
     assert!((1..=PANEL).contains(&tile.columns), "tile columns");
     assert!(tile.x.len() >= tile.rows * tile.inputs, "tile input");
     assert!(tile.panel.len() >= tile.inputs * PANEL, "tile panel");
-    assert!(
-        tile.next_panel
-            .is_none_or(|p| p.len() >= tile.inputs * PANEL),
-        "tile next panel"
-    );
     assert!(
         tile.bias.is_none_or(|b| b.len() >= tile.columns),
         "tile bias"
@@ -94,19 +87,22 @@ unsafe fn avx512<const R: usize>(tile: &Tile<'_>) {
         _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm_prefetch, _MM_HINT_T1,
     };
     let (x, k, w) = (tile.x.as_ptr(), tile.inputs, tile.panel.as_ptr());
-    let next = tile.next_panel.map(<[f32]>::as_ptr);
+    let next = tile.next_panel.unwrap_or_default();
     let mut total = [[_mm512_setzero_ps(); 2]; R];
     for block in (0..k).step_by(K_BLOCK) {
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
         for kk in block..k.min(block + K_BLOCK) {
             // SAFETY: `kk < k`, the panel holds `k * PANEL` floats aligned to 64 bytes
             // (checked by `run`), so both 16-float loads are in bounds and aligned; `x` holds
-            // `R * k` floats, so `r * k + kk` is in bounds.
+            // `R * k` floats, so `r * k + kk` is in bounds; prefetches stay inside `next`.
             unsafe {
-                if let Some(next) = next {
-                    // Same bounds as the loads: the next panel has the same size.
-                    _mm_prefetch::<_MM_HINT_T1>(next.add(kk * PANEL).cast());
-                    _mm_prefetch::<_MM_HINT_T1>(next.add(kk * PANEL + 16).cast());
+                // Two cache lines of the next panel per `k`: all of it over the tile.
+                if kk * PANEL + 16 < next.len() {
+                    let line = next.as_ptr().add(kk * PANEL);
+                    _mm_prefetch::<_MM_HINT_T1>(line.cast());
+                    _mm_prefetch::<_MM_HINT_T1>(line.add(16).cast());
+                } else if kk * PANEL < next.len() {
+                    _mm_prefetch::<_MM_HINT_T1>(next.as_ptr().add(kk * PANEL).cast());
                 }
                 let w0 = _mm512_load_ps(w.add(kk * PANEL));
                 let w1 = _mm512_load_ps(w.add(kk * PANEL + 16));
@@ -187,7 +183,7 @@ unsafe fn portable<const R: usize>(tile: &Tile<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::kernels::pack::PackedWeights;
+    use crate::model::kernels::panel::PanelBuffer;
 
     /// The portable kernel (which AVX-512 machines never pick) against `run`'s choice.
     #[test]
@@ -200,30 +196,32 @@ mod tests {
             .map(|i| ((i * 5) % 11) as f32 / 11.0 - 0.5)
             .collect();
         let bias: Vec<f32> = (0..columns).map(|i| i as f32 / 10.0).collect();
-        let packed = PackedWeights::pack(&w, columns, k);
         let mut dispatched = vec![0.0f32; 5 * columns];
         let mut portable_out = vec![0.0f32; 5 * columns];
-        for (out, portable_only) in [(&mut dispatched, false), (&mut portable_out, true)] {
-            let tile = Tile {
-                x: &x,
-                rows: 5,
-                inputs: k,
-                panel: packed.panel(0),
-                next_panel: None,
-                bias: Some(&bias),
-                columns,
-                out: out.as_mut_ptr(),
-                out_stride: columns,
-            };
-            // SAFETY: `out` holds 5 rows of `columns` floats.
-            unsafe {
-                if portable_only {
-                    portable::<5>(&tile);
-                } else {
-                    run(&tile);
+        PanelBuffer::with(k, |buffer| {
+            buffer.load(&w, 0, columns);
+            for (out, portable_only) in [(&mut dispatched, false), (&mut portable_out, true)] {
+                let tile = Tile {
+                    x: &x,
+                    rows: 5,
+                    inputs: k,
+                    panel: buffer.panel(),
+                    next_panel: None,
+                    bias: Some(&bias),
+                    columns,
+                    out: out.as_mut_ptr(),
+                    out_stride: columns,
+                };
+                // SAFETY: `out` holds 5 rows of `columns` floats.
+                unsafe {
+                    if portable_only {
+                        portable::<5>(&tile);
+                    } else {
+                        run(&tile);
+                    }
                 }
             }
-        }
+        });
         for (a, b) in dispatched.iter().zip(&portable_out) {
             assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
         }
