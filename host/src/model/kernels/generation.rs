@@ -44,7 +44,7 @@ pub fn while_generating<T>(forward: impl FnOnce() -> T) -> T {
 /// weight requiring grad). The kernel reads `weight` where libtorch keeps it, so optimizer
 /// steps and checkpoint loads are seen by the next call.
 pub fn generation_linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Option<Tensor> {
-    if !ENABLED.load(Ordering::Relaxed) || !GENERATING.with(Cell::get) {
+    if !kernels_apply() {
         return None;
     }
     let on_cpu_f32 = |t: &Tensor| t.device() == Device::Cpu && t.kind() == Kind::Float;
@@ -103,8 +103,13 @@ pub fn generation_linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> 
     Some(out)
 }
 
+/// Whether the kernels may take this call: switched on and inside [`while_generating`].
+pub(super) fn kernels_apply() -> bool {
+    ENABLED.load(Ordering::Relaxed) && GENERATING.with(Cell::get)
+}
+
 /// Whether libtorch's grad mode is on (it is thread-local; `tch::no_grad` turns it off).
-fn grad_enabled() -> bool {
+pub(super) fn grad_enabled() -> bool {
     // SAFETY: `at_grad_set_enabled` sets the calling thread's grad mode and returns the
     // previous one; setting it back at once leaves the mode as it was.
     unsafe {
@@ -119,13 +124,8 @@ mod tests {
     use tch::nn::VarStore;
 
     use super::*;
+    use crate::model::kernels::relative_difference;
     use crate::train::AdamW;
-
-    /// The largest difference between `a` and `b` relative to `b`'s largest magnitude.
-    fn relative_difference(a: &Tensor, b: &Tensor) -> f64 {
-        let scale = b.abs().max().double_value(&[]).max(1e-30);
-        (a - b).abs().max().double_value(&[]) / scale
-    }
 
     #[test]
     fn matches_libtorch_linear_on_odd_shapes() {

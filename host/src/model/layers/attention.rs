@@ -3,6 +3,8 @@
 
 use tch::{nn, Tensor};
 
+use crate::model::kernels;
+
 use super::{AdapterRows, AttentionContext, Past, Projection, RmsNorm, Rotary};
 
 /// The sizes and options of one attention block.
@@ -112,16 +114,18 @@ impl Attention {
         let q = rotary.apply(&q, &context.positions);
         let k = rotary.apply(&k, &context.positions);
         let (k, v) = past.keys_values(layer, context.offset, k, v);
-        let y = Tensor::scaled_dot_product_attention(
-            &q,
-            &k,
-            &v,
-            Some(&context.mask),
-            0.0,
-            false,
-            None,
-            c.kv_heads != c.heads,
-        );
+        let y = kernels::decode_attention(&q, &k, &v, &context.mask).unwrap_or_else(|| {
+            Tensor::scaled_dot_product_attention(
+                &q,
+                &k,
+                &v,
+                Some(&context.mask),
+                0.0,
+                false,
+                None,
+                c.kv_heads != c.heads,
+            )
+        });
         self.o_proj.forward(
             &y.transpose(1, 2).reshape([b, t, c.heads * c.head_dim]),
             rows,

@@ -1,0 +1,466 @@
+//! [`decode_attention`]: attention of one new token per row over its cached keys and values,
+//! for generation's decode steps.
+//!
+//! libtorch's CPU flash attention handles a one-token query as one pair of `sgemv` calls per
+//! row and query head (~20 % of a batch-64 generation's time, most of it call overhead on
+//! products of ~140 × 64). Here each row's key/value head is read once for all the query heads
+//! that share it (grouped-query attention), the scores, a vectorised `exp` and the weighted sum
+//! of values in one pass per head, and the rows and key/value heads are split over the threads
+//! of libtorch's OpenMP team.
+
+use std::cell::RefCell;
+
+use tch::{Device, Kind, Tensor};
+
+use super::generation::{grad_enabled, kernels_apply};
+use super::pool;
+
+/// Floats per AVX-512 vector.
+const LANES: usize = 16;
+
+/// The widest head the kernel takes, in vectors (256 floats): the query stays in registers.
+const MAX_VECTORS: usize = 16;
+
+thread_local! {
+    /// This thread's scores of one key/value head (grown to the longest cache seen).
+    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `softmax(q kᵀ / √d + mask) v` for `q` `[B, H, 1, D]` and `k`, `v` `[B, H_kv, S, D]` (any
+/// strides but a unit one along `D`) with `mask` `[B, 1, 1, S]` bool (true = attend) — what
+/// `scaled_dot_product_attention` with `enable_gqa` computes for a decode step — or `None`
+/// when libtorch should do it: outside [`super::while_generating`], more than one query
+/// position, not f32 on the CPU, `D` not a multiple of 16 or above 256, or a result autograd
+/// would track.
+pub fn decode_attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Option<Tensor> {
+    if !kernels_apply() {
+        return None;
+    }
+    let on_cpu_f32 = |t: &Tensor| t.device() == Device::Cpu && t.kind() == Kind::Float;
+    let &[b, heads, 1, d] = q.size().as_slice() else {
+        return None;
+    };
+    let &[kb, kv_heads, s, kd] = k.size().as_slice() else {
+        return None;
+    };
+    if !on_cpu_f32(q)
+        || !on_cpu_f32(k)
+        || !on_cpu_f32(v)
+        || v.size() != k.size()
+        || mask.kind() != Kind::Bool
+        || mask.size() != [b, 1, 1, s]
+        || kb != b
+        || kd != d
+        || kv_heads == 0
+        || heads % kv_heads != 0
+        || d % LANES as i64 != 0
+        || d > (MAX_VECTORS * LANES) as i64
+        || s == 0
+        || k.stride()[3] != 1
+        || v.stride()[3] != 1
+        || ([q, k, v].iter().any(|t| t.requires_grad()) && grad_enabled())
+    {
+        return None;
+    }
+    let q = q.contiguous();
+    let mask = mask.contiguous();
+    let out = Tensor::empty([b, heads, 1, d], (Kind::Float, Device::Cpu));
+    let usize_of = |x: i64| usize::try_from(x).ok();
+    let shape = Shape {
+        heads: usize_of(heads)?,
+        kv_heads: usize_of(kv_heads)?,
+        keys: usize_of(s)?,
+        dim: usize_of(d)?,
+        k_strides: [
+            usize_of(k.stride()[0])?,
+            usize_of(k.stride()[1])?,
+            usize_of(k.stride()[2])?,
+        ],
+        v_strides: [
+            usize_of(v.stride()[0])?,
+            usize_of(v.stride()[1])?,
+            usize_of(v.stride()[2])?,
+        ],
+    };
+    let pairs = usize_of(b)? * shape.kv_heads;
+    let operands = Operands {
+        q: q.data_ptr().cast::<f32>().cast_const(),
+        k: k.data_ptr().cast::<f32>().cast_const(),
+        v: v.data_ptr().cast::<f32>().cast_const(),
+        mask: mask.data_ptr().cast::<u8>().cast_const(),
+        out: out.data_ptr().cast::<f32>(),
+    };
+    let parts = pool::parts().min(pairs);
+    pool::run_parts(parts, &|part| {
+        let first = part * (pairs / parts) + part.min(pairs % parts);
+        let count = pairs / parts + usize::from(part < pairs % parts);
+        SCORES.with(|scores| {
+            let mut scores = scores.borrow_mut();
+            let group = shape.heads / shape.kv_heads;
+            let needed = group * shape.keys.next_multiple_of(LANES);
+            if scores.len() < needed {
+                scores.resize(needed, 0.0);
+            }
+            for pair in first..first + count {
+                // SAFETY: `pair < B × H_kv`; the operands are the tensors checked above, alive
+                // until `run_parts` returns, and each pair writes only its own query heads of
+                // `out`.
+                unsafe { attend_pair(&operands, &shape, pair, &mut scores) };
+            }
+        });
+    });
+    Some(out)
+}
+
+/// Sizes and strides (in floats) of one call.
+struct Shape {
+    heads: usize,
+    kv_heads: usize,
+    keys: usize,
+    dim: usize,
+    k_strides: [usize; 3],
+    v_strides: [usize; 3],
+}
+
+/// The tensors' data, shared by the threads of one call.
+struct Operands {
+    q: *const f32,
+    k: *const f32,
+    v: *const f32,
+    mask: *const u8,
+    out: *mut f32,
+}
+
+// SAFETY: the threads only read `q`, `k`, `v` and `mask`, and write disjoint query heads of
+// `out` (see `decode_attention`).
+unsafe impl Sync for Operands {}
+
+/// Attention of row `pair / H_kv` for the query heads of key/value head `pair % H_kv`.
+///
+/// # Safety
+/// The operands hold tensors of `shape` (`q` and `out` contiguous `[B, H, 1, D]`, `mask`
+/// contiguous `[B, 1, 1, S]` bytes), `pair < B × H_kv`, nothing else writes these query heads
+/// of `out`, and `scores` holds `H / H_kv` × `S` rounded up to 16 floats.
+unsafe fn attend_pair(operands: &Operands, shape: &Shape, pair: usize, scores: &mut [f32]) {
+    let (row, head) = (pair / shape.kv_heads, pair % shape.kv_heads);
+    let group = shape.heads / shape.kv_heads;
+    let padded = shape.keys.next_multiple_of(LANES);
+    let (d, s) = (shape.dim, shape.keys);
+    // SAFETY (pointers): inside the tensors per the contract.
+    let (k, v, mask) = unsafe {
+        (
+            operands
+                .k
+                .add(row * shape.k_strides[0] + head * shape.k_strides[1]),
+            operands
+                .v
+                .add(row * shape.v_strides[0] + head * shape.v_strides[1]),
+            std::slice::from_raw_parts(operands.mask.add(row * s), s),
+        )
+    };
+    let scale = 1.0 / (d as f32).sqrt();
+    for g in 0..group {
+        let query_head = row * shape.heads + head * group + g;
+        // SAFETY: query head `query_head` has `d` floats in `q` and `out`, written only here.
+        let (q, out) = unsafe {
+            (
+                std::slice::from_raw_parts(operands.q.add(query_head * d), d),
+                std::slice::from_raw_parts_mut(operands.out.add(query_head * d), d),
+            )
+        };
+        let scores = &mut scores[g * padded..(g + 1) * padded];
+        let keys = Strided {
+            base: k,
+            stride: shape.k_strides[2],
+            dim: d,
+        };
+        let values = Strided {
+            base: v,
+            stride: shape.v_strides[2],
+            dim: d,
+        };
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F (just detected); `d` is a multiple of 16 and the
+            // keys and values hold `s` rows of `d` floats (the contract).
+            unsafe { attend_avx512(q, &keys, &values, mask, scale, scores, out) };
+            continue;
+        }
+        // SAFETY: as above.
+        unsafe { attend_portable(q, &keys, &values, mask, scale, scores, out) };
+    }
+}
+
+/// `S` rows of `dim` floats, `stride` floats apart.
+struct Strided {
+    base: *const f32,
+    stride: usize,
+    dim: usize,
+}
+
+impl Strided {
+    /// Row `t`.
+    ///
+    /// # Safety
+    /// `t < S`.
+    unsafe fn row(&self, t: usize) -> &[f32] {
+        // SAFETY: the caller keeps `t` in range; rows hold `dim` floats.
+        unsafe { std::slice::from_raw_parts(self.base.add(t * self.stride), self.dim) }
+    }
+}
+
+/// One query head in plain Rust: scores, softmax, weighted sum of values.
+///
+/// # Safety
+/// `keys` and `values` hold `mask.len()` rows; `scores` holds at least `mask.len()` floats.
+unsafe fn attend_portable(
+    q: &[f32],
+    keys: &Strided,
+    values: &Strided,
+    mask: &[u8],
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let mut max = f32::NEG_INFINITY;
+    for (t, score) in scores.iter_mut().enumerate().take(mask.len()) {
+        *score = if mask[t] != 0 {
+            // SAFETY: `t < S`.
+            let key = unsafe { keys.row(t) };
+            q.iter().zip(key).map(|(a, b)| a * b).sum::<f32>() * scale
+        } else {
+            f32::NEG_INFINITY
+        };
+        max = max.max(*score);
+    }
+    out.fill(0.0);
+    let mut sum = 0.0;
+    for (t, &score) in scores.iter().enumerate().take(mask.len()) {
+        if mask[t] == 0 {
+            continue;
+        }
+        let p = (score - max).exp();
+        sum += p;
+        // SAFETY: `t < S`.
+        let value = unsafe { values.row(t) };
+        for (o, &v) in out.iter_mut().zip(value) {
+            *o += p * v;
+        }
+    }
+    out.iter_mut().for_each(|o| *o /= sum);
+}
+
+/// [`attend_portable`] in AVX-512: dot products over `D / 16` vectors per key, the softmax
+/// over 16 scores at a time with [`exp`], and the values summed into `D / 16` accumulators.
+///
+/// # Safety
+/// The CPU supports AVX-512F; `D` is a multiple of 16; `keys` and `values` hold `mask.len()`
+/// rows; `scores` holds `mask.len()` rounded up to 16 floats; `D ≤ 256`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn attend_avx512(
+    q: &[f32],
+    keys: &Strided,
+    values: &Strided,
+    mask: &[u8],
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::{
+        _mm512_add_ps, _mm512_cmp_ps_mask, _mm512_div_ps, _mm512_fmadd_ps, _mm512_loadu_ps,
+        _mm512_mask_blend_ps, _mm512_max_ps, _mm512_reduce_add_ps, _mm512_reduce_max_ps,
+        _mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps, _mm512_sub_ps, _CMP_GT_OQ,
+    };
+    let (s, vectors) = (mask.len(), q.len() / LANES);
+    let mut query = [_mm512_setzero_ps(); MAX_VECTORS];
+    for (i, query) in query.iter_mut().enumerate().take(vectors) {
+        // SAFETY: `q` holds `vectors × 16` floats.
+        *query = unsafe { _mm512_loadu_ps(q.as_ptr().add(i * LANES)) };
+    }
+    let neg_inf = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut max = neg_inf;
+    for t in 0..s {
+        let score = if mask[t] != 0 {
+            // SAFETY: `t < S`; the key has `vectors × 16` floats.
+            let key = unsafe { keys.row(t) };
+            let mut acc = _mm512_setzero_ps();
+            for (i, &qv) in query.iter().enumerate().take(vectors) {
+                // SAFETY: in bounds of `key`.
+                let kv = unsafe { _mm512_loadu_ps(key.as_ptr().add(i * LANES)) };
+                acc = _mm512_fmadd_ps(qv, kv, acc);
+            }
+            _mm512_reduce_add_ps(acc) * scale
+        } else {
+            f32::NEG_INFINITY
+        };
+        scores[t] = score;
+    }
+    scores[s..s.next_multiple_of(LANES)].fill(f32::NEG_INFINITY);
+    for chunk in scores[..s.next_multiple_of(LANES)].chunks_exact(LANES) {
+        // SAFETY: a chunk is 16 floats.
+        max = _mm512_max_ps(max, unsafe { _mm512_loadu_ps(chunk.as_ptr()) });
+    }
+    let max = _mm512_set1_ps(_mm512_reduce_max_ps(max));
+    // Probabilities in place of the scores; masked keys exactly 0.
+    let mut sum = _mm512_setzero_ps();
+    for chunk in scores[..s.next_multiple_of(LANES)].chunks_exact_mut(LANES) {
+        // SAFETY: a chunk is 16 floats.
+        unsafe {
+            let score = _mm512_loadu_ps(chunk.as_ptr());
+            let valid = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(score, neg_inf);
+            let p =
+                _mm512_mask_blend_ps(valid, _mm512_setzero_ps(), exp(_mm512_sub_ps(score, max)));
+            sum = _mm512_add_ps(sum, p);
+            _mm512_storeu_ps(chunk.as_mut_ptr(), p);
+        }
+    }
+    let sum = _mm512_set1_ps(_mm512_reduce_add_ps(sum));
+    for i in 0..vectors {
+        let mut acc = _mm512_setzero_ps();
+        for (t, &p) in scores.iter().enumerate().take(s) {
+            if p != 0.0 {
+                // SAFETY: `t < S`; the value has `vectors × 16` floats.
+                let value = unsafe { values.row(t) };
+                acc = _mm512_fmadd_ps(
+                    _mm512_set1_ps(p),
+                    unsafe { _mm512_loadu_ps(value.as_ptr().add(i * LANES)) },
+                    acc,
+                );
+            }
+        }
+        // SAFETY: `out` holds `vectors × 16` floats.
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(i * LANES), _mm512_div_ps(acc, sum)) };
+    }
+}
+
+/// `eˣ` for 16 floats to within ~2 ulp: `x = n ln 2 + r` with `|r| ≤ ln 2 / 2`, `eʳ` by its
+/// Taylor polynomial to degree 7 (error below 5e-9), scaled by `2ⁿ` (`vscalefps`). Inputs below
+/// −87.3 give ~1e-38 (callers zero masked lanes themselves); above 88.7, `f32::MAX`-ish.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn exp(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::{
+        _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_max_ps, _mm512_min_ps, _mm512_mul_ps,
+        _mm512_roundscale_ps, _mm512_scalef_ps, _mm512_set1_ps, _MM_FROUND_NO_EXC,
+        _MM_FROUND_TO_NEAREST_INT,
+    };
+    let x = _mm512_min_ps(
+        _mm512_max_ps(x, _mm512_set1_ps(-87.3)),
+        _mm512_set1_ps(88.7),
+    );
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+        _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
+    );
+    // ln 2 in two parts (Cephes), so `n · ln 2` is exact enough for |n| ≤ 127.
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
+    let mut p = _mm512_set1_ps(1.0 / 5040.0);
+    for c in [
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    _mm512_scalef_ps(p, n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::kernels::{relative_difference, while_generating};
+
+    #[test]
+    fn matches_scaled_dot_product_attention_with_gqa_masks_and_strided_caches() {
+        tch::manual_seed(3);
+        let cpu = (Kind::Float, Device::Cpu);
+        for (b, heads, kv_heads, d, s, max_len) in [
+            (1, 1, 1, 16, 1, 1),
+            (3, 9, 3, 64, 37, 50),
+            (2, 8, 2, 128, 16, 16),
+            (5, 4, 4, 32, 100, 130),
+        ] {
+            let q = Tensor::randn([b, heads, 1, d], cpu);
+            // A preallocated cache narrowed to the slots in use, as the engine holds it.
+            let k = Tensor::randn([b, kv_heads, max_len, d], cpu).narrow(2, 0, s);
+            let v = Tensor::randn([b, kv_heads, max_len, d], cpu).narrow(2, 0, s);
+            let mask = Tensor::rand([b, 1, 1, s], cpu).gt(0.3);
+            // The new token always attends to itself (the last slot).
+            let _ = mask.narrow(3, s - 1, 1).fill_(1);
+            let got = tch::no_grad(|| while_generating(|| decode_attention(&q, &k, &v, &mask)))
+                .expect("a decode step");
+            let want = Tensor::scaled_dot_product_attention(
+                &q,
+                &k,
+                &v,
+                Some(&mask),
+                0.0,
+                false,
+                None,
+                kv_heads != heads,
+            );
+            let diff = relative_difference(&got, &want);
+            assert!(
+                diff < 1e-5,
+                "b {b} heads {heads}/{kv_heads} d {d} s {s}: {diff}"
+            );
+        }
+    }
+
+    #[test]
+    fn leaves_prefills_training_and_other_shapes_to_libtorch() {
+        let cpu = (Kind::Float, Device::Cpu);
+        let q = Tensor::randn([2, 4, 1, 16], cpu);
+        let k = Tensor::randn([2, 2, 5, 16], cpu);
+        let mask = Tensor::ones([2, 1, 1, 5], (Kind::Bool, Device::Cpu));
+        let run = |q: &Tensor, k: &Tensor, mask: &Tensor| {
+            tch::no_grad(|| while_generating(|| decode_attention(q, k, k, mask))).is_some()
+        };
+        assert!(run(&q, &k, &mask));
+        assert!(
+            tch::no_grad(|| decode_attention(&q, &k, &k, &mask)).is_none(),
+            "outside generation"
+        );
+        let prefill = Tensor::randn([2, 4, 3, 16], cpu);
+        assert!(!run(
+            &prefill,
+            &k,
+            &Tensor::ones([2, 1, 3, 5], (Kind::Bool, Device::Cpu))
+        ));
+        let odd_width = Tensor::randn([2, 4, 1, 12], cpu);
+        assert!(!run(&odd_width, &Tensor::randn([2, 2, 5, 12], cpu), &mask));
+        let tracked = q.set_requires_grad(true);
+        assert!(while_generating(|| decode_attention(&tracked, &k, &k, &mask)).is_none());
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_vector_exp_is_within_two_ulp_of_libm() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        let inputs: Vec<f32> = (0..4096)
+            .map(|i| -87.0 + i as f32 * (87.0 + 88.0) / 4096.0)
+            .collect();
+        for chunk in inputs.chunks_exact(LANES) {
+            let mut got = [0.0f32; LANES];
+            // SAFETY: AVX-512F detected above; 16 floats in and out.
+            unsafe {
+                use std::arch::x86_64::{_mm512_loadu_ps, _mm512_storeu_ps};
+                _mm512_storeu_ps(got.as_mut_ptr(), exp(_mm512_loadu_ps(chunk.as_ptr())));
+            }
+            for (&x, &got) in chunk.iter().zip(&got) {
+                let want = x.exp();
+                assert!(
+                    (got - want).abs() <= 2.5e-7 * want,
+                    "exp({x}) = {got}, libm {want}"
+                );
+            }
+        }
+    }
+}
