@@ -95,6 +95,8 @@ fn greedy_answers_the_capital_of_france() {
     });
 }
 
+/// With libtorch's products and with the generation kernels (which the engine's prefills and
+/// decode steps use: in-place matmuls of 1, 5 and 1 rows and the decode attention).
 #[test]
 fn cached_decoding_matches_full_recompute() {
     with_model(|gguf, llama| {
@@ -102,21 +104,31 @@ fn cached_decoding_matches_full_recompute() {
         let n = tokens.len() as i64;
         let full = tch::no_grad(|| llama.forward(&ids(&tokens), None, None)).expect("forward");
 
-        let prefill = 5;
-        let mut cache = llama.new_cache(1, n).expect("a cache");
-        let mut steps =
-            vec![
-                tch::no_grad(|| llama.forward(&ids(&tokens[..prefill]), None, Some(&mut cache)))
-                    .expect("prefill"),
-            ];
-        for t in prefill..tokens.len() {
-            let step = tch::no_grad(|| llama.forward(&ids(&tokens[t..=t]), None, Some(&mut cache)));
-            steps.push(step.expect("decode step"));
+        for kernels in [false, true] {
+            let prefill = 5;
+            let mut cache = llama.new_cache(1, n).expect("a cache");
+            let mut forward = |range: std::ops::Range<usize>| {
+                let step = || llama.forward(&ids(&tokens[range]), None, Some(&mut cache));
+                let logits = if kernels {
+                    drmas_host::model::kernels::while_generating(|| tch::no_grad(step))
+                } else {
+                    tch::no_grad(step)
+                };
+                logits.expect("a cached forward")
+            };
+            let mut steps = vec![forward(0..prefill)];
+            for t in prefill..tokens.len() {
+                steps.push(forward(t..t + 1));
+            }
+            let cached = Tensor::cat(&steps, 1);
+            let diff = max_abs_diff(&full, &cached);
+            println!("kernels {kernels}: cached logits within {diff:e} of the full forward's");
+            assert!(
+                diff < 1e-4,
+                "kernels {kernels}: cached logits differ by {diff}"
+            );
+            assert_eq!(cache.len(), n);
         }
-        let cached = Tensor::cat(&steps, 1);
-        let diff = max_abs_diff(&full, &cached);
-        assert!(diff < 1e-4, "cached logits differ from full ones by {diff}");
-        assert_eq!(cache.len(), n);
     });
 }
 
