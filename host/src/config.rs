@@ -477,7 +477,7 @@ mod defaults {
 
 impl RunConfig {
     /// Reads and checks a run file. Relative paths inside stay relative to the file's folder;
-    /// use [`RunConfig::resolve`] to make one absolute.
+    /// use [`RunFile::resolve`] to make one absolute.
     pub fn load(path: &Path) -> Result<(Self, RunFile), ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),

@@ -6,8 +6,8 @@ use tch::{Kind, Tensor};
 use super::{aggregate, kl_penalty};
 use crate::config::LossSection;
 
-/// One micro-batch's inputs, all [B, T] over response positions except `advantages` ([B]: one per
-/// sample, broadcast over its tokens).
+/// One micro-batch's inputs, all `[B, T]` over response positions except `advantages` (`[B]`:
+/// one per sample, broadcast over its tokens).
 pub struct LossInputs<'a> {
     /// Log-probabilities of the sampled tokens under the current policy (with autograd).
     pub logprobs: &'a Tensor,

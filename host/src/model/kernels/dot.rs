@@ -5,9 +5,9 @@
 //! SmolLM2's for 270 MFLOP), so the kernel is shaped for one linear pass: per 16 `k`s, one
 //! vector of each weight row and each input row and `rows × OUTPUTS` FMAs into lane-wise
 //! accumulators, while the next rows are prefetched; each accumulator's lanes are summed once
-//! at the end, four outputs per shuffle tree. (For many rows this shape loses to the
-//! [`super::microkernel`]: it loads a vector of `x` per row and `k` instead of reusing one
-//! broadcast weight across sixteen rows — measured: the LM head at batch 16 in 4.4 ms vs 2.7.)
+//! at the end, four outputs per shuffle tree. (For many rows this shape loses to
+//! [`super::broadcast_weights`]: it loads a vector of `x` per row and `k` instead of reusing one
+//! broadcast weight across sixteen rows — measured: the LM head at batch 16 in 4.4 ms vs 3.2–3.5.)
 
 /// Most input rows: the products the matmul keeps on one thread.
 pub const MAX_ROWS: usize = 3;
@@ -15,8 +15,8 @@ pub const MAX_ROWS: usize = 3;
 /// Outputs (rows of `W`) per tile.
 pub const OUTPUTS: usize = 4;
 
-/// One tile's operands. `out` is a raw pointer because tiles of the same rows but different
-/// outputs are written by different threads into one row-major output.
+/// One tile's operands. `out` is a raw pointer: a tile writes a few columns of every row of a
+/// row-major output that other tiles write too.
 pub struct Tile<'a> {
     /// `rows × inputs` input values, row-major.
     pub x: &'a [f32],

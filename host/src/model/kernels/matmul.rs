@@ -48,7 +48,7 @@ impl<'a> Weights<'a> {
 ///
 /// A decode step's tiles of [`GROUP`] rows each meet a run of [`OUTPUTS`] weight rows, read
 /// from memory once (while the next run is prefetched). A prefill cuts its rows into blocks
-/// that fit in L2 ([`ROW_BLOCK_BYTES`]) and each block into tiles of at most [`MAX_ROWS`]
+/// that fit in L2 (`ROW_BLOCK_BYTES`, 256 KiB) and each block into tiles of at most [`MAX_ROWS`]
 /// (sizes balanced); per block, each panel of the thread's range is read from memory once,
 /// transposed, and meets every tile of the block from cache.
 ///

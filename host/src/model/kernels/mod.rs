@@ -10,7 +10,7 @@
 //! input rows [`transpose`]d for decode steps of a batch, [`broadcast_inputs`] over weight
 //! [`panel`]s transposed per block of rows for prefills — and splits the outputs over the
 //! threads of libtorch's OpenMP team ([`pool`]). Decode steps' attention over the KV cache
-//! runs on [`decode_attention`]. Every kernel has an AVX-512 version and a portable one for
+//! runs on [`decode_attention()`]. Every kernel has an AVX-512 version and a portable one for
 //! CPUs without it.
 
 pub mod broadcast_inputs;

@@ -1,5 +1,5 @@
 //! [`TransposedRows`]: the input rows of a product as columns (`xᵀ`, `K × rows`), the layout in
-//! which the [`super::microkernel`] loads sixteen rows' values of one `k` as a vector.
+//! which the [`super::broadcast_weights`] kernel loads sixteen rows' values of one `k` as a vector.
 //!
 //! The input is small next to the weights (a batch-64 decode step's `x` is 147 KB against 538
 //! MB of weights), so transposing it once per product costs little, and lets the kernel read
