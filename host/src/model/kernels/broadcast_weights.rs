@@ -7,7 +7,7 @@
 //! run is prefetched; nothing is copied or packed.
 //!
 //! Tiles of 32–64 rows (fewer outputs per tile, more vectors of rows) were tried and were up to
-//! four times slower at batch 64 on this machine. Prefills, where a block of ~100 rows shares
+//! four times slower at batch 64 on this machine. Prefills, where a block of ~200 rows shares
 //! each weight, go to [`super::broadcast_inputs`] instead: 24 broadcasts per vector load make
 //! this kernel load-bound there (measured: a prefill of 64 prompts 6.0–7.2 s against 4.6–4.9).
 //!

@@ -23,7 +23,7 @@ pub const DECODE_ROWS: usize = 64;
 
 /// Input bytes per row block of a prefill: a block's rows are read once per panel, so they
 /// should stay in the core's L2 cache (1 MB on the Zen 5 this was tuned on) beside the panel.
-const ROW_BLOCK_BYTES: usize = 256 * 1024;
+const ROW_BLOCK_BYTES: usize = 512 * 1024;
 
 /// `W [N, K]` as libtorch (and HF's `Linear`) store it: row `n` holds output `n`'s weights.
 #[derive(Clone, Copy, Debug)]
@@ -48,7 +48,7 @@ impl<'a> Weights<'a> {
 ///
 /// A decode step's tiles of [`GROUP`] rows each meet a run of [`OUTPUTS`] weight rows, read
 /// from memory once (while the next run is prefetched). A prefill cuts its rows into blocks
-/// that fit in L2 (`ROW_BLOCK_BYTES`, 256 KiB) and each block into tiles of at most [`MAX_ROWS`]
+/// that fit in L2 (`ROW_BLOCK_BYTES`, 512 KiB) and each block into tiles of at most [`MAX_ROWS`]
 /// (sizes balanced); per block, each panel of the thread's range is read from memory once,
 /// transposed, and meets every tile of the block from cache.
 ///
@@ -272,9 +272,10 @@ mod tests {
             (13, 32, 40),
             // Decode steps: partial tiles, output ranges with short runs at their ends.
             (64, 161, 1536),
-            // Prefills: several row blocks (36 rows each for K = 1536), panel ranges of
+            // Prefills: several row blocks (84 rows each for K = 1536), panel ranges of
             // unequal size.
             (65, 161, 1536),
+            (200, 161, 1536),
             (1000, 70, 64),
         ] {
             let (x, w, b) = (values(rows * k, 1), values(n * k, 2), values(n, 3));

@@ -6,7 +6,7 @@
 //! side by side (one broadcast input meets them in two FMAs), so each thread transposes the
 //! panel it is about to compute into a small buffer of its own (`K × PANEL` floats: 72 KiB for
 //! SmolLM2's `K = 576`, in L2) and runs every tile of a block of rows from there. Prefills
-//! amortise the transposition over a block of ~100 rows; no copy of the weights is kept.
+//! amortise the transposition over a block of ~200 rows; no copy of the weights is kept.
 
 use std::cell::RefCell;
 
