@@ -12,7 +12,7 @@ use std::cell::RefCell;
 
 use tch::{Device, Kind, Tensor};
 
-use super::generation::{grad_enabled, kernels_apply};
+use super::generation::{grad_enabled, kernels_apply, on_cpu_f32};
 use super::pool;
 
 /// Floats per AVX-512 vector.
@@ -36,7 +36,6 @@ pub fn decode_attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Op
     if !kernels_apply() {
         return None;
     }
-    let on_cpu_f32 = |t: &Tensor| t.device() == Device::Cpu && t.kind() == Kind::Float;
     let &[b, heads, 1, d] = q.size().as_slice() else {
         return None;
     };
@@ -92,8 +91,6 @@ pub fn decode_attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Op
     };
     let parts = pool::parts().min(pairs);
     pool::run_parts(parts, &|part| {
-        let first = part * (pairs / parts) + part.min(pairs % parts);
-        let count = pairs / parts + usize::from(part < pairs % parts);
         SCORES.with(|scores| {
             let mut scores = scores.borrow_mut();
             let group = shape.heads / shape.kv_heads;
@@ -101,7 +98,7 @@ pub fn decode_attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Op
             if scores.len() < needed {
                 scores.resize(needed, 0.0);
             }
-            for pair in first..first + count {
+            for pair in pool::share(part, parts, pairs) {
                 // SAFETY: `pair < B × H_kv`; the operands are the tensors checked above, alive
                 // until `run_parts` returns, and each pair writes only its own query heads of
                 // `out`.

@@ -47,7 +47,6 @@ pub fn generation_linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> 
     if !kernels_apply() {
         return None;
     }
-    let on_cpu_f32 = |t: &Tensor| t.device() == Device::Cpu && t.kind() == Kind::Float;
     let shape = x.size();
     let (&inputs, wshape) = (shape.last()?, weight.size());
     let &[outputs, weight_inputs] = wshape.as_slice() else {
@@ -106,6 +105,11 @@ pub fn generation_linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> 
 /// Whether the kernels may take this call: switched on and inside [`while_generating`].
 pub(super) fn kernels_apply() -> bool {
     ENABLED.load(Ordering::Relaxed) && GENERATING.with(Cell::get)
+}
+
+/// Whether `t` is an f32 tensor on the CPU: what the kernels compute with.
+pub(super) fn on_cpu_f32(t: &Tensor) -> bool {
+    t.device() == Device::Cpu && t.kind() == Kind::Float
 }
 
 /// Whether libtorch's grad mode is on (it is thread-local; `tch::no_grad` turns it off).

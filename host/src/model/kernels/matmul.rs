@@ -73,7 +73,7 @@ pub fn matmul(x: &[f32], rows: usize, weights: Weights<'_>, bias: Option<&[f32]>
         let parts = pool::parts().min(runs);
         TransposedRows::with(x, rows, k, |x_t| {
             pool::run_parts(parts, &|part| {
-                let outputs = part_of(part, parts, runs, OUTPUTS, n);
+                let outputs = outputs_of(pool::share(part, parts, runs), OUTPUTS, n);
                 // SAFETY: every part writes the columns of its own outputs only, the ranges
                 // are disjoint, and `out` (rows × N floats) is borrowed mutably for the call.
                 unsafe { run_decode(x_t, rows, weights, bias, out, outputs) };
@@ -83,25 +83,16 @@ pub fn matmul(x: &[f32], rows: usize, weights: Weights<'_>, bias: Option<&[f32]>
         let panels = n.div_ceil(PANEL);
         let parts = pool::parts().min(panels);
         pool::run_parts(parts, &|part| {
-            let outputs = part_of(part, parts, panels, PANEL, n);
+            let outputs = outputs_of(pool::share(part, parts, panels), PANEL, n);
             // SAFETY: as above.
             unsafe { run_prefill(x, rows, weights, bias, out, outputs) };
         });
     }
 }
 
-/// The outputs of part `part` of `parts`: a contiguous, balanced range of the `runs` runs of
-/// `width` outputs (the first `runs % parts` get one run more), clipped to `n`.
-fn part_of(
-    part: usize,
-    parts: usize,
-    runs: usize,
-    width: usize,
-    n: usize,
-) -> std::ops::Range<usize> {
-    let first = part * (runs / parts) + part.min(runs % parts);
-    let count = runs / parts + usize::from(part < runs % parts);
-    first * width..((first + count) * width).min(n)
+/// The outputs of `runs` of `width` outputs each, the last clipped to `n`.
+fn outputs_of(runs: std::ops::Range<usize>, width: usize, n: usize) -> std::ops::Range<usize> {
+    runs.start * width..(runs.end * width).min(n)
 }
 
 /// Products of at most [`dot::MAX_ROWS`] rows, on this thread: one [`dot`] tile per

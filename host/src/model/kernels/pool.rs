@@ -48,6 +48,13 @@ pub fn run_parts(parts: usize, part: &Part<'_>) {
     }
 }
 
+/// Part `part`'s share of `items` split into `parts` contiguous, balanced ranges: the first
+/// `items % parts` get one item more.
+pub fn share(part: usize, parts: usize, items: usize) -> std::ops::Range<usize> {
+    let first = part * (items / parts) + part.min(items % parts);
+    first..first + items / parts + usize::from(part < items % parts)
+}
+
 /// How many parts a product may be split into: libtorch's intra-op thread count, so
 /// `tch::set_num_threads` governs the kernel too; 1 without an OpenMP runtime.
 pub fn parts() -> usize {
@@ -141,6 +148,22 @@ mod tests {
         // one thread, which this catches.
         let _ = tch::get_num_threads();
         assert!(openmp().is_some(), "no OpenMP runtime in the process");
+    }
+
+    #[test]
+    fn shares_cover_the_items_in_order_with_sizes_one_apart() {
+        for (items, parts) in [(10, 3), (2, 2), (7, 1), (3, 5)] {
+            let shares: Vec<_> = (0..parts).map(|p| share(p, parts, items)).collect();
+            assert_eq!(shares[0].start, 0);
+            assert_eq!(shares[parts - 1].end, items);
+            assert!(shares.windows(2).all(|w| w[0].end == w[1].start));
+            let sizes: Vec<usize> = shares.iter().map(|r| r.len()).collect();
+            let (min, max) = (sizes.iter().min(), sizes.iter().max());
+            assert!(
+                max.zip(min).is_some_and(|(max, min)| max - min <= 1),
+                "{sizes:?}"
+            );
+        }
     }
 
     #[test]
