@@ -145,7 +145,7 @@ fn ours_step(llama: &Llama, ids: &Tensor) -> (f64, f64) {
     let hidden = llama
         .forward_hidden(ids, None, None)
         .expect("the forward runs");
-    let logits = llama.logits(&hidden).narrow(1, 0, TOKENS - 1);
+    let logits = llama.logits(&hidden.narrow(1, 0, TOKENS - 1));
     let targets = ids.narrow(1, 1, TOKENS - 1).unsqueeze(-1);
     let loss = -logits
         .log_softmax(-1, Kind::Float)
