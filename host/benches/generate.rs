@@ -37,6 +37,7 @@ use tch::{Device, Tensor};
 const NEW_TOKENS: usize = 128;
 
 fn main() {
+    drmas_host::allocator::keep_freed_memory();
     let threads: i32 = setting("DRMAS_BENCH_THREADS", 2);
     let batches: Vec<usize> = setting_list("DRMAS_BENCH_BATCHES", &[1, 16, 64]);
     let modes: Vec<(&str, bool)> = match setting("DRMAS_BENCH_KERNEL", String::from("on")).as_str()

@@ -25,6 +25,7 @@ use tch::Device;
 const MIB: f64 = 1024.0 * 1024.0;
 
 fn main() {
+    drmas_host::allocator::keep_freed_memory();
     let (threads, batch, total): (usize, usize, usize) = (
         setting("DRMAS_BENCH_THREADS", 2),
         setting("DRMAS_BENCH_BATCH", 64),

@@ -36,6 +36,7 @@ const PROMPT: usize = 128;
 const RESPONSE: usize = 128;
 
 fn main() {
+    drmas_host::allocator::keep_freed_memory();
     let threads: i32 = setting("DRMAS_BENCH_THREADS", 2);
     let steps: usize = setting("DRMAS_BENCH_STEPS", 2);
     tch::set_num_threads(threads);

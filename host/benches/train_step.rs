@@ -12,6 +12,9 @@
 //! (computed in full, causal or not). The peak is a 2048² f32 matmul on the same threads, in
 //! libtorch and in PyTorch, printed beside the reference of 171 GFLOP/s.
 //!
+//! Our side runs with the allocator settings `drmas-host` makes at start
+//! ([`drmas_host::allocator::keep_freed_memory`]); the peer with Python's defaults.
+//!
 //! Run with `cargo bench -p drmas-host --bench train_step`; `DRMAS_BENCH_THREADS` (2) and
 //! `DRMAS_BENCH_REPS` (3 alternating pairs) change the defaults. The peer is the one
 //! `scripts/bench/peer-venv.sh` installs (or `$DRMAS_PEER_PYTHON`); without it only ours runs.
@@ -37,6 +40,7 @@ const REFERENCE_PEAK: f64 = 171.0;
 fn main() {
     let threads: i32 = setting("DRMAS_BENCH_THREADS", 2);
     let reps: usize = setting("DRMAS_BENCH_REPS", 3);
+    drmas_host::allocator::keep_freed_memory();
     tch::set_num_threads(threads);
     let path = drmas_host::model::default_model_path();
     let llama = Llama::load_from_gguf(&path, Device::Cpu).expect("the model loads");

@@ -5,6 +5,7 @@
 //! drive the same entry points.
 
 pub mod advantage;
+pub mod allocator;
 pub mod cli;
 pub mod config;
 pub mod engine;

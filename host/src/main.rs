@@ -5,6 +5,7 @@ use drmas_host::cli::Cli;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> std::process::ExitCode {
+    drmas_host::allocator::keep_freed_memory();
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
