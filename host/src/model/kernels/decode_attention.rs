@@ -178,9 +178,15 @@ unsafe fn attend_pair(operands: &Operands, shape: &Shape, pair: usize, scores: &
         };
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F (just detected); `d` is a multiple of 16 and the
-            // keys and values hold `s` rows of `d` floats (the contract).
-            unsafe { attend_avx512(q, &keys, &values, mask, scale, scores, out) };
+            // SAFETY: the CPU has AVX-512F (just detected); `d` is a multiple of 16 of at most
+            // `V` × 16 floats and the keys and values hold `s` rows of `d` floats (the contract).
+            unsafe {
+                match d / LANES {
+                    0..=4 => attend_avx512::<4>(q, &keys, &values, mask, scale, scores, out),
+                    5..=8 => attend_avx512::<8>(q, &keys, &values, mask, scale, scores, out),
+                    _ => attend_avx512::<MAX_VECTORS>(q, &keys, &values, mask, scale, scores, out),
+                }
+            };
             continue;
         }
         // SAFETY: as above.
@@ -248,14 +254,16 @@ unsafe fn attend_portable(
 }
 
 /// [`attend_portable`] in AVX-512: dot products over `D / 16` vectors per key, the softmax
-/// over 16 scores at a time with [`exp`], and the values summed into `D / 16` accumulators.
+/// over 16 scores at a time with [`exp`], and the values summed key by key into `D / 16`
+/// accumulators, independent chains of FMAs that `V` (the most vectors a head may have) lets
+/// the compiler keep in registers.
 ///
 /// # Safety
-/// The CPU supports AVX-512F; `D` is a multiple of 16; `keys` and `values` hold `mask.len()`
-/// rows; `scores` holds `mask.len()` rounded up to 16 floats; `D ≤ 256`.
+/// The CPU supports AVX-512F; `D` is a multiple of 16 and at most `V` × 16; `keys` and
+/// `values` hold `mask.len()` rows; `scores` holds `mask.len()` rounded up to 16 floats.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn attend_avx512(
+unsafe fn attend_avx512<const V: usize>(
     q: &[f32],
     keys: &Strided,
     values: &Strided,
@@ -270,7 +278,7 @@ unsafe fn attend_avx512(
         _mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps, _mm512_sub_ps, _CMP_GT_OQ,
     };
     let (s, vectors) = (mask.len(), q.len() / LANES);
-    let mut query = [_mm512_setzero_ps(); MAX_VECTORS];
+    let mut query = [_mm512_setzero_ps(); V];
     for (i, query) in query.iter_mut().enumerate().take(vectors) {
         // SAFETY: `q` holds `vectors × 16` floats.
         *query = unsafe { _mm512_loadu_ps(q.as_ptr().add(i * LANES)) };
@@ -313,19 +321,20 @@ unsafe fn attend_avx512(
         }
     }
     let sum = _mm512_set1_ps(_mm512_reduce_add_ps(sum));
-    for i in 0..vectors {
-        let mut acc = _mm512_setzero_ps();
-        for (t, &p) in scores.iter().enumerate().take(s) {
-            if p != 0.0 {
-                // SAFETY: `t < S`; the value has `vectors × 16` floats.
-                let value = unsafe { values.row(t) };
-                acc = _mm512_fmadd_ps(
-                    _mm512_set1_ps(p),
-                    unsafe { _mm512_loadu_ps(value.as_ptr().add(i * LANES)) },
-                    acc,
-                );
+    let mut acc = [_mm512_setzero_ps(); V];
+    for (t, &p) in scores.iter().enumerate().take(s) {
+        if p != 0.0 {
+            // SAFETY: `t < S`; the value has `vectors × 16` floats.
+            let value = unsafe { values.row(t) };
+            let p = _mm512_set1_ps(p);
+            for (i, acc) in acc.iter_mut().enumerate().take(vectors) {
+                // SAFETY: in bounds of `value`.
+                let v = unsafe { _mm512_loadu_ps(value.as_ptr().add(i * LANES)) };
+                *acc = _mm512_fmadd_ps(p, v, *acc);
             }
         }
+    }
+    for (i, &acc) in acc.iter().enumerate().take(vectors) {
         // SAFETY: `out` holds `vectors × 16` floats.
         unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(i * LANES), _mm512_div_ps(acc, sum)) };
     }
@@ -381,6 +390,8 @@ mod tests {
             (3, 9, 3, 64, 37, 50),
             (2, 8, 2, 128, 16, 16),
             (5, 4, 4, 32, 100, 130),
+            (2, 6, 2, 80, 21, 24),
+            (2, 4, 1, 192, 40, 40),
         ] {
             let q = Tensor::randn([b, heads, 1, d], cpu);
             // A preallocated cache narrowed to the slots in use, as the engine holds it.
