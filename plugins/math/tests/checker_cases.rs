@@ -466,7 +466,7 @@ fn literal_cases() {
 
 fn data(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data")
+        .join("../../data")
         .join(rel)
 }
 

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 
 fn data(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data")
+        .join("../../data")
         .join(rel)
 }
 

@@ -16,7 +16,7 @@ use parquet::schema::parser::parse_message_type;
 
 fn data(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data")
+        .join("../../data")
         .join(rel)
 }
 

@@ -4,7 +4,7 @@ use drmas_math::MathEnvironment;
 use drmas_sdk::{Component, DatasetSpec, Environment};
 
 fn data(path: &str) -> String {
-    format!("{}/../../../shared/data/{path}", env!("CARGO_MANIFEST_DIR"))
+    format!("{}/../../data/{path}", env!("CARGO_MANIFEST_DIR"))
 }
 
 #[test]

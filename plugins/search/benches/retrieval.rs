@@ -44,7 +44,7 @@ fn queries_per_second(
 }
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/nq");
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/nq");
     let corpus = data.join("corpus.jsonl");
     let queries: Vec<String> =
         load_qa_jsonl(&data.join("questions.jsonl"), &LoadOptions::default())?

@@ -4,7 +4,7 @@ use drmas_sdk::{Agent, Component, DatasetSpec, Environment};
 use drmas_search::{AnswerAgent, SearchAgent, SearchEnvironment, SearchVerifierAgent};
 
 fn data(path: &str) -> String {
-    format!("{}/../../../shared/data/{path}", env!("CARGO_MANIFEST_DIR"))
+    format!("{}/../../data/{path}", env!("CARGO_MANIFEST_DIR"))
 }
 
 #[test]

@@ -26,7 +26,7 @@ fn contents_split_into_title_and_text_and_back() {
 
 #[test]
 fn reads_the_real_corpus() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/nq/corpus.jsonl");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/nq/corpus.jsonl");
     let passages = read_corpus(&path).expect("read the NQ corpus");
     assert_eq!(passages.len(), 3600);
     assert_eq!(passages[0].id, "nqo-0");

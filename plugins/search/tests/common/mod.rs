@@ -4,12 +4,12 @@ use std::path::{Path, PathBuf};
 
 use drmas_search::retriever::bm25::{Bm25Options, Bm25Retriever};
 
-/// The shared NQ data (`../shared/data/nq` from the project root).
+/// The NQ data shipped in the repository (`data/nq`).
 pub fn nq_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/nq");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/nq");
     assert!(
         dir.join("corpus.jsonl").is_file(),
-        "the NQ data is missing at {}: every checkout has ../shared/data next to the project",
+        "the NQ data is missing at {}: it is part of the repository (data/nq)",
         dir.display()
     );
     dir
