@@ -172,6 +172,23 @@ impl Llama {
         self.vs.set_kind(kind);
     }
 
+    /// The device the weights are on.
+    pub fn device(&self) -> Device {
+        self.vs.device()
+    }
+
+    /// Moves every weight (LoRA adapters included), its gradient and the rotary tables to
+    /// `device`, in place: each variable keeps its identity, so the layers and an optimizer
+    /// holding it follow, and dtypes and values are unchanged. Used to offload a worker group
+    /// and bring it back.
+    pub fn to_device(&mut self, device: Device) {
+        move_variables(&mut self.vs, device);
+        if let Some(adapters) = &mut self.adapters {
+            move_variables(adapters.var_store_mut(), device);
+        }
+        self.rotary.to_device(device);
+    }
+
     /// Stops gradients to every weight (a frozen reference model).
     pub fn freeze(&mut self) {
         self.vs.freeze();
@@ -428,4 +445,18 @@ impl Llama {
         }
         self.norm.forward(&x)
     }
+}
+
+/// Moves `vs`'s variables and their gradients to `device` without replacing them (see
+/// [`Llama::to_device`]).
+fn move_variables(vs: &mut VarStore, device: Device) {
+    tch::no_grad(|| {
+        for variable in vs.variables().values() {
+            let mut gradient = variable.grad();
+            if gradient.defined() {
+                gradient.set_data(&gradient.to_device(device));
+            }
+        }
+    });
+    vs.set_device(device);
 }

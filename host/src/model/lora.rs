@@ -98,6 +98,11 @@ impl Adapters {
         &self.vs
     }
 
+    /// The adapter variables, to move them with the model.
+    pub(crate) fn var_store_mut(&mut self) -> &mut VarStore {
+        &mut self.vs
+    }
+
     /// The settings every adapter shares.
     pub fn settings(&self) -> &LoraSettings {
         &self.settings

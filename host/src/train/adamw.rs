@@ -50,6 +50,18 @@ impl AdamW {
         self.params.iter().map(|(_, p)| p)
     }
 
+    /// Moves the moments to `device` (the parameters move with their model, see
+    /// [`crate::model::llama::Llama::to_device`]); values, dtypes and the step count are kept.
+    pub fn to_device(&mut self, device: tch::Device) {
+        for moment in self
+            .first_moments
+            .iter_mut()
+            .chain(&mut self.second_moments)
+        {
+            *moment = moment.to_device(device);
+        }
+    }
+
     /// Scales the learning rate of the parameters whose names `select` accepts by `scale`
     /// (weight decay included, as a parameter group of its own would): per-agent learning rates
     /// of per-agent LoRA adapters sharing one optimizer.

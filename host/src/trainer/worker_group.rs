@@ -90,6 +90,18 @@ impl WorkerGroup {
 }
 
 impl WorkerGroup {
+    /// Moves the group to `device`: its model's weights and gradients, its reference model
+    /// and its optimizer's moments (see [`crate::model::llama::Llama::to_device`]). Offloading
+    /// a group to the CPU frees its accelerator memory for another group; moving it back
+    /// restores it bit for bit.
+    pub fn to_device(&mut self, device: tch::Device) {
+        self.pretrained.model.to_device(device);
+        if let Some(reference) = &mut self.reference {
+            reference.model.to_device(device);
+        }
+        self.optimizer.to_device(device);
+    }
+
     /// Gives adapter `slot` the peak learning rate `rates[slot]` (the optimizer scales those
     /// adapters' steps by the ratio to the group's rate, warmup included).
     pub fn set_adapter_learning_rates(&mut self, rates: Vec<f64>) {

@@ -40,6 +40,12 @@ impl Rotary {
         }
     }
 
+    /// Moves the tables to `device`.
+    pub fn to_device(&mut self, device: Device) {
+        self.cos = self.cos.to_device(device);
+        self.sin = self.sin.to_device(device);
+    }
+
     /// The number of positions the tables cover.
     pub fn max_positions(&self) -> i64 {
         self.max_positions

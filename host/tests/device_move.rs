@@ -1,0 +1,162 @@
+//! A worker group moves to another device and back bit for bit: every weight, the LoRA adapters,
+//! the reference model, the gradients and the optimizer's moments and step count — and it trains
+//! on after the trip exactly as if it had stayed. The trip goes through CUDA when libtorch sees a
+//! GPU, and stays on the CPU otherwise (where it checks that a move keeps every tensor in place).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use drmas_host::config::WorkerGroupSection;
+use drmas_host::model::lora::{LoraSettings, TARGET_MODULES};
+use drmas_host::trainer::WorkerGroup;
+use tch::{Device, Kind, Tensor};
+
+fn tiny_llama() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/llama")
+}
+
+/// The device the round trip goes through.
+fn elsewhere() -> Device {
+    if tch::Cuda::is_available() {
+        Device::Cuda(0)
+    } else {
+        Device::Cpu
+    }
+}
+
+fn group(lora: bool) -> WorkerGroup {
+    let section: WorkerGroupSection =
+        toml::from_str("model = \"tiny\"\nlearning_rate = 0.01").expect("section");
+    let settings = LoraSettings {
+        rank: 4,
+        alpha: 8.0,
+        dropout: 0.0,
+        target_modules: TARGET_MODULES.map(str::to_owned).to_vec(),
+    };
+    let model = tiny_llama();
+    WorkerGroup::load(
+        "g",
+        &section,
+        &model,
+        (!lora).then_some(model.as_path()),
+        lora.then(|| (&settings, vec!["a".to_owned(), "b".to_owned()])),
+        7,
+        0.01,
+        0.1,
+    )
+    .expect("the tiny model loads")
+}
+
+/// One optimizer step on a fixed batch, leaving its gradients in place.
+fn train_step(group: &mut WorkerGroup) {
+    let device = group.pretrained.model.device();
+    let tokens = Tensor::from_slice(&[1i64, 5, 9, 2, 7, 3, 11, 4])
+        .view([2, 4])
+        .to_device(device);
+    group.optimizer.zero_grad();
+    let logits = group
+        .pretrained
+        .model
+        .forward(&tokens, None, None)
+        .expect("forward");
+    logits
+        .to_kind(Kind::Float)
+        .log_softmax(-1, Kind::Float)
+        .mean(Kind::Float)
+        .backward();
+    group.optimizer.step(0.01);
+}
+
+/// Every tensor the group holds, by name, copied to the CPU: weights, adapters, the reference,
+/// gradients and optimizer state.
+fn snapshot(group: &WorkerGroup) -> BTreeMap<String, Tensor> {
+    let mut all = BTreeMap::new();
+    let mut add = |prefix: &str, name: &str, tensor: &Tensor| {
+        all.insert(
+            format!("{prefix}{name}"),
+            tensor.to_device(Device::Cpu).copy(),
+        );
+        let gradient = tensor.grad();
+        if gradient.defined() {
+            all.insert(
+                format!("grad.{prefix}{name}"),
+                gradient.to_device(Device::Cpu).copy(),
+            );
+        }
+    };
+    let model = &group.pretrained.model;
+    for (name, tensor) in model.var_store().variables() {
+        add("model.", &name, &tensor);
+    }
+    if let Some(adapters) = model.adapters() {
+        for (name, tensor) in adapters.var_store().variables() {
+            add("adapter.", &name, &tensor);
+        }
+    }
+    if let Some(reference) = &group.reference {
+        for (name, tensor) in reference.model.var_store().variables() {
+            add("reference.", &name, &tensor);
+        }
+    }
+    for (name, tensor) in group.optimizer.state() {
+        all.insert(
+            format!("optimizer.{name}"),
+            tensor.to_device(Device::Cpu).copy(),
+        );
+    }
+    all
+}
+
+fn assert_bit_identical(before: &BTreeMap<String, Tensor>, after: &BTreeMap<String, Tensor>) {
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "the same tensors"
+    );
+    for (name, a) in before {
+        let b = &after[name];
+        assert_eq!(a.kind(), b.kind(), "{name}: dtype");
+        assert_eq!(a.size(), b.size(), "{name}: shape");
+        // Bitwise: reinterpret as integers of the same width, so -0.0 and NaN payloads count.
+        let bits = |t: &Tensor| match t.kind() {
+            Kind::Float => t.view_dtype(Kind::Int),
+            Kind::BFloat16 | Kind::Half => t.view_dtype(Kind::Int16),
+            _ => t.shallow_clone(),
+        };
+        assert!(bits(a).equal(&bits(b)), "{name}: values changed");
+    }
+}
+
+fn round_trip(lora: bool) {
+    let mut group = group(lora);
+    train_step(&mut group);
+    let before = snapshot(&group);
+    assert!(
+        before.keys().any(|k| k.starts_with("grad.")),
+        "the step left gradients to carry"
+    );
+
+    group.to_device(elsewhere());
+    assert_eq!(group.pretrained.model.device(), elsewhere());
+    group.to_device(Device::Cpu);
+    assert_eq!(group.pretrained.model.device(), Device::Cpu);
+    assert_bit_identical(&before, &snapshot(&group));
+
+    // Training on after the trip is what training on without it would have been.
+    let mut stayed = self::group(lora);
+    train_step(&mut stayed);
+    train_step(&mut stayed);
+    train_step(&mut group);
+    assert_eq!(group.optimizer.steps(), 2);
+    assert_bit_identical(&snapshot(&stayed), &snapshot(&group));
+}
+
+#[test]
+fn a_fully_trained_group_with_a_reference_round_trips_bit_for_bit() {
+    round_trip(false);
+}
+
+#[test]
+fn a_lora_group_round_trips_bit_for_bit() {
+    round_trip(true);
+}
