@@ -6,7 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use drmas_host::plugins::Registry;
-use drmas_sdk::{Agent, AgentContext};
+use drmas_sdk::AgentContext;
 
 /// Builds of generated plugins share one target dir, so reruns are incremental.
 fn plugin_target() -> PathBuf {
@@ -23,6 +23,9 @@ fn generate_and_build(parent: &Path, name: &str, sdk: &Path, run_its_tests: bool
     common::run(
         common::cargo()
             .args(["generate", "--path"])
+            // cargo-generate refuses to expand anything when it cannot name an author (no $USER,
+            // as in containers and CI images); the template has no author field, so any name do.
+            .env("CARGO_NAME", "drmas template test")
             .arg(common::repo().join("templates/agent"))
             .args(["--name", name, "--silent", "--vcs", "none", "--destination"])
             .arg(parent)
