@@ -26,6 +26,9 @@ const FONT: &str = "sans-serif";
 /// Values whose positive part spans more than this many decades get a log-scale y axis.
 const LOG_DECADES: f64 = 2.0;
 
+/// About this many ticks on the y axis.
+const Y_TICKS: usize = 10;
+
 /// Distinct line colours (the common "tab10" set); a line's `color` indexes it, wrapping around.
 const PALETTE: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
@@ -181,6 +184,11 @@ impl Chart {
             .build_cartesian_2d(x.clone(), y)
             .map_err(drawing)?;
         let span = (x.end - x.start).max(1) as usize;
+        let tick_step = if log {
+            0.0
+        } else {
+            nice_step(y_plain.end - y_plain.start, Y_TICKS)
+        };
         chart
             .configure_mesh()
             .x_desc(&self.x_label)
@@ -190,8 +198,8 @@ impl Chart {
                 self.y_label.clone()
             })
             .x_labels(span.min(12) + 1)
-            .y_labels(10)
-            .y_label_formatter(&|value| format_number(*value))
+            .y_labels(Y_TICKS)
+            .y_label_formatter(&|value| tick_label(*value, tick_step))
             .axis_desc_style((FONT, 18))
             .label_style((FONT, 14))
             .bold_line_style(RGBColor(215, 215, 215))
@@ -293,6 +301,36 @@ pub fn spans_decades(values: impl Iterator<Item = f64>, decades: f64) -> bool {
             (low.min(v), high.max(v))
         });
     low <= high && (high / low).log10() > decades
+}
+
+/// The tick spacing a linear axis spanning `span` with about `ticks` ticks gets: 1, 2 or 5
+/// times a power of ten (what plotters places ticks at).
+pub fn nice_step(span: f64, ticks: usize) -> f64 {
+    let raw = span.abs() / ticks.max(1) as f64;
+    if !(raw.is_finite() && raw > 0.0) {
+        return 0.0;
+    }
+    let power = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * power)
+        .find(|&step| step >= raw)
+        .unwrap_or(10.0 * power)
+}
+
+/// A tick label on a linear axis whose ticks are `step` apart (0: unknown, e.g. a log axis):
+/// rounded to the step's decimals, so accumulated float error never shows (`-2.8e-17` is `0`).
+pub fn tick_label(value: f64, step: f64) -> String {
+    if step > 0.0 && step.is_finite() {
+        if value.abs() < step / 2.0 {
+            return "0".to_string();
+        }
+        let decimals = (-step.log10().floor()).max(0.0) as usize;
+        if (1e-3..1e5).contains(&value.abs()) && decimals <= 4 {
+            return format!("{value:.decimals$}");
+        }
+    }
+    format_number(value)
 }
 
 /// A tick label: plain for ordinary magnitudes, scientific for tiny or huge ones.
@@ -422,6 +460,21 @@ mod tests {
         assert_eq!(format_number(0.12345), "0.1235");
         assert_eq!(format_number(0.0001), "1.0e-4");
         assert_eq!(format_number(250000.0), "2.5e5");
+    }
+
+    #[test]
+    fn linear_ticks_are_clean_multiples_of_their_step() {
+        assert_eq!(nice_step(0.3, 10), 0.05);
+        assert_eq!(nice_step(1.0, 10), 0.1);
+        assert_eq!(nice_step(7.0, 10), 1.0);
+        assert_eq!(nice_step(0.0, 10), 0.0);
+        assert_eq!(tick_label(-2.8e-17, 0.05), "0");
+        assert_eq!(tick_label(0.15000000000000002, 0.05), "0.15");
+        assert_eq!(tick_label(-0.1, 0.05), "-0.10");
+        assert_eq!(tick_label(3.0000000000000004, 1.0), "3");
+        assert_eq!(tick_label(0.7, 0.1), "0.7");
+        // Unknown step (log axes): the plain label.
+        assert_eq!(tick_label(0.0001, 0.0), "1.0e-4");
     }
 
     #[test]

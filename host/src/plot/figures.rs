@@ -5,6 +5,10 @@
 //! - `grad_norm.png`: one solid line per `grad_norm/agent/NAME`, one dashed line per
 //!   `grad_norm/group/NAME`; log-scale y when the norms span more than two decades.
 //! - `amplification.png`: one line per `advantage/amplification/NAME`.
+//! - `format.png`: one solid line per `invalid_rate/NAME` (the share of an agent's calls whose
+//!   output had an invalid format) and one dashed line per environment rate (`env/NAME` whose
+//!   values all lie in [0, 1], such as the math task's `env/answered`): what a small model learns
+//!   first, while its reward still barely moves.
 //!
 //! An agent keeps its colour across charts.
 
@@ -29,6 +33,8 @@ pub const GRAD_NORM_AGENT_PREFIX: &str = "grad_norm/agent/";
 pub const GRAD_NORM_GROUP_PREFIX: &str = "grad_norm/group/";
 /// Prefix of per-agent advantage amplification.
 pub const AMPLIFICATION_PREFIX: &str = "advantage/amplification/";
+/// Prefix of the environment's episode metrics.
+pub const ENV_PREFIX: &str = "env/";
 
 const X_LABEL: &str = "iteration";
 
@@ -39,6 +45,7 @@ pub fn all(metrics: &Metrics) -> Vec<(&'static str, Chart)> {
         ("reward.png", reward(metrics)),
         ("grad_norm.png", grad_norm(metrics, &colors)),
         ("amplification.png", amplification(metrics, &colors)),
+        ("format.png", format(metrics, &colors)),
     ]
 }
 
@@ -128,6 +135,35 @@ pub fn amplification(metrics: &Metrics, colors: &AgentColors) -> Chart {
     chart
 }
 
+/// Each agent's invalid-format rate (solid) and the environment's rates (dashed).
+pub fn format(metrics: &Metrics, colors: &AgentColors) -> Chart {
+    let mut chart = Chart::new(
+        "Format: invalid calls per agent (solid), environment rates (dashed)",
+        X_LABEL,
+        "share",
+    );
+    for (agent, series) in metrics.with_prefix(INVALID_RATE_PREFIX) {
+        chart.lines.push(Line {
+            label: format!("{agent} invalid"),
+            points: points(series),
+            stroke: Stroke::Solid,
+            color: colors.agent(agent),
+        });
+    }
+    let rates = metrics
+        .with_prefix(ENV_PREFIX)
+        .filter(|(_, series)| series.iter().all(|&(_, v)| (0.0..=1.0).contains(&v)));
+    for (index, (name, series)) in rates.enumerate() {
+        chart.lines.push(Line {
+            label: name.to_string(),
+            points: points(series),
+            stroke: Stroke::Dashed,
+            color: colors.agents() + index,
+        });
+    }
+    chart
+}
+
 /// One palette index per agent name, the same in every chart.
 #[derive(Debug, Clone, Default)]
 pub struct AgentColors {
@@ -140,6 +176,7 @@ impl AgentColors {
         let mut names: Vec<String> = metrics
             .with_prefix(GRAD_NORM_AGENT_PREFIX)
             .chain(metrics.with_prefix(AMPLIFICATION_PREFIX))
+            .chain(metrics.with_prefix(INVALID_RATE_PREFIX))
             .map(|(name, _)| name.to_string())
             .collect();
         names.sort();

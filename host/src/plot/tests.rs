@@ -17,12 +17,16 @@ fn sample_metrics() -> String {
              \"grad_norm/group/shared\": {}, \"grad_norm/agent/solver\": {}, \
              \"grad_norm/agent/verifier\": {}, \"advantage/amplification/solver\": {}, \
              \"advantage/amplification/verifier\": 1.0, \"loss/clip_fraction\": 0.02, \
+             \"invalid_rate/solver\": {}, \"invalid_rate/verifier\": 0.25, \
+             \"env/answered\": {}, \"env/turns\": 3.5, \
              \"time/rollout_s\": 31.2, \"unknown/thing\": null, \"note\": \"ok\"",
             0.1 + 0.05 * t,
             50.0 / (1.0 + t * t),
             40.0 / (1.0 + t * t),
             0.3 / (1.0 + t),
             1.0 + 0.02 * t,
+            0.9 - 0.05 * t,
+            0.05 * t,
         );
         if iteration % 4 == 3 {
             let _ = write!(
@@ -64,7 +68,7 @@ fn read_png(path: &Path) -> Vec<[u8; 3]> {
 }
 
 #[test]
-fn a_run_gets_reward_grad_norm_and_amplification_charts() {
+fn a_run_gets_reward_grad_norm_amplification_and_format_charts() {
     let folder = run_dir(&sample_metrics());
     let written = plot_run(folder.path()).expect("plots");
     let names: Vec<String> = written
@@ -76,7 +80,15 @@ fn a_run_gets_reward_grad_norm_and_amplification_charts() {
                 .into_owned()
         })
         .collect();
-    assert_eq!(names, ["reward.png", "grad_norm.png", "amplification.png"]);
+    assert_eq!(
+        names,
+        [
+            "reward.png",
+            "grad_norm.png",
+            "amplification.png",
+            "format.png"
+        ]
+    );
     for path in &written {
         assert_eq!(path.parent(), Some(folder.path()));
         let pixels = read_png(path);
@@ -131,6 +143,20 @@ fn charts_show_what_the_metrics_have() {
     );
     assert_eq!(amplification.lines[1].color, grad.lines[1].color);
     assert!(!amplification.log_y());
+
+    // Each agent's invalid rate in its colour, and the environment's rates (not `env/turns`,
+    // which is no share).
+    let format = figures::format(&metrics, &colors);
+    let labels: Vec<&str> = format
+        .lines
+        .iter()
+        .map(|line| line.label.as_str())
+        .collect();
+    assert_eq!(labels, ["solver invalid", "verifier invalid", "answered"]);
+    assert_eq!(format.lines[0].color, grad.lines[0].color);
+    assert_eq!(format.lines[1].color, grad.lines[1].color);
+    assert_eq!(format.lines[0].points[2], (2, 0.8));
+    assert!(!format.log_y());
 }
 
 #[test]
@@ -192,7 +218,7 @@ fn a_truncated_last_line_is_skipped() {
     let metrics = Metrics::read_run(folder.path()).expect("tolerated");
     assert_eq!(metrics.lines(), 12);
     assert_eq!(metrics.skipped_last_line(), Some(13));
-    assert_eq!(plot_run(folder.path()).expect("plots").len(), 3);
+    assert_eq!(plot_run(folder.path()).expect("plots").len(), 4);
 }
 
 #[test]
