@@ -21,7 +21,7 @@ pub struct Cli {
 /// Options every subcommand accepts, before or after its name.
 #[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
-    /// Folder holding plugins: built libraries (`*.so`) and/or plugin crates.
+    /// Folder holding plugins (built libraries, `*.so`, and/or plugin crates), or one plugin crate.
     #[arg(
         long,
         global = true,

@@ -61,8 +61,12 @@ pub enum DiscoverError {
 }
 
 /// Every plugin library in `folder`, building plugin crates first. Sorted by path so loading
-/// order (and so duplicate-name errors) is deterministic.
+/// order (and so duplicate-name errors) is deterministic. `folder` may also be one plugin crate
+/// itself: then only that crate is built and loaded.
 pub fn discover(folder: &Path, profile: BuildProfile) -> Result<Vec<PathBuf>, DiscoverError> {
+    if folder.join("Cargo.toml").is_file() {
+        return Ok(build_crate(folder, profile)?.into_iter().collect());
+    }
     let entries = std::fs::read_dir(folder).map_err(|source| DiscoverError::Folder {
         path: folder.to_owned(),
         source,
