@@ -11,6 +11,7 @@ fn main() -> std::process::ExitCode {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(colour_on_stderr())
         .init();
     let cli = Cli::parse();
     match drmas_host::run(cli) {
@@ -20,4 +21,11 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Whether log lines may carry ANSI colours: only on a terminal, and never when `NO_COLOR` is
+/// set to anything non-empty (no-color.org), so logs written to a file or a CI log stay plain.
+fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
