@@ -45,6 +45,8 @@ fn batch(rng: &mut Rng) -> Vec<Sample> {
                         agent,
                         worker_group: agent % 2,
                         reward,
+                        step: 0,
+                        step_reward: reward,
                         valid: rng.unit() > 0.05,
                         padding: false,
                     });

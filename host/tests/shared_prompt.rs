@@ -26,6 +26,7 @@ fn call(prompt: &[i64], response: &[i64], temperature: f64) -> AgentCall {
     AgentCall {
         episode: 0,
         agent: 0,
+        step: 0,
         prompt: prompt.to_vec(),
         response: response.to_vec(),
         text: String::new(),

@@ -4,7 +4,7 @@
 mod common;
 
 use drmas_host::plugins::{BuildProfile, Registry};
-use drmas_sdk::{Agent, AgentContext, DatasetSpec, Environment, Orchestra};
+use drmas_sdk::{AgentContext, DatasetSpec};
 
 #[test]
 fn the_plugins_folder_offers_the_math_and_search_components() {

@@ -4,7 +4,7 @@
 mod common;
 
 use drmas_host::plugins::{BuildProfile, Registry};
-use drmas_sdk::{Agent, AgentContext, AgentOutput, DatasetSpec, Environment, Next, Orchestra};
+use drmas_sdk::{AgentContext, AgentOutput, DatasetSpec, Next};
 
 #[test]
 fn a_loaded_plugin_lists_its_components_and_they_work() {
@@ -199,4 +199,14 @@ fn a_missing_plugins_folder_says_so() {
         error.contains("cannot read plugins folder /nonexistent/plugins"),
         "{error}"
     );
+}
+
+#[test]
+fn a_plugin_crate_given_as_the_plugins_folder_is_built_and_loaded_alone() {
+    let crate_dir = common::repo().join("tests/fixture-plugin");
+    let libraries = drmas_host::plugins::discover(&crate_dir, BuildProfile::Dev).expect("builds");
+    assert_eq!(libraries, [common::fixture_library().clone()]);
+    let registry = Registry::load_folder(&crate_dir, BuildProfile::Dev).expect("loads");
+    assert_eq!(registry.plugins().len(), 1);
+    assert!(registry.agent("Shout Agent", "").is_ok());
 }

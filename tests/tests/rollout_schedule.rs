@@ -9,10 +9,10 @@ mod common;
 use std::time::Duration;
 
 use drmas_host::config::Schedule;
-use drmas_host::engine::{SamplerRng, SamplingParams};
+use drmas_host::engine::{LocalGenerator, SamplerRng, SamplingParams};
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rollout::{self, Crew, Rollout, RolloutLimits, TeamMember};
-use drmas_sdk::{DatasetSpec, Environment};
+use drmas_sdk::DatasetSpec;
 use tch::{Device, Kind};
 
 /// How long the environment takes to reset a task starting with `s`.
@@ -31,7 +31,9 @@ fn rollout(schedule: Schedule) -> Rollout {
         let path = common::repo().join("host/tests/fixtures/hf").join(family);
         Pretrained::load(&path, Device::Cpu, Kind::Float).expect("tiny model loads")
     };
-    let (llama, qwen2) = (model("llama"), model("qwen2"));
+    let (mut llama, mut qwen2) = (model("llama"), model("qwen2"));
+    let (llama_generator, llama_codec) = LocalGenerator::split(&mut llama);
+    let (qwen2_generator, qwen2_codec) = LocalGenerator::split(&mut qwen2);
     let member = |role: &str, group| TeamMember {
         role: role.to_owned(),
         agent: registry.agent("Shout Agent", "").expect("agent"),
@@ -53,10 +55,11 @@ fn rollout(schedule: Schedule) -> Rollout {
     let mut finished = Vec::new();
     let rollout = rollout::run(
         &Crew {
-            orchestra: &orchestra,
-            environment: &environment,
+            orchestra: &*orchestra,
+            environment: &*environment,
             team: &team,
-            models: &[&llama, &qwen2],
+            codecs: &[llama_codec, qwen2_codec],
+            generators: &[&llama_generator, &qwen2_generator],
         },
         &tasks,
         RolloutLimits {

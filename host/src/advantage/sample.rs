@@ -2,7 +2,7 @@
 
 /// One agent call (one policy sample) of a batch.
 ///
-/// Plain and `Copy` (24 bytes) so a batch of a million calls is one flat allocation. The
+/// Plain and `Copy` (32 bytes) so a batch of a million calls is one flat allocation. The
 /// estimators only read it; the rewards they normalise are passed alongside (see
 /// [`Penalty::apply`](super::Penalty::apply)) so the same batch can be scored with and without
 /// the penalty.
@@ -16,8 +16,12 @@ pub struct Sample {
     pub agent: u16,
     /// Index of the model worker group that generated the call.
     pub worker_group: u16,
-    /// The episode's reward, before the invalid-action penalty.
+    /// The episode's reward (the sum of its step rewards), before the invalid-action penalty.
     pub reward: f64,
+    /// The environment step the call was made in (0 for the first), for step-level credit.
+    pub step: u16,
+    /// The reward of that environment step alone.
+    pub step_reward: f64,
     /// Whether the agent's output had a valid format (invalid calls are penalised).
     pub valid: bool,
     /// A copy added only to pad the batch to a size the trainer needs: it never enters any

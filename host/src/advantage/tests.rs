@@ -16,6 +16,8 @@ fn call(uid: u32, trajectory: u32, agent: u16, reward: f64) -> Sample {
         agent,
         worker_group: 0,
         reward,
+        step: 0,
+        step_reward: reward,
         valid: true,
         padding: false,
     }

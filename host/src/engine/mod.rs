@@ -1,11 +1,14 @@
 //! The generation engine: batched sampling from a [`Llama`](crate::model::llama::Llama) with a
 //! KV cache, per-sequence sampling parameters and stop conditions, and the logprob of every
-//! sampled token (what the PPO ratio starts from).
+//! sampled token (what the PPO ratio starts from); [`Generator`] is the seam the rollout
+//! generates through.
 
 pub mod generate;
+pub mod generator;
 pub mod sampling;
 pub mod stop;
 
 pub use generate::{generate, FinishReason, Generation, GenerationRequest};
+pub use generator::{Generator, LocalGenerator};
 pub use sampling::{Sampler, SamplerRng, SamplingParams};
 pub use stop::StopStrings;

@@ -2,6 +2,7 @@
 
 pub mod architecture;
 pub mod atomic_dir;
+pub mod chat_codec;
 pub mod chat_template;
 pub mod checkpoint;
 pub mod config;

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use tch::{Device, Kind};
 use tokenizers::Tokenizer;
 
+use super::chat_codec::ChatCodec;
 use super::chat_template::{ChatTemplate, TemplateMessage};
 use super::checkpoint::load_checkpoint;
 use super::config::LlamaConfig;
@@ -109,25 +110,19 @@ impl Pretrained {
         })
     }
 
-    /// Renders `messages` with the chat template (ending with the assistant's turn opened, or
-    /// continuing a final assistant message, see [`ChatTemplate::render_for_reply`]) and
-    /// tokenises the text as HF `apply_chat_template(tokenize=True)` does: the template writes
-    /// every special token itself, so none are added.
-    pub fn encode_chat(&self, messages: &[TemplateMessage<'_>]) -> Result<Vec<i64>, ModelError> {
-        let text = self.chat_template.render_for_reply(messages)?;
-        let encoding = self
-            .tokenizer
-            .encode(text, false)
-            .map_err(|e| ModelError::Input(format!("tokenizer: {e}")))?;
-        Ok(encoding.get_ids().iter().map(|&id| i64::from(id)).collect())
+    /// The chat template and tokenizer, to encode prompts and decode generations.
+    pub fn codec(&self) -> ChatCodec<'_> {
+        ChatCodec::new(&self.tokenizer, &self.chat_template)
     }
 
-    /// The text of generated `tokens`, special tokens (such as the final EOS) left out.
+    /// [`ChatCodec::encode_chat`] with this model's template and tokenizer.
+    pub fn encode_chat(&self, messages: &[TemplateMessage<'_>]) -> Result<Vec<i64>, ModelError> {
+        self.codec().encode_chat(messages)
+    }
+
+    /// [`ChatCodec::decode`] with this model's tokenizer.
     pub fn decode(&self, tokens: &[i64]) -> Result<String, ModelError> {
-        let ids: Vec<u32> = tokens.iter().map(|&t| t as u32).collect();
-        self.tokenizer
-            .decode(&ids, true)
-            .map_err(|e| ModelError::Input(format!("tokenizer: {e}")))
+        self.codec().decode(tokens)
     }
 }
 

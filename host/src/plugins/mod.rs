@@ -2,7 +2,9 @@
 //! through the SDK's stable ABI, and a registry of their components by (kind, name).
 
 mod discover;
+mod hosted;
 mod registry;
 
 pub use discover::{discover, BuildProfile, DiscoverError};
+pub use hosted::Hosted;
 pub use registry::{Registry, RegistryError};

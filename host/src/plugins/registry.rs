@@ -4,12 +4,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use drmas_sdk::ffi::{
-    load_plugin, ForeignAgent, ForeignEnvironment, ForeignOrchestra, LoadError, LoadedPlugin,
-};
-use drmas_sdk::{ComponentInfo, ComponentKind};
+use drmas_sdk::ffi::{load_plugin, LoadError, LoadedPlugin};
+use drmas_sdk::{Agent, ComponentInfo, ComponentKind, Environment, Orchestra};
 
 use super::discover::{discover, BuildProfile, DiscoverError};
+use super::hosted::Hosted;
 
 /// A plugin or component problem, with the file or name and what to do.
 #[derive(Debug, thiserror::Error)]
@@ -153,19 +152,27 @@ impl Registry {
     }
 
     /// Builds the agent `name` with its config text.
-    pub fn agent(&self, name: &str, config: &str) -> Result<ForeignAgent, RegistryError> {
+    pub fn agent(&self, name: &str, config: &str) -> Result<Hosted<dyn Agent>, RegistryError> {
         let plugin = self.plugin_for(ComponentKind::Agent, name)?;
-        plugin
+        let agent = plugin
             .create_agent(name, config)
-            .map_err(|e| RegistryError::Component(e.to_string()))
+            .map_err(|e| RegistryError::Component(e.to_string()))?;
+        let origin = agent.origin().to_string();
+        Ok(Hosted::new(Box::new(agent), origin))
     }
 
     /// Builds the orchestra `name` with its config text.
-    pub fn orchestra(&self, name: &str, config: &str) -> Result<ForeignOrchestra, RegistryError> {
+    pub fn orchestra(
+        &self,
+        name: &str,
+        config: &str,
+    ) -> Result<Hosted<dyn Orchestra>, RegistryError> {
         let plugin = self.plugin_for(ComponentKind::Orchestra, name)?;
-        plugin
+        let orchestra = plugin
             .create_orchestra(name, config)
-            .map_err(|e| RegistryError::Component(e.to_string()))
+            .map_err(|e| RegistryError::Component(e.to_string()))?;
+        let origin = orchestra.origin().to_string();
+        Ok(Hosted::new(Box::new(orchestra), origin))
     }
 
     /// Builds the environment `name` with its config text.
@@ -173,11 +180,13 @@ impl Registry {
         &self,
         name: &str,
         config: &str,
-    ) -> Result<ForeignEnvironment, RegistryError> {
+    ) -> Result<Hosted<dyn Environment>, RegistryError> {
         let plugin = self.plugin_for(ComponentKind::Environment, name)?;
-        plugin
+        let environment = plugin
             .create_environment(name, config)
-            .map_err(|e| RegistryError::Component(e.to_string()))
+            .map_err(|e| RegistryError::Component(e.to_string()))?;
+        let origin = environment.origin().to_string();
+        Ok(Hosted::new(Box::new(environment), origin))
     }
 }
 

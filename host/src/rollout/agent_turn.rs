@@ -6,13 +6,13 @@
 use std::time::Instant;
 
 use anyhow::{anyhow, Context};
-use drmas_sdk::{Agent, AgentOutput};
+use drmas_sdk::AgentOutput;
 
 use super::episode::EpisodeState;
 use super::{AgentCall, TeamMember};
-use crate::engine::{self, Generation, GenerationRequest, SamplerRng};
+use crate::engine::{Generation, GenerationRequest, Generator, SamplerRng};
+use crate::model::chat_codec::ChatCodec;
 use crate::model::chat_template::TemplateMessage;
-use crate::model::pretrained::Pretrained;
 
 /// An episode's pending call, rendered with its worker group's chat template.
 pub(super) struct PreparedCall {
@@ -42,13 +42,13 @@ pub struct BatchRecord {
     pub seconds: f64,
 }
 
-/// Renders the call `state` waits for (if any) into a request for `model`, keeping only the
-/// last `max_prompt_tokens` tokens of an over-long prompt.
+/// Renders the call `state` waits for (if any) into a request with its worker group's codec
+/// (of `codecs`), keeping only the last `max_prompt_tokens` tokens of an over-long prompt.
 pub(super) fn prepare(
     state: &EpisodeState,
     episode: usize,
     team: &[TeamMember],
-    models: &[&Pretrained],
+    codecs: &[ChatCodec<'_>],
     max_prompt_tokens: usize,
 ) -> anyhow::Result<Option<PreparedCall>> {
     let Some((member_index, context)) = state.pending() else {
@@ -63,7 +63,7 @@ pub(super) fn prepare(
             content: &m.content,
         })
         .collect();
-    let mut prompt = models[member.group]
+    let mut prompt = codecs[member.group]
         .encode_chat(&template_messages)
         .with_context(|| format!("prompt of role `{}`", member.role))?;
     let truncated = prompt.len() > max_prompt_tokens;
@@ -90,19 +90,24 @@ pub(super) fn prepare(
     }))
 }
 
-/// Generates `calls` (all for `model`'s worker group `group`) in one batch; `origin` is when
-/// the rollout began.
+/// Generates `calls` (all for worker group `group`, whose generator is `generator`) in one
+/// batch; `origin` is when the rollout began.
 pub(super) fn generate_batch(
     calls: &[PreparedCall],
     group: usize,
-    model: &Pretrained,
+    generator: &dyn Generator,
     rng: &mut SamplerRng,
     origin: Instant,
 ) -> anyhow::Result<(Vec<Generation>, BatchRecord)> {
     let requests: Vec<GenerationRequest> = calls.iter().map(|c| c.request.clone()).collect();
     let started = Instant::now();
-    let generations = engine::generate(&model.model, &model.tokenizer, &requests, rng)
-        .with_context(|| format!("generating with {}", model.source.display()))?;
+    let generations = generator.generate(&requests, rng)?;
+    anyhow::ensure!(
+        generations.len() == requests.len(),
+        "worker group {group}'s generator answered {} of {} requests",
+        generations.len(),
+        requests.len()
+    );
     let record = BatchRecord {
         group,
         rows: calls.len(),
@@ -119,20 +124,22 @@ pub(super) fn complete(
     call: PreparedCall,
     generation: Generation,
     team: &[TeamMember],
-    models: &[&Pretrained],
+    codecs: &[ChatCodec<'_>],
 ) -> anyhow::Result<AgentCall> {
     let member = &team[call.member];
-    let raw = call.response_prefix + &models[member.group].decode(&generation.tokens)?;
+    let raw = call.response_prefix + &codecs[member.group].decode(&generation.tokens)?;
     let parsed = member.agent.parse(&raw).map_err(|e| anyhow!("{e}"))?;
     let output = AgentOutput {
         raw: raw.clone(),
         action: parsed.action,
         valid: parsed.valid,
     };
+    let step = state.step();
     state.deliver(team, &output)?;
     Ok(AgentCall {
         episode: call.episode,
         agent: call.member,
+        step,
         prompt: call.request.prompt,
         response: generation.tokens,
         text: raw,

@@ -48,17 +48,6 @@ enum StepFrom {
     Deliver(Box<(EpisodeState, PreparedCall, Generation)>),
 }
 
-/// A [`Crew`] its worker threads may share.
-///
-/// tch marks tensors `!Sync` because they wrap raw libtorch pointers; libtorch itself allows
-/// concurrent reads of a tensor. During a rollout no thread writes a model: each group's
-/// batches run one at a time and only read the weights (their KV caches are their own), and
-/// episode steps use only the tokenizers and chat templates.
-struct SharedCrew<'c, 'a>(&'c Crew<'a>);
-
-// SAFETY: see the type's docs — every access to the models' tensors while shared is a read.
-unsafe impl Sync for SharedCrew<'_, '_> {}
-
 /// Runs one episode per task without rounds (see the module docs).
 pub(super) fn run(
     crew: &Crew<'_>,
@@ -69,7 +58,7 @@ pub(super) fn run(
     on_progress: &mut dyn FnMut(usize),
 ) -> anyhow::Result<Rollout> {
     let origin = Instant::now();
-    let groups = crew.models.len();
+    let groups = crew.generators.len();
     let max_batch = limits.max_batch.max(1);
     // A group's sampler is `None` while its batch runs.
     let mut samplers: Vec<Option<SamplerRng>> = (0..groups)
@@ -82,15 +71,13 @@ pub(super) fn run(
     let mut rollout = Rollout::default();
     let mut failure: Option<anyhow::Error> = None;
     let (sender, events) = mpsc::channel::<Event>();
-    let shared = SharedCrew(crew);
-    let shared = &shared;
 
     std::thread::scope(|scope| {
         let spawn_step = |episode: usize, from: StepFrom| {
             let sender = sender.clone();
             let task = tasks[episode];
             scope.spawn(move || {
-                let result = caught(|| step(episode, from, shared.0, task, limits));
+                let result = caught(|| step(episode, from, crew, task, limits));
                 // The scheduler outlives every worker; a failed send cannot happen.
                 let _ = sender.send(Event::Stepped { episode, result });
             });
@@ -122,7 +109,7 @@ pub(super) fn run(
                 generating += 1;
                 scope.spawn(move || {
                     let result = caught(|| {
-                        generate_batch(&calls, group, shared.0.models[group], &mut sampler, origin)
+                        generate_batch(&calls, group, crew.generators[group], &mut sampler, origin)
                     });
                     let _ = sender.send(Event::Generated {
                         group,
@@ -249,7 +236,7 @@ fn step(
             ),
             StepFrom::Deliver(delivery) => {
                 let (mut state, call, generation) = *delivery;
-                let call = complete(&mut state, call, generation, crew.team, crew.models)?;
+                let call = complete(&mut state, call, generation, crew.team, crew.codecs)?;
                 (state, Some(call))
             }
         };
@@ -258,7 +245,7 @@ fn step(
             &state,
             episode,
             crew.team,
-            crew.models,
+            crew.codecs,
             limits.max_prompt_tokens,
         )?;
         anyhow::Ok(Box::new(Stepped {

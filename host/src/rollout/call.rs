@@ -9,6 +9,9 @@ pub struct AgentCall {
     pub episode: usize,
     /// Index of the calling agent in the run's agent list.
     pub agent: usize,
+    /// The environment step the call was made in (0 for the first): its reward is
+    /// [`EpisodeOutcome::step_rewards`](super::EpisodeOutcome::step_rewards)`[step]`.
+    pub step: usize,
     /// The chat-templated prompt tokens (after any truncation).
     pub prompt: Vec<i64>,
     /// The generated tokens (the final EOS included when the model wrote one).

@@ -14,14 +14,28 @@ const MAX_CALLS_PER_EPISODE: usize = 256;
 /// How an episode ended.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EpisodeOutcome {
-    /// The sum of the environment's step rewards.
-    pub reward: f64,
+    /// The environment's reward for each step, in order.
+    pub step_rewards: Vec<f64>,
     /// The environment's metrics, the latest value of each name.
     pub metrics: Vec<Metric>,
     /// Environment steps taken.
     pub steps: u32,
     /// Agent calls made.
     pub calls: usize,
+}
+
+impl EpisodeOutcome {
+    /// The episode's return: its step rewards summed in order.
+    pub fn reward(&self) -> f64 {
+        self.step_rewards
+            .iter()
+            .fold(0.0, |sum, reward| sum + reward)
+    }
+
+    /// The reward of step `step`; 0 for a step the episode never finished.
+    pub fn step_reward(&self, step: usize) -> f64 {
+        self.step_rewards.get(step).copied().unwrap_or(0.0)
+    }
 }
 
 /// A running episode.
@@ -85,7 +99,7 @@ impl EpisodeState {
                 Next::Submit { action } => {
                     let step = self.episode.step(&action).map_err(|e| anyhow!("{e}"))?;
                     self.outcome.steps += 1;
-                    self.outcome.reward += step.reward;
+                    self.outcome.step_rewards.push(step.reward);
                     for metric in step.metrics {
                         match self
                             .outcome
@@ -108,6 +122,11 @@ impl EpisodeState {
             }
         }
         Ok(())
+    }
+
+    /// The environment step under way (0 before the first submission).
+    pub fn step(&self) -> usize {
+        self.outcome.steps as usize
     }
 
     /// The call the episode waits for, if any.

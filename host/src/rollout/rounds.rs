@@ -24,7 +24,8 @@ pub(super) fn run(
         orchestra,
         environment,
         team,
-        models,
+        codecs,
+        generators,
     } = *crew;
     let origin = Instant::now();
     let mut states = tasks
@@ -35,7 +36,7 @@ pub(super) fn run(
     loop {
         advance_all(&mut states, team, tasks)?;
         on_progress(states.iter().filter(|s| s.is_done()).count());
-        let mut waiting: Vec<Vec<usize>> = vec![Vec::new(); models.len()];
+        let mut waiting: Vec<Vec<usize>> = vec![Vec::new(); generators.len()];
         for (index, state) in states.iter().enumerate() {
             if let Some((member, _)) = state.pending() {
                 waiting[team[*member].group].push(index);
@@ -52,19 +53,19 @@ pub(super) fn run(
                         &states[episode],
                         episode,
                         team,
-                        models,
+                        codecs,
                         limits.max_prompt_tokens,
                     )?
                     .context("a waiting episode has a pending call")?;
                     calls.push(call);
                 }
                 let (generations, record) =
-                    generate_batch(&calls, group, models[group], rng, origin)?;
+                    generate_batch(&calls, group, generators[group], rng, origin)?;
                 rollout.record_batch(record);
                 for (call, generation) in calls.into_iter().zip(generations) {
                     rollout.truncated_prompts += usize::from(call.truncated);
                     let episode = call.episode;
-                    let call = complete(&mut states[episode], call, generation, team, models)?;
+                    let call = complete(&mut states[episode], call, generation, team, codecs)?;
                     rollout.generated_tokens += call.response.len();
                     rollout.calls.push(call);
                 }

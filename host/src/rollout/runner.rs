@@ -8,8 +8,8 @@ use drmas_sdk::{Environment, Orchestra, Task};
 use super::agent_turn::BatchRecord;
 use super::{asynchronous, rounds, AgentCall, EpisodeOutcome, TeamMember};
 use crate::config::Schedule;
-use crate::engine::SamplerRng;
-use crate::model::pretrained::Pretrained;
+use crate::engine::{Generator, SamplerRng};
+use crate::model::chat_codec::ChatCodec;
 
 /// Bounds and batching of one rollout.
 #[derive(Debug, Clone, Copy)]
@@ -59,8 +59,10 @@ pub struct Crew<'a> {
     pub environment: &'a dyn Environment,
     /// The agents, in run order.
     pub team: &'a [TeamMember],
-    /// Each worker group's model, indexed by [`TeamMember::group`].
-    pub models: &'a [&'a Pretrained],
+    /// Each worker group's chat template and tokenizer, indexed by [`TeamMember::group`].
+    pub codecs: &'a [ChatCodec<'a>],
+    /// Each worker group's generator, indexed by [`TeamMember::group`].
+    pub generators: &'a [&'a dyn Generator],
 }
 
 /// Runs one episode per entry of `tasks` to completion. Each agent call is rendered with its

@@ -1,15 +1,16 @@
 //! [`TeamMember`]: one agent of the run with the worker group and sampling settings it uses.
 
-use drmas_sdk::ffi::ForeignAgent;
+use drmas_sdk::Agent;
 
 use crate::engine::SamplingParams;
+use crate::plugins::Hosted;
 
 /// An agent filling one orchestra role, and how its calls are generated.
 pub struct TeamMember {
     /// The orchestra role it fills.
     pub role: String,
     /// The agent component.
-    pub agent: ForeignAgent,
+    pub agent: Hosted<dyn Agent>,
     /// Index of the worker group whose model generates for it.
     pub group: usize,
     /// Its LoRA adapter in the group's model (`None`: the model itself).

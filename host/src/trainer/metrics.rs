@@ -1,5 +1,7 @@
-//! [`MetricsLog`]: one flat JSON object per iteration in `RUN_DIR/metrics.jsonl`, written and
-//! flushed as each iteration ends so a killed run keeps every finished iteration.
+//! An iteration's [`Metrics`] and what each phase records in them (rollout, advantages, each
+//! group's update, evaluation), and the [`MetricsLog`]: one flat JSON object per iteration in
+//! `RUN_DIR/metrics.jsonl`, written and flushed as each iteration ends so a killed run keeps
+//! every finished iteration.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -7,6 +9,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde_json::{Map, Value};
+
+use super::eval::EvalReport;
+use super::WorkerGroup;
+use crate::advantage::{Diagnostics, Sample};
+use crate::rollout::{Rollout, TeamMember};
+use crate::train::UpdateReport;
 
 /// Named numbers of one iteration, keys like `reward/mean` or `grad_norm/agent/solver`.
 #[derive(Debug, Clone, Default)]
@@ -113,4 +121,187 @@ fn truncate_jsonl(path: &Path, iteration: Option<u32>) -> anyhow::Result<()> {
     std::fs::write(&temporary, kept)
         .and_then(|()| std::fs::rename(&temporary, path))
         .with_context(|| format!("rewriting {}", path.display()))
+}
+
+/// The rollout's rewards, calls per agent (count, invalid rate, response length), environment
+/// metrics, timing and batching.
+pub(super) fn record_rollout(
+    metrics: &mut Metrics,
+    rollout: &Rollout,
+    team: &[TeamMember],
+    seconds: f64,
+) {
+    let rewards: Vec<f64> = rollout.episodes.iter().map(|e| e.reward()).collect();
+    let (mean, std) = mean_std(&rewards);
+    metrics.set("reward/mean", mean);
+    metrics.set("reward/std", std);
+    metrics.set(
+        "episode/calls_mean",
+        rollout.calls.len() as f64 / rollout.episodes.len().max(1) as f64,
+    );
+    let mut env_metrics: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    for episode in &rollout.episodes {
+        for metric in &episode.metrics {
+            env_metrics
+                .entry(&metric.name)
+                .or_default()
+                .push(metric.value);
+        }
+    }
+    for (name, values) in env_metrics {
+        metrics.set(format!("env/{name}"), mean_std(&values).0);
+    }
+    for (index, member) in team.iter().enumerate() {
+        let calls: Vec<_> = rollout.calls.iter().filter(|c| c.agent == index).collect();
+        if calls.is_empty() {
+            continue;
+        }
+        let n = calls.len() as f64;
+        let role = &member.role;
+        metrics.set(format!("calls/{role}"), n);
+        metrics.set(
+            format!("invalid_rate/{role}"),
+            calls.iter().filter(|c| !c.valid).count() as f64 / n,
+        );
+        metrics.set(
+            format!("response_len/{role}"),
+            calls.iter().map(|c| c.response.len()).sum::<usize>() as f64 / n,
+        );
+    }
+    metrics.set("time/rollout_s", seconds);
+    metrics.set("time/generation_s", rollout.generation_seconds);
+    metrics.set(
+        "tokens_per_s/rollout",
+        rollout.generated_tokens as f64 / rollout.generation_seconds.max(1e-9),
+    );
+    metrics.set("prompts/truncated", rollout.truncated_prompts as f64);
+    let batches = rollout.batches.len().max(1) as f64;
+    metrics.set("rollout/batches", rollout.batches.len() as f64);
+    metrics.set(
+        "rollout/mean_batch_rows",
+        rollout.batches.iter().map(|b| b.rows).sum::<usize>() as f64 / batches,
+    );
+}
+
+/// The advantage diagnostics of an iteration: the reward statistics overall and per agent
+/// (with how much a shared normalisation would amplify each agent's gradient) and each agent's
+/// advantages.
+pub(super) fn record_advantages(
+    metrics: &mut Metrics,
+    samples: &[Sample],
+    rewards: &[f64],
+    advantages: &[f64],
+    team: &[TeamMember],
+) {
+    metrics.set(
+        "reward/penalised_mean",
+        rewards.iter().sum::<f64>() / rewards.len().max(1) as f64,
+    );
+    let diagnostics = Diagnostics::compute(samples, rewards);
+    metrics.set("advantage/reward_mean", diagnostics.mean);
+    metrics.set("advantage/reward_std", diagnostics.std);
+    for agent in &diagnostics.agents {
+        let role = &team[usize::from(agent.agent)].role;
+        metrics.set(format!("advantage/reward_mean/{role}"), agent.mean);
+        metrics.set(format!("advantage/reward_std/{role}"), agent.std);
+        metrics.set(
+            format!("advantage/amplification/{role}"),
+            agent.amplification.unwrap_or(f64::NAN),
+        );
+        let own: Vec<f64> = samples
+            .iter()
+            .zip(advantages)
+            .filter(|(s, _)| s.agent == agent.agent)
+            .map(|(_, &a)| a)
+            .collect();
+        let (mean, std) = mean_std(&own);
+        metrics.set(format!("advantage/mean/{role}"), mean);
+        metrics.set(format!("advantage/std/{role}"), std);
+    }
+}
+
+/// An evaluation's avg@k and pass@k, overall and per data source.
+pub(super) fn record_eval(metrics: &mut Metrics, report: &EvalReport) {
+    let k = report.overall.k;
+    metrics.set(format!("eval/avg@{k}"), report.overall.avg_at_k);
+    metrics.set(format!("eval/pass@{k}"), report.overall.pass_at_k);
+    metrics.set("eval/mean_reward", report.overall.mean_reward);
+    for (source, score) in &report.sources {
+        metrics.set(format!("eval/{source}/avg@{k}"), score.avg_at_k);
+        metrics.set(format!("eval/{source}/pass@{k}"), score.pass_at_k);
+    }
+}
+
+/// A worker group's update: gradient norms (the group's and each agent's), learning rates and
+/// loss parts.
+pub(super) fn record_update(
+    metrics: &mut Metrics,
+    group: &WorkerGroup,
+    report: &UpdateReport,
+    lr: f64,
+    team: &[TeamMember],
+) {
+    let name = &group.name;
+    metrics.set(format!("grad_norm/group/{name}"), report.grad_norm);
+    for (agent, norm) in &report.agent_grad_norms {
+        metrics.set(format!("grad_norm/agent/{}", team[*agent].role), *norm);
+    }
+    metrics.set(format!("lr/{name}"), lr);
+    for (role, rate) in group
+        .adapter_names
+        .iter()
+        .zip(&group.adapter_learning_rates)
+    {
+        metrics.set(format!("lr/agent/{role}"), lr * rate / group.learning_rate);
+    }
+    metrics.set(format!("loss/policy/{name}"), report.stats.policy_loss);
+    metrics.set(
+        format!("loss/clip_fraction/{name}"),
+        report.stats.clip_fraction,
+    );
+    metrics.set(
+        format!("loss/dual_clip_fraction/{name}"),
+        report.stats.dual_clip_fraction,
+    );
+    metrics.set(format!("loss/kl/{name}"), report.stats.kl);
+    metrics.set(format!("loss/entropy/{name}"), report.stats.entropy);
+}
+
+/// The update phase's time and throughput, and the run's skipped steps so far.
+pub(super) fn record_update_time(
+    metrics: &mut Metrics,
+    seconds: f64,
+    forward_tokens: usize,
+    skipped_steps: u64,
+) {
+    metrics.set("time/update_s", seconds);
+    metrics.set("tokens_per_s/update", forward_tokens as f64 / seconds);
+    metrics.set("skipped_steps", skipped_steps as f64);
+}
+
+/// The one-line progress report of an iteration.
+pub(super) fn iteration_line(metrics: &Metrics, total: u32) -> String {
+    let get = |key: &str| metrics.get(key).unwrap_or(f64::NAN);
+    format!(
+        "iteration {:>3}/{total}  reward {:.3} ± {:.3} (with format penalty {:.3})  rollout {:.1}s \
+         ({:.0} tok/s)  update {:.1}s",
+        get("iteration"),
+        get("reward/mean"),
+        get("reward/std"),
+        get("reward/penalised_mean"),
+        get("time/rollout_s"),
+        get("tokens_per_s/rollout"),
+        get("time/update_s"),
+    )
+}
+
+/// Mean and population standard deviation (0, 0 for no values).
+fn mean_std(values: &[f64]) -> (f64, f64) {
+    if values.is_empty() {
+        return (0.0, 0.0);
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+    (mean, var.sqrt())
 }

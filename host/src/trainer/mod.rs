@@ -13,23 +13,28 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use drmas_sdk::ffi::{ForeignEnvironment, ForeignOrchestra};
-use drmas_sdk::Task;
+use drmas_sdk::{Environment, Orchestra, Task};
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub use checkpoint::Checkpoint;
 pub use eval::{score, EvalReport, SourceScore, SOLVED_REWARD};
+use metrics::{
+    iteration_line, record_advantages, record_eval, record_rollout, record_update,
+    record_update_time,
+};
 pub use metrics::{Metrics, MetricsLog};
 pub use setup::Phase;
 pub use task_order::TaskOrder;
 pub use worker_group::{tch_device, WorkerGroup};
 
-use crate::advantage::{Diagnostics, Estimator, Penalty, Sample};
+use crate::advantage::{Estimator, Penalty, Sample};
 use crate::config::{RunConfig, RunFile};
-use crate::engine::SamplerRng;
+use crate::engine::{Generator, LocalGenerator, SamplerRng};
+use crate::model::chat_codec::ChatCodec;
+use crate::plugins::Hosted;
 use crate::preflight::{resolve_model, Plan};
 use crate::rollout::{self, Rollout, RolloutLimits, TeamMember};
-use crate::train::{update_group, warmup_lr, AgentTraining, Reference};
+use crate::train::{update_group, warmup_lr, AgentTraining, Reference, UpdateReport};
 
 /// Sequences in one generation batch at most (bounds KV-cache memory).
 const MAX_GENERATION_BATCH: usize = 64;
@@ -37,8 +42,8 @@ const MAX_GENERATION_BATCH: usize = 64;
 /// A run in progress: components, models, optimizers and the data/RNG position.
 pub struct Trainer {
     config: RunConfig,
-    environment: ForeignEnvironment,
-    orchestra: ForeignOrchestra,
+    environment: Hosted<dyn Environment>,
+    orchestra: Hosted<dyn Orchestra>,
     team: Vec<TeamMember>,
     agent_training: Vec<AgentTraining>,
     groups: Vec<WorkerGroup>,
@@ -280,12 +285,13 @@ impl Trainer {
         !self.eval_tasks.is_empty() && self.config.eval.k > 0
     }
 
-    /// One iteration: rollout, advantages, one update per worker group; returns its metrics.
+    /// One iteration, as the data walks: the next prompts, each `group_size` times → rollout
+    /// (one call per agent turn) → penalised rewards → the estimator's advantages → one update
+    /// per worker group; returns its metrics.
     fn train_iteration(&mut self) -> anyhow::Result<Metrics> {
         let mut metrics = Metrics::new(self.iteration);
-        let rollout_cfg = &self.config.rollout;
-        let group_size = rollout_cfg.group_size;
-        let picks = self.order.next_batch(rollout_cfg.prompts_per_batch);
+        let group_size = self.config.rollout.group_size;
+        let picks = self.order.next_batch(self.config.rollout.prompts_per_batch);
         let batch: Vec<Task> = picks.iter().map(|&i| self.train_tasks[i].clone()).collect();
         let tasks: Vec<&Task> = batch
             .iter()
@@ -294,11 +300,42 @@ impl Trainer {
 
         let started = Instant::now();
         let rollout = self.rollout(&tasks, "rollout")?;
-        let rollout_seconds = started.elapsed().as_secs_f64();
-        record_rollout(&mut metrics, &rollout, &self.team, rollout_seconds);
-
+        record_rollout(
+            &mut metrics,
+            &rollout,
+            &self.team,
+            started.elapsed().as_secs_f64(),
+        );
         self.write_samples(&rollout, &batch, group_size)?;
-        let samples: Vec<Sample> = rollout
+
+        let samples = self.samples(&rollout);
+        let rewards = self.penalty.apply(&samples);
+        let advantages = self.estimator.advantages(&samples, &rewards);
+        record_advantages(&mut metrics, &samples, &rewards, &advantages, &self.team);
+
+        let started = Instant::now();
+        let bar = phase_bar(self.groups.len() as u64, "update");
+        let mut trained_tokens = 0;
+        for index in 0..self.groups.len() {
+            let (report, lr) = self.update(index, &rollout, &advantages)?;
+            trained_tokens += report.forward_tokens;
+            record_update(&mut metrics, &self.groups[index], &report, lr, &self.team);
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        record_update_time(
+            &mut metrics,
+            started.elapsed().as_secs_f64(),
+            trained_tokens,
+            self.skipped_steps,
+        );
+        Ok(metrics)
+    }
+
+    /// One training sample per agent call of `rollout`, for the estimator.
+    fn samples(&self, rollout: &Rollout) -> Vec<Sample> {
+        let group_size = self.config.rollout.group_size;
+        rollout
             .calls
             .iter()
             .map(|call| Sample {
@@ -306,107 +343,67 @@ impl Trainer {
                 trajectory: call.episode as u32,
                 agent: call.agent as u16,
                 worker_group: self.team[call.agent].group as u16,
-                reward: rollout.episodes[call.episode].reward,
+                reward: rollout.episodes[call.episode].reward(),
+                step: call.step as u16,
+                step_reward: rollout.episodes[call.episode].step_reward(call.step),
                 valid: call.valid,
                 padding: false,
             })
-            .collect();
-        let rewards = self.penalty.apply(&samples);
-        metrics.set(
-            "reward/penalised_mean",
-            rewards.iter().sum::<f64>() / rewards.len().max(1) as f64,
-        );
-        let advantages = self.estimator.advantages(&samples, &rewards);
-        record_advantages(
-            &mut metrics,
-            &Diagnostics::compute(&samples, &rewards),
-            &samples,
-            &advantages,
-            &self.team,
-        );
+            .collect()
+    }
 
-        let started = Instant::now();
-        let bar = phase_bar(self.groups.len() as u64, "update");
-        let mut trained_tokens = 0;
-        for (index, group) in self.groups.iter_mut().enumerate() {
-            let (calls, group_advantages): (Vec<_>, Vec<f64>) = rollout
-                .calls
-                .iter()
-                .zip(&advantages)
-                .filter(|(call, _)| self.team[call.agent].group == index)
-                .unzip();
-            let lr = warmup_lr(
-                group.learning_rate,
-                group.optimizer.steps() + 1,
-                self.config.algorithm.loss.warmup_steps,
-            );
-            let reference = match (&group.reference, group.adapter_names.is_empty()) {
-                (Some(reference), _) => Reference::Model(&reference.model),
-                (None, false) => Reference::Base,
-                (None, true) => Reference::None,
-            };
-            // LoRA dropout draws from libtorch's generator: seeded per iteration and group so a
-            // resumed run draws what an uninterrupted one does.
-            tch::manual_seed(
-                (self.config.run.seed ^ (u64::from(self.iteration) << 20) ^ index as u64) as i64,
-            );
-            let report = update_group(
-                &group.pretrained.model,
-                reference,
-                &mut group.optimizer,
-                &calls,
-                &group_advantages,
-                &self.agent_training,
-                self.config.algorithm.loss.grad_clip,
-                lr,
-            )
-            .with_context(|| format!("updating worker group `{}`", group.name))?;
-            if report.skipped {
-                self.skipped_steps += 1;
-                tracing::warn!(
-                    "worker group `{}`: non-finite loss or gradient at iteration {}; step skipped \
-                     ({} skipped so far)",
-                    group.name,
-                    self.iteration,
-                    self.skipped_steps
-                );
-            }
-            trained_tokens += report.forward_tokens;
-            let name = &group.name;
-            metrics.set(format!("grad_norm/group/{name}"), report.grad_norm);
-            for (agent, norm) in &report.agent_grad_norms {
-                metrics.set(format!("grad_norm/agent/{}", self.team[*agent].role), *norm);
-            }
-            metrics.set(format!("lr/{name}"), lr);
-            for (role, rate) in group
-                .adapter_names
-                .iter()
-                .zip(&group.adapter_learning_rates)
-            {
-                metrics.set(format!("lr/agent/{role}"), lr * rate / group.learning_rate);
-            }
-            metrics.set(format!("loss/policy/{name}"), report.stats.policy_loss);
-            metrics.set(
-                format!("loss/clip_fraction/{name}"),
-                report.stats.clip_fraction,
-            );
-            metrics.set(
-                format!("loss/dual_clip_fraction/{name}"),
-                report.stats.dual_clip_fraction,
-            );
-            metrics.set(format!("loss/kl/{name}"), report.stats.kl);
-            metrics.set(format!("loss/entropy/{name}"), report.stats.entropy);
-            bar.inc(1);
-        }
-        bar.finish_and_clear();
-        let update_seconds = started.elapsed().as_secs_f64();
-        metrics.set("time/update_s", update_seconds);
-        metrics.set(
-            "tokens_per_s/update",
-            trained_tokens as f64 / update_seconds,
+    /// Worker group `index`'s update on its calls of `rollout` (`advantages` has one entry per
+    /// call); returns the update's report and learning rate.
+    fn update(
+        &mut self,
+        index: usize,
+        rollout: &Rollout,
+        advantages: &[f64],
+    ) -> anyhow::Result<(UpdateReport, f64)> {
+        let group = &mut self.groups[index];
+        let (calls, group_advantages): (Vec<_>, Vec<f64>) = rollout
+            .calls
+            .iter()
+            .zip(advantages)
+            .filter(|(call, _)| self.team[call.agent].group == index)
+            .unzip();
+        let lr = warmup_lr(
+            group.learning_rate,
+            group.optimizer.steps() + 1,
+            self.config.algorithm.loss.warmup_steps,
         );
-        metrics.set("skipped_steps", self.skipped_steps as f64);
-        Ok(metrics)
+        let reference = match (&group.reference, group.adapter_names.is_empty()) {
+            (Some(reference), _) => Reference::Model(&reference.model),
+            (None, false) => Reference::Base,
+            (None, true) => Reference::None,
+        };
+        // LoRA dropout draws from libtorch's generator: seeded per iteration and group so a
+        // resumed run draws what an uninterrupted one does.
+        tch::manual_seed(
+            (self.config.run.seed ^ (u64::from(self.iteration) << 20) ^ index as u64) as i64,
+        );
+        let report = update_group(
+            &group.pretrained.model,
+            reference,
+            &mut group.optimizer,
+            &calls,
+            &group_advantages,
+            &self.agent_training,
+            self.config.algorithm.loss.grad_clip,
+            lr,
+        )
+        .with_context(|| format!("updating worker group `{}`", group.name))?;
+        if report.skipped {
+            self.skipped_steps += 1;
+            tracing::warn!(
+                "worker group `{}`: non-finite loss or gradient at iteration {}; step skipped \
+                 ({} skipped so far)",
+                group.name,
+                self.iteration,
+                self.skipped_steps
+            );
+        }
+        Ok((report, lr))
     }
 
     /// Appends the first prompt group's calls (role, text, validity, episode reward) to
@@ -431,7 +428,7 @@ impl Trainer {
                 "task": batch.first().map(|t| t.prompt.as_str()),
                 "role": self.team[call.agent].role,
                 "valid": call.valid,
-                "reward": rollout.episodes[call.episode].reward,
+                "reward": rollout.episodes[call.episode].reward(),
                 "text": call.text,
             });
             writeln!(file, "{line}").with_context(|| format!("writing {}", path.display()))?;
@@ -442,13 +439,19 @@ impl Trainer {
     /// Rolls out one episode per task with the team's current sampling settings.
     fn rollout(&mut self, tasks: &[&Task], label: &str) -> anyhow::Result<Rollout> {
         let bar = phase_bar(tasks.len() as u64, label);
-        let models: Vec<_> = self.groups.iter().map(|g| &g.pretrained).collect();
+        let (local, codecs): (Vec<LocalGenerator<'_>>, Vec<ChatCodec<'_>>) = self
+            .groups
+            .iter_mut()
+            .map(|group| LocalGenerator::split(&mut group.pretrained))
+            .unzip();
+        let generators: Vec<&dyn Generator> = local.iter().map(|g| g as &dyn Generator).collect();
         let rollout = rollout::run(
             &rollout::Crew {
-                orchestra: &self.orchestra,
-                environment: &self.environment,
+                orchestra: &*self.orchestra,
+                environment: &*self.environment,
                 team: &self.team,
-                models: &models,
+                codecs: &codecs,
+                generators: &generators,
             },
             tasks,
             RolloutLimits {
@@ -511,7 +514,7 @@ impl Trainer {
         let rewards: Vec<Vec<f64>> = rollout
             .episodes
             .chunks(k)
-            .map(|chunk| chunk.iter().map(|e| e.reward).collect())
+            .map(|chunk| chunk.iter().map(|e| e.reward()).collect())
             .collect();
         let sources: Vec<&str> = tasks.iter().map(|t| t.data_source.as_str()).collect();
         let report = score(&sources, &rewards);
@@ -541,124 +544,4 @@ fn phase_bar(len: u64, label: &str) -> ProgressBar {
     }
     bar.set_prefix(label.to_owned());
     bar
-}
-
-fn record_rollout(metrics: &mut Metrics, rollout: &Rollout, team: &[TeamMember], seconds: f64) {
-    let rewards: Vec<f64> = rollout.episodes.iter().map(|e| e.reward).collect();
-    let (mean, std) = mean_std(&rewards);
-    metrics.set("reward/mean", mean);
-    metrics.set("reward/std", std);
-    metrics.set(
-        "episode/calls_mean",
-        rollout.calls.len() as f64 / rollout.episodes.len().max(1) as f64,
-    );
-    let mut env_metrics: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
-    for episode in &rollout.episodes {
-        for metric in &episode.metrics {
-            env_metrics
-                .entry(&metric.name)
-                .or_default()
-                .push(metric.value);
-        }
-    }
-    for (name, values) in env_metrics {
-        metrics.set(format!("env/{name}"), mean_std(&values).0);
-    }
-    for (index, member) in team.iter().enumerate() {
-        let calls: Vec<_> = rollout.calls.iter().filter(|c| c.agent == index).collect();
-        if calls.is_empty() {
-            continue;
-        }
-        let n = calls.len() as f64;
-        let role = &member.role;
-        metrics.set(format!("calls/{role}"), n);
-        metrics.set(
-            format!("invalid_rate/{role}"),
-            calls.iter().filter(|c| !c.valid).count() as f64 / n,
-        );
-        metrics.set(
-            format!("response_len/{role}"),
-            calls.iter().map(|c| c.response.len()).sum::<usize>() as f64 / n,
-        );
-    }
-    metrics.set("time/rollout_s", seconds);
-    metrics.set("time/generation_s", rollout.generation_seconds);
-    metrics.set(
-        "tokens_per_s/rollout",
-        rollout.generated_tokens as f64 / rollout.generation_seconds.max(1e-9),
-    );
-    metrics.set("prompts/truncated", rollout.truncated_prompts as f64);
-    let batches = rollout.batches.len().max(1) as f64;
-    metrics.set("rollout/batches", rollout.batches.len() as f64);
-    metrics.set(
-        "rollout/mean_batch_rows",
-        rollout.batches.iter().map(|b| b.rows).sum::<usize>() as f64 / batches,
-    );
-}
-
-fn record_advantages(
-    metrics: &mut Metrics,
-    diagnostics: &Diagnostics,
-    samples: &[Sample],
-    advantages: &[f64],
-    team: &[TeamMember],
-) {
-    metrics.set("advantage/reward_mean", diagnostics.mean);
-    metrics.set("advantage/reward_std", diagnostics.std);
-    for agent in &diagnostics.agents {
-        let role = &team[usize::from(agent.agent)].role;
-        metrics.set(format!("advantage/reward_mean/{role}"), agent.mean);
-        metrics.set(format!("advantage/reward_std/{role}"), agent.std);
-        metrics.set(
-            format!("advantage/amplification/{role}"),
-            agent.amplification.unwrap_or(f64::NAN),
-        );
-        let own: Vec<f64> = samples
-            .iter()
-            .zip(advantages)
-            .filter(|(s, _)| s.agent == agent.agent)
-            .map(|(_, &a)| a)
-            .collect();
-        let (mean, std) = mean_std(&own);
-        metrics.set(format!("advantage/mean/{role}"), mean);
-        metrics.set(format!("advantage/std/{role}"), std);
-    }
-}
-
-fn record_eval(metrics: &mut Metrics, report: &EvalReport) {
-    let k = report.overall.k;
-    metrics.set(format!("eval/avg@{k}"), report.overall.avg_at_k);
-    metrics.set(format!("eval/pass@{k}"), report.overall.pass_at_k);
-    metrics.set("eval/mean_reward", report.overall.mean_reward);
-    for (source, score) in &report.sources {
-        metrics.set(format!("eval/{source}/avg@{k}"), score.avg_at_k);
-        metrics.set(format!("eval/{source}/pass@{k}"), score.pass_at_k);
-    }
-}
-
-/// The one-line progress report of an iteration.
-fn iteration_line(metrics: &Metrics, total: u32) -> String {
-    let get = |key: &str| metrics.get(key).unwrap_or(f64::NAN);
-    format!(
-        "iteration {:>3}/{total}  reward {:.3} ± {:.3} (with format penalty {:.3})  rollout {:.1}s \
-         ({:.0} tok/s)  update {:.1}s",
-        get("iteration"),
-        get("reward/mean"),
-        get("reward/std"),
-        get("reward/penalised_mean"),
-        get("time/rollout_s"),
-        get("tokens_per_s/rollout"),
-        get("time/update_s"),
-    )
-}
-
-/// Mean and population standard deviation (0, 0 for no values).
-fn mean_std(values: &[f64]) -> (f64, f64) {
-    if values.is_empty() {
-        return (0.0, 0.0);
-    }
-    let n = values.len() as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
-    (mean, var.sqrt())
 }

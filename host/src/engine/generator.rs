@@ -1,0 +1,74 @@
+//! [`Generator`]: what a worker group's rollouts generate with. The rollout hands it batches of
+//! token-level requests and never touches a model, so the in-process engine ([`LocalGenerator`])
+//! and a fleet of inference servers are interchangeable behind it.
+
+use std::path::Path;
+use std::sync::{Mutex, PoisonError};
+
+use anyhow::Context;
+use tokenizers::Tokenizer;
+
+use super::generate::{generate, Generation, GenerationRequest};
+use super::sampling::SamplerRng;
+use crate::model::chat_codec::ChatCodec;
+use crate::model::llama::Llama;
+use crate::model::pretrained::Pretrained;
+
+/// Continues batches of prompts for one worker group: token ids and sampling parameters in,
+/// tokens, their sampling log-probabilities and a finish reason out (see [`GenerationRequest`]
+/// and [`Generation`]).
+///
+/// The rollout calls it from one thread per worker group, one batch at a time per group, and
+/// blocks on the answer; an implementation that talks to servers may run requests concurrently
+/// inside (on an async runtime of its own).
+pub trait Generator: Send + Sync {
+    /// Continues every request; the outputs are in the order of `requests`. Random numbers
+    /// come from `rng`, so a seed fixes what an in-process generator samples.
+    fn generate(
+        &self,
+        requests: &[GenerationRequest],
+        rng: &mut SamplerRng,
+    ) -> anyhow::Result<Vec<Generation>>;
+}
+
+/// The in-process engine ([`generate`]) on a worker group's own model.
+///
+/// It holds the model exclusively for the rollout: a batch locks it while it runs, so worker
+/// threads may share the generator while the model itself is never shared.
+pub struct LocalGenerator<'m> {
+    model: Mutex<&'m mut Llama>,
+    tokenizer: &'m Tokenizer,
+    source: &'m Path,
+}
+
+impl<'m> LocalGenerator<'m> {
+    /// Splits a loaded model into the generator over its network and the chat codec the
+    /// rollout renders prompts and decodes outputs with.
+    pub fn split(pretrained: &'m mut Pretrained) -> (Self, ChatCodec<'m>) {
+        let Pretrained {
+            model,
+            tokenizer,
+            chat_template,
+            source,
+        } = pretrained;
+        let generator = Self {
+            model: Mutex::new(model),
+            tokenizer,
+            source,
+        };
+        (generator, ChatCodec::new(tokenizer, chat_template))
+    }
+}
+
+impl Generator for LocalGenerator<'_> {
+    fn generate(
+        &self,
+        requests: &[GenerationRequest],
+        rng: &mut SamplerRng,
+    ) -> anyhow::Result<Vec<Generation>> {
+        // A batch that panicked leaves the weights as they were (generation only reads them).
+        let model = self.model.lock().unwrap_or_else(PoisonError::into_inner);
+        generate(&model, self.tokenizer, requests, rng)
+            .with_context(|| format!("generating with {}", self.source.display()))
+    }
+}
