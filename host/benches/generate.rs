@@ -25,10 +25,11 @@ mod settings;
 
 use std::time::Instant;
 
-use drmas_host::engine::{generate, GenerationRequest, SamplerRng, SamplingParams};
+use drmas_host::engine::{generate, GenerationRequest, SamplingParams};
 use drmas_host::model::gguf::GgufModel;
 use drmas_host::model::kernels;
 use drmas_host::model::llama::Llama;
+use drmas_host::rng::SeededRng;
 use peer::Peer;
 use serde_json::json;
 use settings::{setting, setting_list};
@@ -90,7 +91,7 @@ fn main() {
         &llama,
         &tokenizer,
         &[warm.clone(), warm],
-        &mut SamplerRng::new(0),
+        &mut SeededRng::new(0),
     )
     .expect("generates");
     for batch in batches {
@@ -166,7 +167,7 @@ fn main() {
             for &(mode, enabled) in &modes {
                 kernels::set_enabled(enabled);
                 let start = Instant::now();
-                let generations = generate(&llama, &tokenizer, &requests, &mut SamplerRng::new(1))
+                let generations = generate(&llama, &tokenizer, &requests, &mut SeededRng::new(1))
                     .expect("generates");
                 let elapsed = start.elapsed().as_secs_f64();
                 let tokens: usize = generations.iter().map(|g| g.tokens.len()).sum();

@@ -16,9 +16,10 @@ mod settings;
 
 use std::time::Instant;
 
-use drmas_host::engine::{generate, GenerationRequest, SamplerRng, SamplingParams};
+use drmas_host::engine::{generate, GenerationRequest, SamplingParams};
 use drmas_host::model::gguf::GgufModel;
 use drmas_host::model::llama::Llama;
+use drmas_host::rng::SeededRng;
 use settings::setting;
 use tch::Device;
 
@@ -83,7 +84,7 @@ fn main() {
 
     let started = Instant::now();
     let generations =
-        generate(&llama, &tokenizer, &requests, &mut SamplerRng::new(1)).expect("generates");
+        generate(&llama, &tokenizer, &requests, &mut SeededRng::new(1)).expect("generates");
     let elapsed = started.elapsed().as_secs_f64();
     let peak = peak_rss();
     let tokens: usize = generations.iter().map(|g| g.tokens.len()).sum();

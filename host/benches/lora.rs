@@ -21,11 +21,12 @@ use std::process::Command;
 use std::time::Instant;
 
 use drmas_host::config::LossSection;
-use drmas_host::engine::{FinishReason, SamplerRng};
+use drmas_host::engine::FinishReason;
 use drmas_host::model::lora::{LoraSettings, TARGET_MODULES};
 use drmas_host::model::pretrained::Pretrained;
+use drmas_host::rng::SeededRng;
 use drmas_host::rollout::AgentCall;
-use drmas_host::train::{update_group, AdamW, AgentTraining, Reference};
+use drmas_host::update::{update_group, AdamW, AgentTraining, Reference};
 use settings::setting;
 use tch::{Device, Kind, Tensor};
 
@@ -114,7 +115,7 @@ fn measure(side: &str, steps: usize) {
     reset_peak();
 
     let vocab = model.config().vocab_size as u64;
-    let mut rng = SamplerRng::new(1);
+    let mut rng = SeededRng::new(1);
     let mut tokens =
         |n: usize| -> Vec<i64> { (0..n).map(|_| (rng.next_u64() % vocab) as i64).collect() };
     let calls: Vec<AgentCall> = (0..CALLS)

@@ -14,9 +14,10 @@ pub mod model;
 pub mod plot;
 pub mod plugins;
 pub mod preflight;
+pub mod rng;
 pub mod rollout;
-pub mod train;
 pub mod trainer;
+pub mod update;
 
 use anyhow::Context;
 

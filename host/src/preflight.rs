@@ -189,7 +189,7 @@ pub fn resolve_model(model: &str, file: &RunFile) -> anyhow::Result<PathBuf> {
 fn describe_model(path: &std::path::Path) -> anyhow::Result<String> {
     if path.is_dir() {
         let folder = crate::model::hf_folder::HfFolder::read(path)?;
-        let (files, _) = crate::model::checkpoint::checkpoint_files(path)?;
+        let (files, _) = crate::model::safetensors_io::checkpoint_files(path)?;
         let c = &folder.config;
         return Ok(format!(
             "{} ({:?}, HF folder, {} weight file(s)), {} layers, hidden {}, vocab {}",

@@ -4,10 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
-use drmas_host::model::checkpoint::load_checkpoint;
 use drmas_host::model::llama::Llama;
 use drmas_host::model::pretrained::Pretrained;
-use drmas_host::train::AdamW;
+use drmas_host::model::safetensors_io::load_checkpoint;
+use drmas_host::update::AdamW;
 use tch::{Device, Kind, Tensor};
 
 fn fixture() -> PathBuf {

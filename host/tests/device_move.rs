@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use drmas_host::config::WorkerGroupSection;
+use drmas_host::model::layers::AdapterRows;
 use drmas_host::model::lora::{LoraSettings, TARGET_MODULES};
 use drmas_host::trainer::WorkerGroup;
 use tch::{Device, Kind, Tensor};
@@ -54,11 +55,18 @@ fn train_step(group: &mut WorkerGroup) {
         .view([2, 4])
         .to_device(device);
     group.optimizer.zero_grad();
-    let logits = group
-        .pretrained
-        .model
-        .forward(&tokens, None, None)
+    // Row 0 through adapter 0, row 1 through adapter 1 (the base alone with LoRA would train
+    // nothing).
+    let rows = if group.adapter_names.is_empty() {
+        AdapterRows::base()
+    } else {
+        AdapterRows::new(&[Some(0), Some(1)], device, true)
+    };
+    let model = &group.pretrained.model;
+    let hidden = model
+        .forward_hidden_with(&tokens, None, None, &rows)
         .expect("forward");
+    let logits = model.logits(&hidden);
     logits
         .to_kind(Kind::Float)
         .log_softmax(-1, Kind::Float)

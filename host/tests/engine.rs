@@ -7,11 +7,12 @@ mod common;
 use std::sync::{Mutex, OnceLock};
 
 use drmas_host::engine::{
-    generate, FinishReason, Generation, GenerationRequest, Sampler, SamplerRng, SamplingParams,
+    generate, FinishReason, Generation, GenerationRequest, Sampler, SamplingParams,
 };
 use drmas_host::model::error::ModelError;
 use drmas_host::model::gguf::GgufModel;
 use drmas_host::model::llama::Llama;
+use drmas_host::rng::SeededRng;
 use tch::{Device, Kind, Tensor};
 use tokenizers::Tokenizer;
 
@@ -94,7 +95,7 @@ fn assert_greedy(llama: &Llama, prompt: &[i64], tokens: &[i64]) {
 
 fn greedy(tokenizer: &Tokenizer, llama: &Llama, prompt: &[i64], max_new: usize) -> Generation {
     let requests = [request(prompt, SamplingParams::GREEDY, max_new)];
-    let generation = generate(llama, tokenizer, &requests, &mut SamplerRng::new(0))
+    let generation = generate(llama, tokenizer, &requests, &mut SeededRng::new(0))
         .expect("generates")
         .remove(0);
     assert_greedy(llama, prompt, &generation.tokens);
@@ -124,7 +125,7 @@ fn logprobs_match_a_training_forward() {
             request(&prompts[0], SamplingParams::with_temperature(1.3), 6),
         ];
         let generations =
-            generate(llama, tokenizer, &requests, &mut SamplerRng::new(7)).expect("generates");
+            generate(llama, tokenizer, &requests, &mut SeededRng::new(7)).expect("generates");
         let mut lengths = Vec::new();
         for (request, generation) in requests.iter().zip(&generations) {
             let expected = training_logprobs(
@@ -168,7 +169,7 @@ fn a_seed_fixes_the_samples() {
             .map(|p| request(p, SamplingParams::with_temperature(1.0), 6))
             .collect();
         let run = |seed| {
-            generate(llama, tokenizer, &requests, &mut SamplerRng::new(seed))
+            generate(llama, tokenizer, &requests, &mut SeededRng::new(seed))
                 .expect("generates")
                 .into_iter()
                 .map(|g| (g.tokens, g.logprobs))
@@ -192,7 +193,7 @@ fn greedy_matches_recomputing_the_whole_sequence() {
                 request(&long, SamplingParams::GREEDY, 8),
                 request(&short, SamplingParams::GREEDY, 6),
             ],
-            &mut SamplerRng::new(0),
+            &mut SeededRng::new(0),
         )
         .expect("generates");
         assert_greedy(llama, &long, &generations[0].tokens);
@@ -218,7 +219,7 @@ fn top_k_one_and_a_tiny_top_p_are_greedy() {
         };
         let requests = [with(SamplingParams::GREEDY), with(top_k), with(top_p)];
         let generations =
-            generate(llama, tokenizer, &requests, &mut SamplerRng::new(3)).expect("generates");
+            generate(llama, tokenizer, &requests, &mut SeededRng::new(3)).expect("generates");
         assert_eq!(generations[1].tokens, generations[0].tokens, "top_k = 1");
         assert_eq!(generations[2].tokens, generations[0].tokens, "tiny top_p");
         // All at temperature 1, so the logprobs agree too.
@@ -250,7 +251,7 @@ fn stop_strings_and_lengths_end_sequences() {
             request(&prompt, SamplingParams::GREEDY, 3),
         ];
         let generations =
-            generate(llama, tokenizer, &requests, &mut SamplerRng::new(0)).expect("generates");
+            generate(llama, tokenizer, &requests, &mut SeededRng::new(0)).expect("generates");
         for (generation, ending) in generations[..2].iter().zip(["Paris", "capital of"]) {
             assert_eq!(generation.finish, FinishReason::Stop);
             let decoded = text(tokenizer, &generation.tokens);
@@ -277,7 +278,7 @@ fn each_row_has_its_own_length() {
             .map(|(p, n)| request(p, SamplingParams::GREEDY, n))
             .collect();
         let generations =
-            generate(llama, tokenizer, &requests, &mut SamplerRng::new(0)).expect("generates");
+            generate(llama, tokenizer, &requests, &mut SeededRng::new(0)).expect("generates");
         let full_a = greedy(tokenizer, llama, &a, 7).tokens;
         let full_b = greedy(tokenizer, llama, &b, 5).tokens;
         for ((generation, limit), prompt) in generations.iter().zip(limits).zip(prompts) {
@@ -298,8 +299,8 @@ fn each_row_has_its_own_length() {
 fn bad_requests_are_input_errors() {
     with_model(|tokenizer, llama| {
         let fails = |requests: &[GenerationRequest], needle: &str| {
-            let err = generate(llama, tokenizer, requests, &mut SamplerRng::new(0))
-                .expect_err("an error");
+            let err =
+                generate(llama, tokenizer, requests, &mut SeededRng::new(0)).expect_err("an error");
             assert!(matches!(err, ModelError::Input(_)), "{err:?}");
             assert!(err.to_string().contains(needle), "{err}");
         };
@@ -325,13 +326,13 @@ fn bad_requests_are_input_errors() {
             &[request(&[1 << 40], SamplingParams::GREEDY, 2)],
             "vocabulary",
         );
-        let none = generate(llama, tokenizer, &[], &mut SamplerRng::new(0)).expect("nothing");
+        let none = generate(llama, tokenizer, &[], &mut SeededRng::new(0)).expect("nothing");
         assert!(none.is_empty());
         let zero = generate(
             llama,
             tokenizer,
             &[request(&[1, 2], SamplingParams::GREEDY, 0)],
-            &mut SamplerRng::new(0),
+            &mut SeededRng::new(0),
         )
         .expect("no new tokens");
         assert!(zero[0].tokens.is_empty() && zero[0].finish == FinishReason::Length);
@@ -347,7 +348,7 @@ fn frequencies(logits: &[f32], params: SamplingParams, rows: usize) -> Vec<f64> 
         .view([1, v])
         .expand([per_draw as i64, v], false);
     let mut sampler = Sampler::new(&vec![params; per_draw], v, Device::Cpu);
-    let mut rng = SamplerRng::new(11);
+    let mut rng = SeededRng::new(11);
     let mut counts = vec![0.0; logits.len()];
     for _ in 0..3 {
         let (tokens, _) = sampler
@@ -449,11 +450,11 @@ fn top_p_over_a_long_tail_keeps_exactly_the_nucleus() {
 
 #[test]
 fn the_rng_is_uniform_and_seeded() {
-    let mut rng = SamplerRng::new(5);
+    let mut rng = SeededRng::new(5);
     let draws: Vec<f32> = (0..10_000).map(|_| rng.uniform()).collect();
     assert!(draws.iter().all(|&u| (0.0..1.0).contains(&u)));
     let mean = draws.iter().sum::<f32>() / draws.len() as f32;
     assert!((mean - 0.5).abs() < 0.01, "mean {mean}");
-    assert_eq!(SamplerRng::new(5), SamplerRng::new(5));
-    assert_ne!(SamplerRng::new(5).next_u64(), SamplerRng::new(6).next_u64());
+    assert_eq!(SeededRng::new(5), SeededRng::new(5));
+    assert_ne!(SeededRng::new(5).next_u64(), SeededRng::new(6).next_u64());
 }

@@ -12,10 +12,10 @@ use std::time::Instant;
 use clap::Parser;
 use drmas_host::model::architecture::Architecture;
 use drmas_host::model::chat_template::TemplateMessage;
-use drmas_host::model::checkpoint::write_safetensors;
 use drmas_host::model::error::ModelError;
 use drmas_host::model::llama::Llama;
 use drmas_host::model::pretrained::Pretrained;
+use drmas_host::model::safetensors_io::write_safetensors;
 use serde_json::Value;
 use tch::{Device, Kind, Tensor};
 

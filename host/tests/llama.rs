@@ -6,12 +6,13 @@ mod common;
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
-use drmas_host::engine::{generate, GenerationRequest, SamplerRng, SamplingParams};
+use drmas_host::engine::{generate, GenerationRequest, SamplingParams};
 use drmas_host::model::error::ModelError;
 use drmas_host::model::gguf::model::HfTensor;
 use drmas_host::model::gguf::GgufModel;
 use drmas_host::model::llama::Llama;
 use drmas_host::model::weights::load_into;
+use drmas_host::rng::SeededRng;
 use tch::{nn::VarStore, Device, Kind, Tensor};
 
 /// Runs `f` with the GGUF file and the model loaded from it, loaded once and shared by the
@@ -57,7 +58,7 @@ fn greedy(gguf: &GgufModel, llama: &Llama, prompts: &[Vec<i64>], max_new: usize)
             adapter: None,
         })
         .collect();
-    generate(llama, &tokenizer, &requests, &mut SamplerRng::new(0))
+    generate(llama, &tokenizer, &requests, &mut SeededRng::new(0))
         .expect("generates")
         .into_iter()
         .map(|g| g.tokens)

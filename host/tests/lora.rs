@@ -10,13 +10,14 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use drmas_host::engine::{generate, GenerationRequest, SamplerRng, SamplingParams};
+use drmas_host::engine::{generate, GenerationRequest, SamplingParams};
 use drmas_host::model::layers::AdapterRows;
 use drmas_host::model::llama::Llama;
 use drmas_host::model::lora::{LoraSettings, TARGET_MODULES};
 use drmas_host::model::peft::{AdapterConfig, ADAPTER_CONFIG_FILE};
 use drmas_host::model::pretrained::Pretrained;
-use drmas_host::train::AdamW;
+use drmas_host::rng::SeededRng;
+use drmas_host::update::AdamW;
 use serde_json::Value;
 use tch::{Device, Kind, Tensor};
 
@@ -153,7 +154,7 @@ fn mixed_generation_matches_each_adapter_alone() {
         request(B, Some(1), 12),
         request(A, Some(0), 12),
     ];
-    let mut rng = SamplerRng::new(0);
+    let mut rng = SeededRng::new(0);
     let together = generate(
         &pretrained.model,
         &pretrained.tokenizer,

@@ -10,7 +10,7 @@ use drmas_host::engine::FinishReason;
 use drmas_host::model::llama::Llama;
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rollout::AgentCall;
-use drmas_host::train::TrainingBatch;
+use drmas_host::update::TrainingBatch;
 use tch::{Device, Kind, Tensor};
 
 fn fixture(name: &str) -> Llama {

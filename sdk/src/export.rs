@@ -1,23 +1,16 @@
 //! What [`crate::export_plugin!`] expands to calls into; hidden from the docs. Everything
 //! here runs inside the plugin library.
 
-use abi_stable::library::{CheckTypeLayout, LibHeader, RootModuleResult};
+use abi_stable::library::CheckTypeLayout;
 use abi_stable::prefix_type::PrefixTypeTrait;
-use abi_stable::std_types::{RResult, RStr};
 
-use crate::ffi::{
-    guard, Exported, FfiComponent, FfiComponentInfo, FfiError, FfiKind, FfiLogger, FfiPluginInfo,
-    PluginModule, PluginModuleRef,
-};
+use crate::ffi::{guard, Exported, FfiComponentInfo, PluginModule, PluginModuleRef};
 use crate::{Agent, Component, ComponentKind, Environment, Error, Orchestra, Result};
 
-pub use crate::ffi::{
-    FfiComponent as Built, FfiError as Failure, FfiKind as Kind, FfiLogger as Logger,
-    FfiPluginInfo as Info,
-};
-pub use abi_stable::library::LibHeader as Header;
-pub use abi_stable::library::RootModuleResult as LoaderResult;
-pub use abi_stable::std_types::{RResult as FfiResult, RStr as FfiStr};
+// The types the macro's `extern "C"` functions name.
+pub use crate::ffi::{FfiComponent, FfiError, FfiKind, FfiLogger, FfiPluginInfo};
+pub use abi_stable::library::{LibHeader, RootModuleResult};
+pub use abi_stable::std_types::{RResult, RStr};
 
 /// The exported symbol abi_stable looks up (its mangled "root module loader" name); a test
 /// checks it against abi_stable's own constant.
@@ -187,19 +180,19 @@ macro_rules! export_plugin {
                 $($(x::Entry::environment::<$environment>(),)*)?
             ];
 
-            extern "C" fn info() -> x::Info {
+            extern "C" fn info() -> x::FfiPluginInfo {
                 x::info($name, env!("CARGO_PKG_VERSION"), ENTRIES)
             }
 
-            extern "C" fn set_logger(sink: x::Logger) {
+            extern "C" fn set_logger(sink: x::FfiLogger) {
                 x::set_logger(sink)
             }
 
             extern "C" fn create(
-                kind: x::Kind,
-                name: x::FfiStr<'_>,
-                config: x::FfiStr<'_>,
-            ) -> x::FfiResult<x::Built, x::Failure> {
+                kind: x::FfiKind,
+                name: x::RStr<'_>,
+                config: x::RStr<'_>,
+            ) -> x::RResult<x::FfiComponent, x::FfiError> {
                 x::create(ENTRIES, kind, name, config)
             }
 
@@ -207,13 +200,13 @@ macro_rules! export_plugin {
                 x::module(info, set_logger, create)
             }
 
-            extern "C" fn loader() -> x::LoaderResult {
+            extern "C" fn loader() -> x::RootModuleResult {
                 x::load_root(root)
             }
 
             /// The header abi_stable's loader reads (see `ROOT_MODULE_LOADER_NAME`).
             #[export_name = "_1as_0lib_1header_0root_bmodule_bloader"]
-            pub static HEADER: x::Header = unsafe { x::header(loader) };
+            pub static HEADER: x::LibHeader = unsafe { x::header(loader) };
         }
     };
 }

@@ -57,8 +57,7 @@ fn the_plugins_folder_offers_the_math_and_search_components() {
     // A bad component config is reported with the component's name.
     let error = registry
         .orchestra("math", "max_loop = 2")
-        .err()
-        .expect("typo")
+        .expect_err("typo")
         .to_string();
     assert!(
         error.contains("orchestra `math` of plugin `math`") && error.contains("max_loop"),

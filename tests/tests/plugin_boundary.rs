@@ -96,8 +96,7 @@ fn component_config_errors_name_the_component_and_the_key() {
     let registry = common::fixture_registry();
     let error = registry
         .agent("Shout Agent", "prefx = \"x\"")
-        .err()
-        .expect("must fail")
+        .expect_err("must fail")
         .to_string();
     assert!(
         error.contains("cannot build agent `Shout Agent` of plugin `fixture`"),
@@ -108,8 +107,7 @@ fn component_config_errors_name_the_component_and_the_key() {
 
     let error = registry
         .environment("words", "fail = true")
-        .err()
-        .expect("must fail")
+        .expect_err("must fail")
         .to_string();
     assert!(error.contains("environment `words`"), "{error}");
     assert!(error.contains("configured to fail"), "{error}");
@@ -120,8 +118,7 @@ fn an_unknown_component_suggests_close_names() {
     let registry = common::fixture_registry();
     let error = registry
         .agent("Shout", "")
-        .err()
-        .expect("must fail")
+        .expect_err("must fail")
         .to_string();
     assert!(
         error.contains("no plugin offers the agent `Shout`, did you mean `Shout Agent`?"),
@@ -129,8 +126,7 @@ fn an_unknown_component_suggests_close_names() {
     );
     let error = registry
         .orchestra("zzz", "")
-        .err()
-        .expect("must fail")
+        .expect_err("must fail")
         .to_string();
     assert!(error.contains("(available: `pair`, `relay`)"), "{error}");
 }

@@ -106,8 +106,10 @@ fn no_tracked_file_refers_to_a_path_outside_the_repository() {
     );
     let mut outside = Vec::new();
     for file in &files {
-        // Data files are text from the world (passages may quote `../`), the lockfile is cargo's.
-        if file.starts_with("data") || file == Path::new("Cargo.lock") {
+        // Data files are text from the world (passages may quote `../`), the lockfile is cargo's,
+        // and this file holds examples of what it looks for.
+        if file.starts_with("data") || file == Path::new("Cargo.lock") || file == Path::new(file!())
+        {
             continue;
         }
         let Ok(text) = std::fs::read_to_string(root.join(file)) else {

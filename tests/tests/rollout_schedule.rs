@@ -9,8 +9,9 @@ mod common;
 use std::time::Duration;
 
 use drmas_host::config::Schedule;
-use drmas_host::engine::{LocalGenerator, SamplerRng, SamplingParams};
+use drmas_host::engine::{LocalGenerator, SamplingParams};
 use drmas_host::model::pretrained::Pretrained;
+use drmas_host::rng::SeededRng;
 use drmas_host::rollout::{self, Crew, Rollout, RolloutLimits, TeamMember};
 use drmas_sdk::DatasetSpec;
 use tch::{Device, Kind};
@@ -68,7 +69,7 @@ fn rollout(schedule: Schedule) -> Rollout {
             schedule,
             batch_wait: Duration::from_millis(50),
         },
-        &mut SamplerRng::new(3),
+        &mut SeededRng::new(3),
         &mut |done| finished.push(done),
     )
     .expect("the rollout runs");

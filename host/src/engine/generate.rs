@@ -6,12 +6,13 @@ use std::collections::HashMap;
 use tch::{Device, Tensor};
 use tokenizers::Tokenizer;
 
-use super::sampling::{Sampler, SamplerRng, SamplingParams};
+use super::sampling::{Sampler, SamplingParams};
 use super::stop::StopStrings;
 use crate::model::error::ModelError;
 use crate::model::kernels::while_generating;
 use crate::model::layers::AdapterRows;
 use crate::model::llama::Llama;
+use crate::rng::SeededRng;
 
 /// One sequence to continue.
 #[derive(Debug, Clone)]
@@ -73,7 +74,7 @@ pub fn generate(
     model: &Llama,
     tokenizer: &Tokenizer,
     requests: &[GenerationRequest],
-    rng: &mut SamplerRng,
+    rng: &mut SeededRng,
 ) -> Result<Vec<Generation>, ModelError> {
     check(model, requests)?;
     let mut outputs: Vec<Generation> = requests

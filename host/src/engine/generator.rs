@@ -9,10 +9,10 @@ use anyhow::Context;
 use tokenizers::Tokenizer;
 
 use super::generate::{generate, Generation, GenerationRequest};
-use super::sampling::SamplerRng;
 use crate::model::chat_codec::ChatCodec;
 use crate::model::llama::Llama;
 use crate::model::pretrained::Pretrained;
+use crate::rng::SeededRng;
 
 /// Continues batches of prompts for one worker group: token ids and sampling parameters in,
 /// tokens, their sampling log-probabilities and a finish reason out (see [`GenerationRequest`]
@@ -27,7 +27,7 @@ pub trait Generator: Send + Sync {
     fn generate(
         &self,
         requests: &[GenerationRequest],
-        rng: &mut SamplerRng,
+        rng: &mut SeededRng,
     ) -> anyhow::Result<Vec<Generation>>;
 }
 
@@ -64,7 +64,7 @@ impl Generator for LocalGenerator<'_> {
     fn generate(
         &self,
         requests: &[GenerationRequest],
-        rng: &mut SamplerRng,
+        rng: &mut SeededRng,
     ) -> anyhow::Result<Vec<Generation>> {
         // A batch that panicked leaves the weights as they were (generation only reads them).
         let model = self.model.lock().unwrap_or_else(PoisonError::into_inner);

@@ -10,5 +10,5 @@ pub mod stop;
 
 pub use generate::{generate, FinishReason, Generation, GenerationRequest};
 pub use generator::{Generator, LocalGenerator};
-pub use sampling::{Sampler, SamplerRng, SamplingParams};
+pub use sampling::{Sampler, SamplingParams};
 pub use stop::StopStrings;

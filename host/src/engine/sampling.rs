@@ -1,9 +1,10 @@
-//! [`SamplingParams`], the seeded [`SamplerRng`] and the batched [`Sampler`]: temperature,
-//! top-k and top-p (nucleus) filtering, then inverse-CDF sampling with one uniform per row.
+//! [`SamplingParams`] and the batched [`Sampler`]: temperature, top-k and top-p (nucleus)
+//! filtering, then inverse-CDF sampling with one uniform per row from the run's [`SeededRng`].
 
 use tch::{Device, Kind, Tensor};
 
 use crate::model::error::ModelError;
+use crate::rng::SeededRng;
 
 /// How to pick the next token. `temperature == 0.0` means greedy (argmax).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -78,61 +79,6 @@ impl Default for SamplingParams {
     }
 }
 
-/// Seeded sampler state (deterministic for a given seed on CPU): xoshiro256** seeded through
-/// SplitMix64.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SamplerRng {
-    state: [u64; 4],
-}
-
-impl SamplerRng {
-    /// The stream of `seed`.
-    pub fn new(seed: u64) -> Self {
-        let mut x = seed;
-        let mut splitmix = || {
-            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        };
-        Self {
-            state: [splitmix(), splitmix(), splitmix(), splitmix()],
-        }
-    }
-
-    /// The generator's position, for a checkpoint.
-    pub fn state(&self) -> Vec<u64> {
-        self.state.to_vec()
-    }
-
-    /// The generator at a saved [`Self::state`]; `None` unless it holds four words.
-    pub fn from_state(state: &[u64]) -> Option<Self> {
-        Some(Self {
-            state: state.try_into().ok()?,
-        })
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        let s = &mut self.state;
-        let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
-        let t = s[1] << 17;
-        s[2] ^= s[0];
-        s[3] ^= s[1];
-        s[1] ^= s[2];
-        s[0] ^= s[3];
-        s[2] ^= t;
-        s[3] = s[3].rotate_left(45);
-        result
-    }
-
-    /// A uniform number in `[0, 1)` with 24 random bits (every value exact in f32).
-    pub fn uniform(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 * (1.0 / (1u64 << 24) as f32)
-    }
-}
-
 /// Candidate counts tried for top-p without top-k before sorting the whole vocabulary: the
 /// nucleus usually holds few tokens, and `topk` of a few hundred is some 25 times cheaper than a
 /// sort of SmolLM2's 49,152 (measured on CPU at batch 16 and 64).
@@ -140,7 +86,7 @@ const CANDIDATES: [i64; 2] = [256, 4096];
 
 /// Per-row sampling parameters of a batch as `[B, 1]` tensors, and the sampling itself.
 ///
-/// Every row is drawn with one uniform from the [`SamplerRng`] by inverse CDF: the cumulative
+/// Every row is drawn with one uniform from the [`SeededRng`] by inverse CDF: the cumulative
 /// sum of its (filtered) probabilities is searched for `u × total`. Rows without top-k/top-p
 /// need no sort (any token order works); rows with them use the most likely tokens by `topk`
 /// (enough for top-k, and checked to hold the whole nucleus for top-p, else more). Greedy rows
@@ -258,7 +204,7 @@ impl Sampler {
         &mut self,
         logits: &Tensor,
         live: &[bool],
-        rng: &mut SamplerRng,
+        rng: &mut SeededRng,
     ) -> Result<(Tensor, Tensor), ModelError> {
         let (rows, vocab) = (self.params.len() as i64, self.vocab);
         if logits.size() != [rows, vocab] || live.len() != self.params.len() {

@@ -100,13 +100,13 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::plot::Metrics;
+    use crate::plot::MetricSeries;
 
     fn record(estimator: &str, seed: u64, text: &str) -> RunRecord {
         RunRecord {
             estimator: estimator.into(),
             seed,
-            metrics: Metrics::parse(text, Path::new("m")).expect("parses"),
+            metrics: MetricSeries::parse(text, Path::new("m")).expect("parses"),
         }
     }
 

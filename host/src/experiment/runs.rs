@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::plot::Metrics;
+use crate::plot::MetricSeries;
 
 /// One finished (or partly finished) run of the experiment.
 #[derive(Debug, Clone)]
@@ -13,7 +13,7 @@ pub struct RunRecord {
     /// Its `[run] seed`.
     pub seed: u64,
     /// Its metrics, read from the run folder.
-    pub metrics: Metrics,
+    pub metrics: MetricSeries,
 }
 
 /// The folder of one run: `out/ESTIMATOR/seed-N`.
@@ -24,7 +24,7 @@ pub fn run_dir(out: &Path, estimator: &str, seed: u64) -> PathBuf {
 /// Whether `dir/metrics.jsonl` holds a line for iteration `iterations` (the run's last), so the
 /// run need not be repeated. A missing or unreadable file is not finished.
 pub fn finished(dir: &Path, iterations: u32) -> bool {
-    Metrics::read_run(dir).is_ok_and(|metrics| {
+    MetricSeries::read_run(dir).is_ok_and(|metrics| {
         metrics
             .series("reward/mean")
             .is_some_and(|points| points.iter().any(|&(i, _)| i == u64::from(iterations)))
@@ -43,7 +43,7 @@ pub fn read_all(
             records.push(RunRecord {
                 estimator: estimator.clone(),
                 seed,
-                metrics: Metrics::read_run(&run_dir(out, estimator, seed))?,
+                metrics: MetricSeries::read_run(&run_dir(out, estimator, seed))?,
             });
         }
     }

@@ -10,7 +10,7 @@ use crate::plot::figures::{
     AMPLIFICATION_PREFIX, EVAL_PREFIX, GRAD_NORM_AGENT_PREFIX, INVALID_RATE_PREFIX, REWARD_MEAN,
     REWARD_PENALISED_MEAN,
 };
-use crate::plot::Metrics;
+use crate::plot::MetricSeries;
 
 /// The trailing iterations the smoothed final reward averages.
 pub const LAST_ITERATIONS: usize = 3;
@@ -45,7 +45,7 @@ pub struct RunSummary {
 
 impl RunSummary {
     /// Summarises one run's metrics.
-    pub fn of(metrics: &Metrics) -> Self {
+    pub fn of(metrics: &MetricSeries) -> Self {
         let mut summary = Self::default();
         for (role, series) in metrics.with_prefix(GRAD_NORM_AGENT_PREFIX) {
             let norms: Vec<f64> = series.iter().map(|p| p.1).collect();
@@ -238,7 +238,7 @@ mod tests {
         RunRecord {
             estimator: estimator.into(),
             seed,
-            metrics: Metrics::parse(text, Path::new("metrics.jsonl")).expect("parses"),
+            metrics: MetricSeries::parse(text, Path::new("metrics.jsonl")).expect("parses"),
         }
     }
 

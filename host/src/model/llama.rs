@@ -1,6 +1,7 @@
 //! [`Llama`]: the Llama-family decoder (Llama 2/3, SmolLM, Qwen2, Qwen3) on libtorch, with HF
 //! parameter names.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use tch::nn::VarStore;
@@ -11,11 +12,12 @@ use super::error::ModelError;
 use super::gguf::GgufModel;
 use super::kernels::generation_linear;
 use super::layers::{
-    AdapterRows, AttentionConfig, AttentionContext, DecoderLayer, KvCache, Past, Projection,
-    PromptPrefix, RmsNorm, Rotary,
+    AdapterRows, AttentionConfig, AttentionContext, DecoderLayer, KvCache, LoraLinear, Past,
+    Projection, PromptPrefix, RmsNorm, Rotary,
 };
-use super::lora::Adapters;
+use super::lora::{variable_name, Adapters, LoraSettings};
 use super::weights::load_into;
+use crate::rng::SeededRng;
 
 /// A Llama-family causal LM whose weights live in a [`VarStore`] under HF names
 /// (`model.embed_tokens.weight`, `model.layers.N.self_attn.q_proj.weight`, …, `lm_head.weight`
@@ -459,4 +461,114 @@ fn move_variables(vs: &mut VarStore, device: Device) {
         }
     });
     vs.set_device(device);
+}
+
+/// LoRA: attaching adapters, their tensors by PEFT name, merging one into the base weights.
+impl Llama {
+    /// Freezes the base weights and attaches `slots` LoRA adapters of `settings` to every
+    /// targeted projection, initialised as PEFT does: `A` Kaiming-uniform (`a = √5`, i.e.
+    /// uniform in ±1/√in) from a stream seeded by `seed`, `B` zeros — so each adapter starts
+    /// as the base model.
+    pub fn add_adapters(
+        &mut self,
+        settings: &LoraSettings,
+        slots: usize,
+        seed: u64,
+    ) -> Result<(), ModelError> {
+        settings
+            .check()
+            .map_err(|e| ModelError::Config(format!("LoRA: {e}")))?;
+        if self.adapters().is_some() {
+            return Err(ModelError::Config(
+                "the model already has LoRA adapters".to_owned(),
+            ));
+        }
+        if slots == 0 {
+            return Err(ModelError::Config("LoRA: no adapters asked for".to_owned()));
+        }
+        let (kind, device) = (self.kind(), self.var_store().device());
+        let mut vs = VarStore::new(device);
+        vs.set_kind(kind);
+        let root = vs.root();
+        let mut rng = SeededRng::new(seed);
+        let rank = settings.rank;
+        for (module, projection) in self.projections_mut() {
+            let short = module.rsplit('.').next().unwrap_or_default();
+            if !settings.targets(short) {
+                continue;
+            }
+            let (in_dim, out_dim) = projection.dims();
+            let bound = 1.0 / (in_dim as f32).sqrt();
+            let path = module.split('.').fold(root.clone(), |p, part| &p / part);
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            for slot in 0..slots {
+                let values: Vec<f32> = (0..rank * in_dim)
+                    .map(|_| (2.0 * rng.uniform() - 1.0) * bound)
+                    .collect();
+                let init = Tensor::from_slice(&values).view([rank, in_dim]);
+                a.push((&path / "lora_A" / slot).var_copy("weight", &init));
+                b.push((&path / "lora_B" / slot).zeros("weight", &[out_dim, rank]));
+            }
+            projection.attach(LoraLinear::new(a, b, settings.scaling(), settings.dropout));
+        }
+        self.freeze();
+        self.set_adapters(Adapters::new(vs, settings.clone(), slots));
+        Ok(())
+    }
+
+    /// `slot`'s tensors under PEFT's names without the `base_model.model.` prefix
+    /// (`model.layers.N.self_attn.q_proj.lora_A.weight`), sharing storage with the variables.
+    pub fn adapter_tensors(&self, slot: usize) -> Result<BTreeMap<String, Tensor>, ModelError> {
+        let adapters = self.checked_adapters(slot)?;
+        let variables = adapters.var_store().variables();
+        let mut tensors = BTreeMap::new();
+        for (module, projection) in self.projections() {
+            if projection.lora().is_none() {
+                continue;
+            }
+            for matrix in ["lora_A", "lora_B"] {
+                let name = variable_name(&module, matrix, slot);
+                let tensor = variables
+                    .get(&name)
+                    .ok_or_else(|| ModelError::MissingTensor(name.clone()))?;
+                tensors.insert(format!("{module}.{matrix}.weight"), tensor.shallow_clone());
+            }
+        }
+        Ok(tensors)
+    }
+
+    /// Adds adapter `slot`'s update `(alpha / r) · B A` to the base weight of every adapted
+    /// projection (computed in f32) and removes all adapters: the model then computes what the
+    /// adapter computed, as a plain model that saves and loads without LoRA.
+    pub fn merge_adapter(&mut self, slot: usize) -> Result<(), ModelError> {
+        self.checked_adapters(slot)?;
+        let weights = self.var_store().variables();
+        for (module, projection) in self.projections() {
+            let Some(lora) = projection.lora() else {
+                continue;
+            };
+            let name = format!("{module}.weight");
+            let weight = weights
+                .get(&name)
+                .ok_or_else(|| ModelError::MissingTensor(name.clone()))?;
+            let merged = weight.to_kind(Kind::Float) + lora.delta_weight(slot);
+            tch::no_grad(|| weight.shallow_clone().copy_(&merged.to_kind(weight.kind())));
+        }
+        self.remove_adapters();
+        Ok(())
+    }
+
+    /// The adapters, failing unless there are some and `slot` is one of them.
+    fn checked_adapters(&self, slot: usize) -> Result<&Adapters, ModelError> {
+        let adapters = self
+            .adapters()
+            .ok_or_else(|| ModelError::Input("the model has no LoRA adapters".to_owned()))?;
+        if slot >= adapters.slots() {
+            return Err(ModelError::Input(format!(
+                "LoRA adapter {slot} does not exist; the model has {}",
+                adapters.slots()
+            )));
+        }
+        Ok(adapters)
+    }
 }

@@ -4,7 +4,6 @@ pub mod architecture;
 pub mod atomic_dir;
 pub mod chat_codec;
 pub mod chat_template;
-pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod gguf;
@@ -15,6 +14,7 @@ pub mod llama;
 pub mod lora;
 pub mod peft;
 pub mod pretrained;
+pub mod safetensors_io;
 pub mod save_hf;
 pub mod weights;
 

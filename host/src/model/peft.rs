@@ -14,10 +14,10 @@ use serde_json::{json, Value};
 use tch::Tensor;
 
 use super::atomic_dir::write_dir_atomically;
-use super::checkpoint::{tensor_from_view, write_safetensors};
 use super::error::ModelError;
 use super::llama::Llama;
 use super::lora::LoraSettings;
+use super::safetensors_io::{tensor_from_view, write_safetensors};
 
 /// The adapter's settings file.
 pub const ADAPTER_CONFIG_FILE: &str = "adapter_config.json";

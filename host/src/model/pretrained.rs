@@ -9,12 +9,12 @@ use tokenizers::Tokenizer;
 
 use super::chat_codec::ChatCodec;
 use super::chat_template::{ChatTemplate, TemplateMessage};
-use super::checkpoint::load_checkpoint;
 use super::config::LlamaConfig;
 use super::error::ModelError;
 use super::gguf::GgufModel;
 use super::hf_folder::{HfFolder, TOKENIZER_CONFIG_FILE};
 use super::llama::Llama;
+use super::safetensors_io::load_checkpoint;
 use super::weights::load_into;
 
 /// A model with its tokenizer and chat template.

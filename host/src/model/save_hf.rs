@@ -8,12 +8,12 @@ use serde_json::{json, Value};
 use tch::{Kind, Tensor};
 
 use super::atomic_dir::write_dir_atomically;
-use super::checkpoint::{write_safetensors, SINGLE_FILE};
 use super::error::ModelError;
 use super::hf_folder::{
     CONFIG_FILE, GENERATION_CONFIG_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE,
 };
 use super::pretrained::Pretrained;
+use super::safetensors_io::{write_safetensors, SINGLE_FILE};
 
 impl Pretrained {
     /// Writes the model to the folder `dir` in Hugging Face layout: `config.json`,

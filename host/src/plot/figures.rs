@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 
 use super::chart::{Band, Chart, Line, Stroke, YScale};
-use super::metrics::Metrics;
+use super::series::MetricSeries;
 
 /// Mean training reward per iteration.
 pub const REWARD_MEAN: &str = "reward/mean";
@@ -39,7 +39,7 @@ pub const ENV_PREFIX: &str = "env/";
 const X_LABEL: &str = "iteration";
 
 /// Every chart of a run, by file name; some may be empty.
-pub fn all(metrics: &Metrics) -> Vec<(&'static str, Chart)> {
+pub fn all(metrics: &MetricSeries) -> Vec<(&'static str, Chart)> {
     let colors = AgentColors::new(metrics);
     vec![
         ("reward.png", reward(metrics)),
@@ -50,7 +50,7 @@ pub fn all(metrics: &Metrics) -> Vec<(&'static str, Chart)> {
 }
 
 /// Reward per iteration with its spread, and eval scores.
-pub fn reward(metrics: &Metrics) -> Chart {
+pub fn reward(metrics: &MetricSeries) -> Chart {
     let mut chart = Chart::new("Reward", X_LABEL, "reward / score");
     if let Some(mean) = metrics.series(REWARD_MEAN) {
         if let Some(std) = metrics.series(REWARD_STD) {
@@ -90,7 +90,7 @@ pub fn reward(metrics: &Metrics) -> Chart {
 }
 
 /// Gradient norm per agent (solid) and per worker group (dashed).
-pub fn grad_norm(metrics: &Metrics, colors: &AgentColors) -> Chart {
+pub fn grad_norm(metrics: &MetricSeries, colors: &AgentColors) -> Chart {
     let title = if metrics.with_prefix(GRAD_NORM_GROUP_PREFIX).next().is_some() {
         "Gradient norm: agents (solid), worker groups (dashed)"
     } else {
@@ -118,7 +118,7 @@ pub fn grad_norm(metrics: &Metrics, colors: &AgentColors) -> Chart {
 }
 
 /// Advantage amplification per agent.
-pub fn amplification(metrics: &Metrics, colors: &AgentColors) -> Chart {
+pub fn amplification(metrics: &MetricSeries, colors: &AgentColors) -> Chart {
     let mut chart = Chart::new(
         "Advantage amplification per agent",
         X_LABEL,
@@ -136,7 +136,7 @@ pub fn amplification(metrics: &Metrics, colors: &AgentColors) -> Chart {
 }
 
 /// Each agent's invalid-format rate (solid) and the environment's rates (dashed).
-pub fn format(metrics: &Metrics, colors: &AgentColors) -> Chart {
+pub fn format(metrics: &MetricSeries, colors: &AgentColors) -> Chart {
     let mut chart = Chart::new(
         "Format: invalid calls per agent (solid), environment rates (dashed)",
         X_LABEL,
@@ -172,7 +172,7 @@ pub struct AgentColors {
 
 impl AgentColors {
     /// Every agent named by a per-agent key, sorted.
-    pub fn new(metrics: &Metrics) -> Self {
+    pub fn new(metrics: &MetricSeries) -> Self {
         let mut names: Vec<String> = metrics
             .with_prefix(GRAD_NORM_AGENT_PREFIX)
             .chain(metrics.with_prefix(AMPLIFICATION_PREFIX))

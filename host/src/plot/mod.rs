@@ -1,11 +1,11 @@
 //! `drmas-host plot RUN_DIR`: PNG charts of a run's `metrics.jsonl`, written next to it.
 //!
-//! [`metrics`] reads the file into series, [`figures`] decides which charts a run gets and what
+//! [`series`] reads the file into one series per key, [`figures`] decides which charts a run gets and what
 //! they show, [`chart`] draws one chart to a PNG.
 
 pub mod chart;
 pub mod figures;
-pub mod metrics;
+pub mod series;
 
 #[cfg(test)]
 mod tests;
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::bail;
 
-pub use metrics::Metrics;
+pub use series::MetricSeries;
 
 /// Reads `run_dir/metrics.jsonl` and writes `reward.png`, `grad_norm.png` and (when the run
 /// logged amplification) `amplification.png` into `run_dir`; returns the files written.
@@ -22,7 +22,7 @@ pub use metrics::Metrics;
 /// A chart with no data is left out; a run with nothing plottable at all is an error listing
 /// the keys it did find.
 pub fn plot_run(run_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let metrics = Metrics::read_run(run_dir)?;
+    let metrics = MetricSeries::read_run(run_dir)?;
     if metrics.lines() == 0 {
         bail!(
             "{} has no complete iteration yet: nothing to plot",

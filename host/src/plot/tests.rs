@@ -3,8 +3,8 @@ use std::path::Path;
 
 use super::chart::{HEIGHT, WIDTH};
 use super::figures::{self, AgentColors};
-use super::metrics::{Metrics, FILE_NAME};
 use super::plot_run;
+use super::series::{MetricSeries, FILE_NAME};
 
 /// Twelve iterations of a two-agent run on one shared worker group, evals every 4th.
 fn sample_metrics() -> String {
@@ -114,7 +114,7 @@ fn a_run_gets_reward_grad_norm_amplification_and_format_charts() {
 
 #[test]
 fn charts_show_what_the_metrics_have() {
-    let metrics = Metrics::parse(&sample_metrics(), Path::new(FILE_NAME)).expect("parses");
+    let metrics = MetricSeries::parse(&sample_metrics(), Path::new(FILE_NAME)).expect("parses");
     let colors = AgentColors::new(&metrics);
 
     let reward = figures::reward(&metrics);
@@ -165,7 +165,7 @@ fn narrow_grad_norms_stay_linear_and_no_amplification_means_no_chart() {
         "{\"iteration\": 0, \"reward/mean\": 0.2, \"grad_norm/agent/solver\": 1.5}\n\
          {\"iteration\": 1, \"reward/mean\": 0.3, \"grad_norm/agent/solver\": 0.9}\n",
     );
-    let metrics = Metrics::read_run(folder.path()).expect("reads");
+    let metrics = MetricSeries::read_run(folder.path()).expect("reads");
     assert!(!figures::grad_norm(&metrics, &AgentColors::new(&metrics)).log_y());
     let written = plot_run(folder.path()).expect("plots");
     assert_eq!(
@@ -215,7 +215,7 @@ fn a_truncated_last_line_is_skipped() {
     let mut text = sample_metrics();
     text.push_str("{\"iteration\": 12, \"reward/mean\": 0.7, \"grad_no");
     let folder = run_dir(&text);
-    let metrics = Metrics::read_run(folder.path()).expect("tolerated");
+    let metrics = MetricSeries::read_run(folder.path()).expect("tolerated");
     assert_eq!(metrics.lines(), 12);
     assert_eq!(metrics.skipped_last_line(), Some(13));
     assert_eq!(plot_run(folder.path()).expect("plots").len(), 4);

@@ -10,9 +10,10 @@ use drmas_sdk::AgentOutput;
 
 use super::episode::EpisodeState;
 use super::{AgentCall, TeamMember};
-use crate::engine::{Generation, GenerationRequest, Generator, SamplerRng};
+use crate::engine::{Generation, GenerationRequest, Generator};
 use crate::model::chat_codec::ChatCodec;
 use crate::model::chat_template::TemplateMessage;
+use crate::rng::SeededRng;
 
 /// An episode's pending call, rendered with its worker group's chat template.
 pub(super) struct PreparedCall {
@@ -96,7 +97,7 @@ pub(super) fn generate_batch(
     calls: &[PreparedCall],
     group: usize,
     generator: &dyn Generator,
-    rng: &mut SamplerRng,
+    rng: &mut SeededRng,
     origin: Instant,
 ) -> anyhow::Result<(Vec<Generation>, BatchRecord)> {
     let requests: Vec<GenerationRequest> = calls.iter().map(|c| c.request.clone()).collect();

@@ -16,7 +16,8 @@ use drmas_sdk::Task;
 use super::agent_turn::{complete, generate_batch, prepare, BatchRecord, PreparedCall};
 use super::episode::EpisodeState;
 use super::{AgentCall, Crew, EpisodeOutcome, Rollout, RolloutLimits};
-use crate::engine::{Generation, SamplerRng};
+use crate::engine::Generation;
+use crate::rng::SeededRng;
 
 /// What a worker thread reports to the scheduler.
 enum Event {
@@ -28,7 +29,7 @@ enum Event {
     /// A worker group's batch is generated (the group's sampler comes back with it).
     Generated {
         group: usize,
-        rng: SamplerRng,
+        rng: SeededRng,
         calls: Vec<PreparedCall>,
         result: anyhow::Result<(Vec<Generation>, BatchRecord)>,
     },
@@ -54,15 +55,15 @@ pub(super) fn run(
     tasks: &[&Task],
     limits: RolloutLimits,
     batch_wait: Duration,
-    rng: &mut SamplerRng,
+    rng: &mut SeededRng,
     on_progress: &mut dyn FnMut(usize),
 ) -> anyhow::Result<Rollout> {
     let origin = Instant::now();
     let groups = crew.generators.len();
     let max_batch = limits.max_batch.max(1);
     // A group's sampler is `None` while its batch runs.
-    let mut samplers: Vec<Option<SamplerRng>> = (0..groups)
-        .map(|_| Some(SamplerRng::new(rng.next_u64())))
+    let mut samplers: Vec<Option<SeededRng>> = (0..groups)
+        .map(|_| Some(SeededRng::new(rng.next_u64())))
         .collect();
     let mut queues: Vec<VecDeque<(PreparedCall, Instant)>> =
         (0..groups).map(|_| VecDeque::new()).collect();

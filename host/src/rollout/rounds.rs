@@ -2,6 +2,7 @@
 //! by group, and again until all episodes end. Batches are as large as they can be and depend
 //! on nothing but the seed, so runs are bit-reproducible.
 
+use crate::rng::SeededRng;
 use std::time::Instant;
 
 use anyhow::{anyhow, Context};
@@ -10,14 +11,13 @@ use drmas_sdk::Task;
 use super::agent_turn::{complete, generate_batch, prepare};
 use super::episode::EpisodeState;
 use super::{Crew, Rollout, RolloutLimits, TeamMember};
-use crate::engine::SamplerRng;
 
 /// Runs one episode per task in rounds (see the module docs).
 pub(super) fn run(
     crew: &Crew<'_>,
     tasks: &[&Task],
     limits: RolloutLimits,
-    rng: &mut SamplerRng,
+    rng: &mut SeededRng,
     on_progress: &mut dyn FnMut(usize),
 ) -> anyhow::Result<Rollout> {
     let Crew {

@@ -8,8 +8,9 @@ use drmas_sdk::{Environment, Orchestra, Task};
 use super::agent_turn::BatchRecord;
 use super::{asynchronous, rounds, AgentCall, EpisodeOutcome, TeamMember};
 use crate::config::Schedule;
-use crate::engine::{Generator, SamplerRng};
+use crate::engine::Generator;
 use crate::model::chat_codec::ChatCodec;
+use crate::rng::SeededRng;
 
 /// Bounds and batching of one rollout.
 #[derive(Debug, Clone, Copy)]
@@ -72,7 +73,7 @@ pub fn run(
     crew: &Crew<'_>,
     tasks: &[&Task],
     limits: RolloutLimits,
-    rng: &mut SamplerRng,
+    rng: &mut SeededRng,
     on_progress: &mut dyn FnMut(usize),
 ) -> anyhow::Result<Rollout> {
     match limits.schedule {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use tch::Tensor;
 
 use super::{TaskOrder, WorkerGroup};
-use crate::model::checkpoint::load_checkpoint;
+use crate::model::safetensors_io::load_checkpoint;
 
 /// Checkpoints kept in a run folder; older ones are deleted after a new one lands.
 const KEEP: usize = 2;

@@ -14,7 +14,7 @@ use super::eval::EvalReport;
 use super::WorkerGroup;
 use crate::advantage::{Diagnostics, Sample};
 use crate::rollout::{Rollout, TeamMember};
-use crate::train::UpdateReport;
+use crate::update::UpdateReport;
 
 /// Named numbers of one iteration, keys like `reward/mean` or `grad_norm/agent/solver`.
 #[derive(Debug, Clone, Default)]

@@ -29,12 +29,13 @@ pub use worker_group::{tch_device, WorkerGroup};
 
 use crate::advantage::{Estimator, Penalty, Sample};
 use crate::config::{RunConfig, RunFile};
-use crate::engine::{Generator, LocalGenerator, SamplerRng};
+use crate::engine::{Generator, LocalGenerator};
 use crate::model::chat_codec::ChatCodec;
 use crate::plugins::Hosted;
 use crate::preflight::{resolve_model, Plan};
+use crate::rng::SeededRng;
 use crate::rollout::{self, Rollout, RolloutLimits, TeamMember};
-use crate::train::{update_group, warmup_lr, AgentTraining, Reference, UpdateReport};
+use crate::update::{update_group, warmup_lr, AgentTraining, Reference, UpdateReport};
 
 /// Sequences in one generation batch at most (bounds KV-cache memory).
 const MAX_GENERATION_BATCH: usize = 64;
@@ -52,7 +53,7 @@ pub struct Trainer {
     train_tasks: Vec<Task>,
     eval_tasks: Vec<Task>,
     order: TaskOrder,
-    rng: SamplerRng,
+    rng: SeededRng,
     iteration: u32,
     skipped_steps: u64,
     out_dir: PathBuf,
@@ -174,7 +175,7 @@ impl Trainer {
         Ok(Self {
             agent_training: setup::agent_training(&config),
             order: TaskOrder::new(plan.train_tasks.len(), config.run.seed),
-            rng: SamplerRng::new(config.run.seed),
+            rng: SeededRng::new(config.run.seed),
             environment: plan.environment,
             orchestra: plan.orchestra,
             estimator: plan.estimator,
@@ -207,7 +208,7 @@ impl Trainer {
         let state = checkpoint.restore(&mut self.groups)?;
         self.iteration = state.iteration;
         self.order = state.task_order;
-        self.rng = SamplerRng::from_state(&state.rng).with_context(|| {
+        self.rng = SeededRng::from_state(&state.rng).with_context(|| {
             format!(
                 "{}: the sampler state is not four words",
                 checkpoint.dir().display()
@@ -505,7 +506,7 @@ impl Trainer {
         // Evaluation draws from its own RNG so it never shifts the training samples.
         let training_rng = std::mem::replace(
             &mut self.rng,
-            SamplerRng::new(self.config.run.seed ^ 0xE7A1 ^ u64::from(self.iteration)),
+            SeededRng::new(self.config.run.seed ^ 0xE7A1 ^ u64::from(self.iteration)),
         );
         let result = self.rollout(&episodes, "eval");
         self.rng = training_rng;

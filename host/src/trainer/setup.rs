@@ -8,7 +8,7 @@ use crate::config::{AgentSection, RunConfig};
 use crate::engine::SamplingParams;
 use crate::preflight::Plan;
 use crate::rollout::TeamMember;
-use crate::train::AgentTraining;
+use crate::update::AgentTraining;
 
 /// How rollouts sample: training (`[rollout]`) or evaluation (`[eval]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,9 +1,8 @@
 //! [`TaskOrder`]: which training tasks each iteration draws — a seeded shuffle per epoch, so a
 //! run's data order is reproducible and its position is two numbers a checkpoint can save.
 
+use crate::rng::SeededRng;
 use serde::{Deserialize, Serialize};
-
-use crate::engine::SamplerRng;
 
 /// A cursor over epochs of shuffled task indices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,7 +47,7 @@ impl TaskOrder {
     /// This epoch's order: a Fisher–Yates shuffle from the RNG of (seed, epoch).
     fn permutation(&self) -> Vec<usize> {
         let mut order: Vec<usize> = (0..self.tasks).collect();
-        let mut rng = SamplerRng::new(self.seed ^ self.epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut rng = SeededRng::new(self.seed ^ self.epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         for i in (1..order.len()).rev() {
             order.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
         }

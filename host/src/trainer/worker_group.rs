@@ -8,7 +8,7 @@ use anyhow::Context;
 use crate::config;
 use crate::model::lora::LoraSettings;
 use crate::model::pretrained::Pretrained;
-use crate::train::AdamW;
+use crate::update::AdamW;
 
 /// A worker group at run time.
 pub struct WorkerGroup {

@@ -129,7 +129,7 @@ mod tests {
 
     use super::*;
     use crate::model::kernels::relative_difference;
-    use crate::train::AdamW;
+    use crate::update::AdamW;
 
     #[test]
     fn matches_libtorch_linear_on_odd_shapes() {

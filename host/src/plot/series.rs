@@ -23,14 +23,14 @@ pub type Series = Vec<(u64, f64)>;
 
 /// Every numeric metric of one run.
 #[derive(Debug, Clone, Default)]
-pub struct Metrics {
+pub struct MetricSeries {
     path: PathBuf,
     series: BTreeMap<String, Series>,
     lines: usize,
     skipped_last_line: Option<usize>,
 }
 
-impl Metrics {
+impl MetricSeries {
     /// Reads `run_dir/metrics.jsonl`; a missing file says to train first.
     pub fn read_run(run_dir: &Path) -> anyhow::Result<Self> {
         let path = run_dir.join(FILE_NAME);
@@ -161,8 +161,8 @@ fn iteration_number(value: &serde_json::Value) -> Option<u64> {
 mod tests {
     use super::*;
 
-    fn parse(text: &str) -> anyhow::Result<Metrics> {
-        Metrics::parse(text, Path::new("run/metrics.jsonl"))
+    fn parse(text: &str) -> anyhow::Result<MetricSeries> {
+        MetricSeries::parse(text, Path::new("run/metrics.jsonl"))
     }
 
     #[test]
@@ -234,7 +234,7 @@ mod tests {
     #[test]
     fn a_missing_file_says_to_train_first() {
         let folder = tempfile::tempdir().expect("temp dir");
-        let error = Metrics::read_run(folder.path())
+        let error = MetricSeries::read_run(folder.path())
             .expect_err("no file")
             .to_string();
         assert!(
