@@ -8,10 +8,12 @@ pub mod expr;
 mod extract;
 mod latex;
 mod normalize;
+mod rational;
 
 pub use compare::is_equivalent;
 pub use extract::extract_answer;
 pub use normalize::normalize;
+pub use rational::Rational;
 
 /// The reward for a response: 1.0 when its extracted final answer is equivalent to the ground
 /// truth, 0.0 when it is not or states no answer.
