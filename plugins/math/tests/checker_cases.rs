@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use drmas_math::answer::{is_equivalent, normalize, score};
+use drmas_math::answer::{is_equivalent, normalize, score, MAX_ANSWER_LEN};
 
 /// (model response, ground truth, expected score) — ground truths are MATH-500 / GSM8K answers.
 const CASES: &[(&str, &str, bool)] = &[
@@ -446,6 +446,16 @@ const CASES: &[(&str, &str, bool)] = &[
     ("\\fbox{5}", "5", true),
     ("", "5", false),
 ];
+
+#[test]
+fn answers_past_the_length_cap_score_zero() {
+    // Thin spaces normalise away, so only the cap can make this answer wrong.
+    let long = format!("5{}", "\\,".repeat(MAX_ANSWER_LEN / 2));
+    assert_eq!(score(&format!("\\boxed{{{long}}}"), "5"), 0.0);
+    assert!(!is_equivalent("5", &long));
+    let at_cap = format!("{}5", " ".repeat(MAX_ANSWER_LEN - 1));
+    assert!(is_equivalent(&at_cap, "5"));
+}
 
 #[test]
 fn literal_cases() {

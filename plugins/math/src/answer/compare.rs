@@ -10,6 +10,10 @@ use super::expr::{self, Expr};
 use super::latex::{enclosed, split_top_level};
 use super::normalize::normalize;
 
+/// The longest answer (candidate or ground truth), in bytes, that is read at all; a longer one is
+/// judged wrong. No final answer in the data comes near it, and it bounds the work of a comparison.
+pub const MAX_ANSWER_LEN: usize = 1_000;
+
 /// Relative tolerance for comparing non-integer values (`0.5` against `\frac{1}{2}`).
 const REL_TOL: f64 = 1e-6;
 
@@ -24,6 +28,9 @@ const SAMPLE_POINTS: [f64; 3] = [1.373_205, 1.658_153, 2.577_215];
 
 /// Whether a candidate answer is equivalent to the ground truth.
 pub fn is_equivalent(candidate: &str, ground_truth: &str) -> bool {
+    if candidate.len() > MAX_ANSWER_LEN || ground_truth.len() > MAX_ANSWER_LEN {
+        return false;
+    }
     equivalent(&normalize(candidate), &normalize(ground_truth), 0)
 }
 

@@ -3,85 +3,12 @@
 //! Two answers that differ only in presentation — `\dfrac12` and `\frac{1}{2}`, `5 \text{ cm}` and
 //! `5`, `10,\!080` and `10080`, `x = 3` and `3`, `90^\circ` and `90` — normalise to the same
 //! string, so that exact comparison and the expression evaluator see only the mathematical content.
+//!
+//! Every step takes time linear in the answer's length (braces are paired once, units are peeled
+//! off as slices), so no answer a model writes can stall the reward.
 
-use super::latex::matching_brace;
-
-/// Unit words that may trail a numeric answer ("18 dollars", "5 cm") and carry no value.
-const UNIT_WORDS: &[&str] = &[
-    "cm",
-    "mm",
-    "km",
-    "m",
-    "meter",
-    "meters",
-    "metre",
-    "metres",
-    "centimeters",
-    "kilometers",
-    "inch",
-    "inches",
-    "foot",
-    "feet",
-    "ft",
-    "yard",
-    "yards",
-    "mile",
-    "miles",
-    "mph",
-    "unit",
-    "units",
-    "square",
-    "sq",
-    "cubic",
-    "degree",
-    "degrees",
-    "dollar",
-    "dollars",
-    "cent",
-    "cents",
-    "second",
-    "seconds",
-    "minute",
-    "minutes",
-    "hour",
-    "hours",
-    "day",
-    "days",
-    "week",
-    "weeks",
-    "month",
-    "months",
-    "year",
-    "years",
-    "gram",
-    "grams",
-    "kg",
-    "pound",
-    "pounds",
-    "lb",
-    "lbs",
-    "ounce",
-    "ounces",
-    "liter",
-    "liters",
-    "litre",
-    "litres",
-    "gallon",
-    "gallons",
-    "percent",
-];
-
-/// Text commands whose braced argument is kept as plain text when it is the answer itself.
-const TEXT_COMMANDS: &[&str] = &[
-    "\\text",
-    "\\textbf",
-    "\\textit",
-    "\\textnormal",
-    "\\mathrm",
-    "\\mathbf",
-    "\\mbox",
-    "\\boxed",
-];
+use super::latex::Groups;
+use super::units::{strip_text_units, strip_unit_words, TEXT_COMMANDS};
 
 /// Spacing and sizing commands that never change an answer's value.
 const SIZING_COMMANDS: &[&str] = &[
@@ -112,9 +39,8 @@ pub fn normalize(answer: &str) -> String {
         s = remove_command(&s, cmd);
     }
     s = trim_trailing_periods(&s);
-    s = strip_text_units(&s);
-    s = unwrap_text_commands(&s);
-    s = strip_unit_words(&s);
+    s = unwrap_text_commands(strip_text_units(&s));
+    s = strip_unit_words(&s).to_string();
     s = strip_assignment(&s);
     s = remove_whitespace(&s);
     s = brace_single_token_args(&s, "\\frac", 2);
@@ -185,65 +111,34 @@ fn remove_command(s: &str, cmd: &str) -> String {
     out
 }
 
-/// Removes a trailing `\text{ cm}` / `\mbox{ inches}^2` unit after a non-empty answer.
-fn strip_text_units(s: &str) -> String {
-    let mut s = s.trim().to_string();
-    while let Some((start, end)) = last_text_group(&s) {
-        let tail = s[end + 1..].trim();
-        let prefix = s[..start].trim();
-        let is_power = matches!(tail, "^2" | "^3" | "^{2}" | "^{3}");
-        if prefix.is_empty() || !(tail.is_empty() || is_power) {
-            break;
-        }
-        s = prefix.to_string();
-    }
-    s
-}
-
-/// The byte range (command start, closing brace) of the last text command with a braced argument.
-fn last_text_group(s: &str) -> Option<(usize, usize)> {
-    TEXT_COMMANDS
-        .iter()
-        .filter(|c| **c != "\\boxed")
-        .filter_map(|cmd| {
-            let start = s.rfind(&format!("{cmd}{{"))?;
-            let close = matching_brace(s, start + cmd.len())?;
-            Some((start, close))
-        })
-        .max_by_key(|(start, _)| *start)
-}
-
-/// Replaces every `\text{X}` (and its kin) by `X`.
+/// Replaces every `\text{X}` (and its kin, and `\boxed{X}`) by `X`, in one pass over `s`.
 fn unwrap_text_commands(s: &str) -> String {
-    let mut s = s.to_string();
-    for cmd in TEXT_COMMANDS {
-        let pattern = format!("{cmd}{{");
-        let mut from = 0;
-        while let Some(found) = s[from..].find(&pattern) {
-            let start = from + found;
-            let open = start + cmd.len();
-            let Some(close) = matching_brace(&s, open) else {
-                break;
-            };
-            let inner = s[open + 1..close].to_string();
-            s.replace_range(start..=close, &inner);
-            from = start;
+    let groups = Groups::new(s);
+    let mut out = String::with_capacity(s.len());
+    // Closing braces of the unwrapped groups still ahead; the innermost is last.
+    let mut closes: Vec<usize> = Vec::new();
+    let mut i = 0;
+    while let Some(c) = s[i..].chars().next() {
+        if closes.last() == Some(&i) {
+            closes.pop();
+            i += 1;
+            continue;
+        }
+        let rest = &s[i..];
+        let unwrapped = TEXT_COMMANDS
+            .iter()
+            .chain(&["\\boxed"])
+            .find(|cmd| rest.starts_with(*cmd) && rest[cmd.len()..].starts_with('{'))
+            .and_then(|cmd| Some((cmd.len(), groups.close(i + cmd.len())?)));
+        if let Some((cmd_len, close)) = unwrapped {
+            closes.push(close);
+            i += cmd_len + 1;
+        } else {
+            out.push(c);
+            i += c.len_utf8();
         }
     }
-    s
-}
-
-/// Removes unit words trailing a number ("18 dollars", "3 square feet").
-fn strip_unit_words(s: &str) -> String {
-    let mut s = s.trim().to_string();
-    while let Some((prefix, word)) = s.rsplit_once(' ') {
-        let unit = UNIT_WORDS.contains(&word.to_ascii_lowercase().as_str());
-        if !unit || !prefix.chars().any(|c| c.is_ascii_digit()) {
-            break;
-        }
-        s = prefix.trim_end().to_string();
-    }
-    s
+    out
 }
 
 /// Removes a leading `x =` or `\theta =` (a single name) and `x \in`.
@@ -309,39 +204,47 @@ fn remove_whitespace(s: &str) -> String {
 }
 
 /// Braces LaTeX's single-token arguments: `\frac12` → `\frac{1}{2}`, `\sqrt2` → `\sqrt{2}`.
+///
+/// A braced argument is copied whole, its end found through the brace pairs of `s`, so an
+/// unclosed group is never rescanned.
 fn brace_single_token_args(s: &str, cmd: &str, arity: usize) -> String {
+    let groups = Groups::new(s);
+    let last_bracket = s.rfind(']');
     let mut out = String::with_capacity(s.len() + 8);
-    let mut rest = s;
-    while let Some(pos) = rest.find(cmd) {
-        out.push_str(&rest[..pos + cmd.len()]);
-        rest = &rest[pos + cmd.len()..];
-        if rest.starts_with(|c: char| c.is_ascii_alphabetic()) {
+    let mut pos = 0;
+    while let Some(found) = s[pos..].find(cmd) {
+        let after = pos + found + cmd.len();
+        out.push_str(&s[pos..after]);
+        pos = after;
+        if s[pos..].starts_with(|c: char| c.is_ascii_alphabetic()) {
             continue; // a longer command name such as `\sqrtsign`
         }
-        if cmd == "\\sqrt" && rest.starts_with('[') {
-            if let Some(end) = rest.find(']') {
-                out.push_str(&rest[..=end]);
-                rest = &rest[end + 1..];
+        let has_index = cmd == "\\sqrt" && s[pos..].starts_with('[');
+        if has_index && last_bracket.is_some_and(|b| b > pos) {
+            if let Some(end) = s[pos..].find(']') {
+                out.push_str(&s[pos..=pos + end]);
+                pos += end + 1;
             }
         }
         for _ in 0..arity {
+            let rest = &s[pos..];
             if rest.starts_with('{') {
-                let Some(close) = matching_brace(rest, 0) else {
+                let Some(close) = groups.close(pos) else {
                     break;
                 };
-                out.push_str(&rest[..=close]);
-                rest = &rest[close + 1..];
+                out.push_str(&s[pos..=close]);
+                pos = close + 1;
             } else if let Some(token_len) = single_token_len(rest) {
                 out.push('{');
                 out.push_str(&rest[..token_len]);
                 out.push('}');
-                rest = &rest[token_len..];
+                pos += token_len;
             } else {
                 break;
             }
         }
     }
-    out.push_str(rest);
+    out.push_str(&s[pos..]);
     out
 }
 
@@ -425,6 +328,10 @@ mod tests {
             ("\\pi r^2", "\\pi r^2"),
             ("\\cot  x", "\\cot x"),
             ("2 x + 1", "2x+1"),
+            ("5 \\text{a}\\text{b}", "5"),
+            ("\\textbf{\\text{x}} y", "xy"),
+            ("\\frac{\\frac12", "\\frac{\\frac{1}{2}"),
+            ("\\sqrt[3]8", "\\sqrt[3]{8}"),
         ];
         for (raw, want) in cases {
             assert_eq!(normalize(raw), want, "{raw}");
