@@ -447,6 +447,52 @@ const CASES: &[(&str, &str, bool)] = &[
     ("", "5", false),
 ];
 
+/// (model response, ground truth, expected score) for each rule beyond presentation, with the
+/// near misses each rule must still reject.
+const RULES: &[(&str, &str, bool)] = &[
+    // `{,}` inside a number is a thousands separator.
+    ("\\boxed{1{,}000}", "1000", true),
+    ("\\boxed{1000}", "1{,}000", true),
+    ("\\boxed{10{,}080}", "10,\\!080", true),
+    ("\\boxed{\\$1{,}234{,}567}", "1234567", true),
+    ("\\boxed{(1{,}000, 2)}", "(1000,2)", true),
+    ("\\boxed{1{,}001}", "1{,}000", false),
+    ("\\boxed{1}", "1{,}000", false),
+    // Scientific e-notation is a power of ten.
+    ("\\boxed{4.5e33}", "4.5\\times10^{33}", true),
+    ("\\boxed{4.5 \\times 10^{33}}", "4.5e33", true),
+    ("\\boxed{4.5 \\cdot 10^{33}}", "4.5E+33", true),
+    ("\\boxed{4.6e33}", "4.5e33", false),
+    ("\\boxed{4.5e32}", "4.5e33", false),
+    ("\\boxed{1e6}", "1000000", true),
+    ("\\boxed{1e6}", "1000001", false),
+    ("\\boxed{6.72E-5}", ".0000672", true),
+    ("\\boxed{2e+1}", "2e + 1", false),
+    // A space after a comma makes a list, not a thousands separator.
+    ("\\boxed{8, 221}", "8221", false),
+    ("\\boxed{8,221}", "8221", true),
+    ("\\boxed{221, 8}", "8, 221", true),
+    ("\\boxed{8221}", "8, 221", false),
+    ("\\boxed{8,221}", "8, 221", false),
+    ("\\boxed{10,\\! 080}", "10080", true),
+];
+
+#[test]
+fn each_rule_and_its_near_misses() {
+    let wrong: Vec<String> = RULES
+        .iter()
+        .filter(|(response, truth, want)| (score(response, truth) == 1.0) != *want)
+        .map(|(response, truth, want)| format!("{response} vs {truth}: expected {want}"))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} of {} rules wrong:\n{}",
+        wrong.len(),
+        RULES.len(),
+        wrong.join("\n")
+    );
+}
+
 #[test]
 fn answers_past_the_length_cap_score_zero() {
     // Thin spaces normalise away, so only the cap can make this answer wrong.

@@ -9,6 +9,7 @@ pub mod expr;
 mod extract;
 mod latex;
 mod normalize;
+mod numerals;
 mod rational;
 mod units;
 

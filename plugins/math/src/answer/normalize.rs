@@ -8,6 +8,9 @@
 //! off as slices), so no answer a model writes can stall the reward.
 
 use super::latex::Groups;
+use super::numerals::{
+    expand_scientific, join_braced_separators, remove_thousands_separators, strip_zero_decimals,
+};
 use super::units::{strip_text_units, strip_unit_words, TEXT_COMMANDS};
 
 /// Spacing and sizing commands that never change an answer's value.
@@ -17,7 +20,9 @@ const SIZING_COMMANDS: &[&str] = &[
 
 /// Normalises a final answer to its canonical string form.
 pub fn normalize(answer: &str) -> String {
-    let mut s = remove_spacing(strip_math_delimiters(answer.trim()));
+    let mut s = remove_spacing(&join_braced_separators(strip_math_delimiters(
+        answer.trim(),
+    )));
     for (from, to) in [
         ("\\quad", " "),
         ("~", " "),
@@ -42,10 +47,10 @@ pub fn normalize(answer: &str) -> String {
     s = unwrap_text_commands(strip_text_units(&s));
     s = strip_unit_words(&s).to_string();
     s = strip_assignment(&s);
+    s = expand_scientific(&remove_thousands_separators(&s));
     s = remove_whitespace(&s);
     s = brace_single_token_args(&s, "\\frac", 2);
     s = brace_single_token_args(&s, "\\sqrt", 1);
-    s = remove_thousands_separators(&s);
     s = strip_zero_decimals(&s);
     if s.starts_with('.') && s[1..].starts_with(|c: char| c.is_ascii_digit()) {
         s.insert(0, '0');
@@ -55,6 +60,9 @@ pub fn normalize(answer: &str) -> String {
 
 /// Removes the spacing commands `\!`, `\,`, `\;`, `\:` and turns `\ ` into a space, leaving the
 /// row separator `\\` of matrices intact.
+///
+/// A negative space `\!` also swallows the spaces typed after it: MATH writes thousands as
+/// `11,\! 111`, one number, whereas a plain space after a comma separates list items.
 fn remove_spacing(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars().peekable();
@@ -68,7 +76,11 @@ fn remove_spacing(s: &str) -> String {
                 out.push_str("\\\\");
                 chars.next();
             }
-            Some('!' | ',' | ';' | ':') => {
+            Some('!') => {
+                chars.next();
+                while chars.next_if(|c| c.is_whitespace()).is_some() {}
+            }
+            Some(',' | ';' | ':') => {
                 chars.next();
             }
             Some(w) if w.is_whitespace() => {
@@ -264,35 +276,6 @@ fn single_token_len(s: &str) -> Option<usize> {
     }
 }
 
-/// `1,000,000` → `1000000`, only when the whole answer is one number with proper digit groups.
-fn remove_thousands_separators(s: &str) -> String {
-    let body = s.strip_prefix('-').unwrap_or(s);
-    let (int_part, frac_part) = body.split_once('.').unwrap_or((body, ""));
-    let groups: Vec<&str> = int_part.split(',').collect();
-    let grouped = groups.len() > 1
-        && (1..=3).contains(&groups[0].len())
-        && groups[1..].iter().all(|g| g.len() == 3)
-        && groups.iter().all(|g| g.chars().all(|c| c.is_ascii_digit()))
-        && frac_part.chars().all(|c| c.is_ascii_digit());
-    if grouped {
-        s.replace(',', "")
-    } else {
-        s.to_string()
-    }
-}
-
-/// `3.0` → `3`, `-12.00` → `-12`: a decimal whose fraction is all zeros is an integer.
-fn strip_zero_decimals(s: &str) -> String {
-    if let Some((int_part, frac)) = s.split_once('.') {
-        let digits = int_part.strip_prefix('-').unwrap_or(int_part);
-        let is_number = !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit());
-        if is_number && !frac.is_empty() && frac.chars().all(|c| c == '0') {
-            return int_part.to_string();
-        }
-    }
-    s.to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::normalize;
@@ -328,6 +311,11 @@ mod tests {
             ("\\pi r^2", "\\pi r^2"),
             ("\\cot  x", "\\cot x"),
             ("2 x + 1", "2x+1"),
+            ("1{,}000", "1000"),
+            ("8,221", "8221"),
+            ("8, 221", "8,221"),
+            ("10,\\! 080", "10080"),
+            ("4.5e33", "4.5\\times10^{33}"),
             ("5 \\text{a}\\text{b}", "5"),
             ("\\textbf{\\text{x}} y", "xy"),
             ("\\frac{\\frac12", "\\frac{\\frac{1}{2}"),
