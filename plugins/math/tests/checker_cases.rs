@@ -468,6 +468,22 @@ const RULES: &[(&str, &str, bool)] = &[
     ("\\boxed{1e6}", "1000001", false),
     ("\\boxed{6.72E-5}", ".0000672", true),
     ("\\boxed{2e+1}", "2e + 1", false),
+    // Exact arithmetic beyond float precision.
+    ("\\boxed{2^{100}}", "2^{100}+1", false),
+    ("\\boxed{2^{100}+1}", "2^{100}+1", true),
+    (
+        "\\boxed{2^{100}+1}",
+        "1267650600228229401496703205377",
+        true,
+    ),
+    ("\\boxed{2^{100}}", "1267650600228229401496703205377", false),
+    ("\\boxed{4^{50}}", "2^{100}", true),
+    ("\\boxed{\\frac{2^{100}+1}{3}}", "\\frac{2^{100}}{3}", false),
+    ("\\boxed{10^{20}+1}", "100000000000000000001", true),
+    ("\\boxed{10^{20}}", "100000000000000000001", false),
+    ("\\boxed{0.1+0.2}", "0.3", true),
+    ("\\boxed{x^{100}+1}", "x^{100}", false),
+    ("\\boxed{(x+1)^{2}}", "x^2+2x+1", true),
     // A space after a comma makes a list, not a thousands separator.
     ("\\boxed{8, 221}", "8221", false),
     ("\\boxed{8,221}", "8221", true),
@@ -475,6 +491,12 @@ const RULES: &[(&str, &str, bool)] = &[
     ("\\boxed{8221}", "8, 221", false),
     ("\\boxed{8,221}", "8, 221", false),
     ("\\boxed{10,\\! 080}", "10080", true),
+    // Distinct symbols are independent variables.
+    ("\\boxed{2^{N}}", "2^{k}", false),
+    ("\\boxed{2^{k}}", "2^{k}", true),
+    ("\\boxed{N}", "n", false),
+    ("\\boxed{a+D}", "2a", false),
+    ("\\boxed{y+x}", "x+y", true),
 ];
 
 #[test]

@@ -3,28 +3,45 @@
 //! Both sides are normalised, then compared in this order: an integer ground truth demands a
 //! candidate worth exactly that integer; equal strings match; structured answers (unions,
 //! equations, matrices, tuples, intervals, sets, lists) match part by part; anything else is
-//! parsed as LaTeX arithmetic and compared by value with a small relative tolerance, evaluating
-//! at several points when the answers have variables.
+//! parsed as LaTeX arithmetic and compared by value, at several points when it has variables.
+//!
+//! The rules beyond presentation:
+//!
+//! - **Length.** An answer longer than [`MAX_ANSWER_LEN`] bytes is judged wrong without being
+//!   read. No final answer in the data comes near it, and it bounds the work of a comparison.
+//! - **Exactness.** Values are compared as exact rationals wherever the expression is rational
+//!   arithmetic (integers, decimals, `+ - × ÷`, `\frac`, whole powers). An integer ground truth
+//!   demands exactly that integer, and answers written without a decimal point must be exactly
+//!   equal: `2^{100}+1` is not `2^{100}`. A decimal point marks a rounded answer, which may differ
+//!   by a relative 10⁻⁶ (`1.3333333333` is `\frac43`). Roots, π and functions are compared as
+//!   floats with the same tolerance.
+//! - **Variables.** Every distinct symbol gets its own value at each sample point, and case
+//!   matters: `2^{N}` is not `2^{k}`, nor `N` `n`.
 
 use super::expr::{self, Expr};
 use super::latex::{enclosed, split_top_level};
 use super::normalize::normalize;
+use super::rational::Rational;
 
 /// The longest answer (candidate or ground truth), in bytes, that is read at all; a longer one is
-/// judged wrong. No final answer in the data comes near it, and it bounds the work of a comparison.
+/// judged wrong.
 pub const MAX_ANSWER_LEN: usize = 1_000;
 
-/// Relative tolerance for comparing non-integer values (`0.5` against `\frac{1}{2}`).
-const REL_TOL: f64 = 1e-6;
+/// Relative tolerance for rounded and irrational values, as its inverse: 10⁻⁶.
+const REL_TOL_INV: u32 = 1_000_000;
 
-/// Relative tolerance for an integer ground truth: only floating-point rounding is forgiven.
+/// [`REL_TOL_INV`] as a float tolerance.
+const REL_TOL: f64 = 1.0 / REL_TOL_INV as f64;
+
+/// Relative tolerance for an integer ground truth met by an irrational-looking candidate
+/// (`\sqrt{9}`): only floating-point rounding is forgiven.
 const INT_TOL: f64 = 1e-12;
 
 /// How deeply structured answers (tuples of tuples, …) are compared before giving up.
 const MAX_DEPTH: usize = 16;
 
-/// Points at which answers with variables are evaluated; irrational-looking to avoid coincidences.
-const SAMPLE_POINTS: [f64; 3] = [1.373_205, 1.658_153, 2.577_215];
+/// How many points answers with variables are evaluated at.
+const SAMPLES: usize = 3;
 
 /// Whether a candidate answer is equivalent to the ground truth.
 pub fn is_equivalent(candidate: &str, ground_truth: &str) -> bool {
@@ -38,8 +55,8 @@ fn equivalent(c: &str, g: &str, depth: usize) -> bool {
     if depth > MAX_DEPTH || c.is_empty() || g.is_empty() {
         return false;
     }
-    if let Some(n) = integer_literal(g) {
-        return integer_match(c, g, n);
+    if is_integer_literal(g) {
+        return integer_match(c, g);
     }
     if c == g {
         return true;
@@ -50,25 +67,27 @@ fn equivalent(c: &str, g: &str, depth: usize) -> bool {
     expressions_equal(c, g)
 }
 
-/// The value of a plain integer literal such as `-12`, if `s` is one.
-fn integer_literal(s: &str) -> Option<f64> {
+/// Whether `s` is a plain integer literal such as `-12`.
+fn is_integer_literal(s: &str) -> bool {
     let digits = s.strip_prefix('-').unwrap_or(s);
-    if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    s.parse::<f64>().ok()
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
-/// An integer ground truth is matched by a candidate that evaluates to exactly that integer.
-fn integer_match(c: &str, g: &str, n: f64) -> bool {
+/// An integer ground truth is matched by a candidate worth exactly that integer.
+fn integer_match(c: &str, g: &str) -> bool {
     if c == g {
         return true;
     }
-    // Beyond 2^53 floats cannot tell neighbouring integers apart: demand the same digits.
-    if n.abs() >= 9.0e15 {
-        return false;
+    if let (Some(cv), Some(gv)) = (expr::evaluate_exact(c), expr::evaluate_exact(g)) {
+        return cv == gv;
     }
-    expr::evaluate(c).is_some_and(|v| (v - n).abs() <= INT_TOL * n.abs().max(1.0))
+    // Not rational arithmetic (`\sqrt{9}`): compare floats, which beyond 2^53 cannot tell
+    // neighbouring integers apart.
+    let Ok(n) = g.parse::<f64>() else {
+        return false;
+    };
+    n.abs() < 9.0e15
+        && expr::evaluate(c).is_some_and(|v| (v - n).abs() <= INT_TOL * n.abs().max(1.0))
 }
 
 /// Compares answers with structure; `None` when neither has any, so they are compared as values.
@@ -158,13 +177,29 @@ fn expressions_equal(c: &str, g: &str) -> bool {
     };
     let mut vars = ce.variables();
     vars.extend(ge.variables());
-    if vars.is_empty() {
-        return close(&ce, &ge, &|_| f64::NAN);
-    }
-    SAMPLE_POINTS.iter().enumerate().all(|(k, base)| {
-        let at = |v: char| base + (u32::from(v) % 29) as f64 * 0.137 + k as f64 * 0.291;
-        close(&ce, &ge, &at)
+    let vars: Vec<char> = vars.into_iter().collect();
+    let rounded = c.contains('.') || g.contains('.');
+    let samples = if vars.is_empty() { 1 } else { SAMPLES };
+    (0..samples).all(|k| {
+        let index = |v: char| vars.iter().position(|&x| x == v);
+        let exact_at = |v: char| Rational::ratio(sample(index(v)?, k), SAMPLE_DEN);
+        let float_at =
+            |v: char| index(v).map_or(f64::NAN, |i| sample(i, k) as f64 / SAMPLE_DEN as f64);
+        match (ce.exact(&exact_at), ge.exact(&exact_at)) {
+            (Some(x), Some(y)) if rounded => x.close_to(&y, REL_TOL_INV),
+            (Some(x), Some(y)) => x == y,
+            _ => close(&ce, &ge, &float_at),
+        }
     })
+}
+
+/// The denominator of every sample value.
+const SAMPLE_DEN: i64 = 1000;
+
+/// The numerator of the value of the `i`-th distinct variable at sample point `k`: different for
+/// every variable, and irrational-looking enough (1.51, 1.647, …) to avoid coincidences.
+fn sample(i: usize, k: usize) -> i64 {
+    (1373 + 291 * k + 137 * (i + 1)) as i64
 }
 
 fn close(a: &Expr, b: &Expr, at: &dyn Fn(char) -> f64) -> bool {
