@@ -468,6 +468,12 @@ const RULES: &[(&str, &str, bool)] = &[
     ("\\boxed{1e6}", "1000001", false),
     ("\\boxed{6.72E-5}", ".0000672", true),
     ("\\boxed{2e+1}", "2e + 1", false),
+    // A unit in parentheses after a number is not part of the answer.
+    ("\\boxed{18}", "18 (apples)", true),
+    ("#### 18", "18 (apples)", true),
+    ("\\boxed{18 (apples)}", "18", true),
+    ("\\boxed{17}", "18 (apples)", false),
+    ("\\boxed{18}", "1 (apples)", false),
     // Exact arithmetic beyond float precision.
     ("\\boxed{2^{100}}", "2^{100}+1", false),
     ("\\boxed{2^{100}+1}", "2^{100}+1", true),
@@ -497,6 +503,15 @@ const RULES: &[(&str, &str, bool)] = &[
     ("\\boxed{N}", "n", false),
     ("\\boxed{a+D}", "2a", false),
     ("\\boxed{y+x}", "x+y", true),
+    // A one-letter unit word is kept where the ground truth uses it as a variable.
+    ("\\boxed{\\frac{37}{4} m}", "\\frac{37m}{4}", true),
+    ("\\boxed{\\frac{37}{4}m}", "\\frac{37}{4} m", true),
+    ("\\boxed{\\frac{37}{4}}", "\\frac{37}{4} m", false),
+    ("\\boxed{\\frac{37}{4}}", "\\frac{37m}{4}", false),
+    ("\\boxed{3m+2}", "2+3m", true),
+    ("\\boxed{12 m}", "12", true),
+    ("\\boxed{12 m}", "12 \\text{ m}", true),
+    ("\\boxed{12 meters}", "12", true),
 ];
 
 #[test]

@@ -17,11 +17,15 @@
 //!   floats with the same tolerance.
 //! - **Variables.** Every distinct symbol gets its own value at each sample point, and case
 //!   matters: `2^{N}` is not `2^{k}`, nor `N` `n`.
+//! - **Units and variables.** Unit words trailing a number are dropped (`18 dollars`), except a
+//!   one-letter unit word that the ground truth uses as a variable: with the ground truth
+//!   `\frac{37}{4} m` or `3m+2`, `m` is kept on both sides and compared as a variable.
 
 use super::expr::{self, Expr};
 use super::latex::{enclosed, split_top_level};
-use super::normalize::normalize;
+use super::normalize::normalize_keeping;
 use super::rational::Rational;
+use super::units::one_letter_units;
 
 /// The longest answer (candidate or ground truth), in bytes, that is read at all; a longer one is
 /// judged wrong.
@@ -48,7 +52,32 @@ pub fn is_equivalent(candidate: &str, ground_truth: &str) -> bool {
     if candidate.len() > MAX_ANSWER_LEN || ground_truth.len() > MAX_ANSWER_LEN {
         return false;
     }
-    equivalent(&normalize(candidate), &normalize(ground_truth), 0)
+    let variables = unit_letters_used_as_variables(ground_truth);
+    let g = normalize_keeping(ground_truth, &variables);
+    let c = normalize_keeping(candidate, &variables);
+    equivalent(&c, &g, 0)
+}
+
+/// The one-letter unit words (`m`) that the ground truth uses as variables: those standing alone
+/// in it once it is normalised with them kept.
+fn unit_letters_used_as_variables(ground_truth: &str) -> Vec<&'static str> {
+    let letters: Vec<&str> = one_letter_units().collect();
+    let probe = normalize_keeping(ground_truth, &letters);
+    letters
+        .into_iter()
+        .filter(|letter| stands_alone(&probe, letter))
+        .collect()
+}
+
+/// Whether the one-letter `letter` occurs in `s` outside a word and a `\command`.
+fn stands_alone(s: &str, letter: &str) -> bool {
+    let bytes = s.as_bytes();
+    s.match_indices(letter).any(|(i, _)| {
+        let before = i.checked_sub(1).map(|j| bytes[j]);
+        let after = bytes.get(i + letter.len());
+        !before.is_some_and(|b| b.is_ascii_alphabetic() || b == b'\\')
+            && !after.is_some_and(u8::is_ascii_alphabetic)
+    })
 }
 
 fn equivalent(c: &str, g: &str, depth: usize) -> bool {

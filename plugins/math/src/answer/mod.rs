@@ -16,7 +16,9 @@ mod units;
 pub use compare::{is_equivalent, MAX_ANSWER_LEN};
 pub use extract::extract_answer;
 pub use normalize::normalize;
+pub(crate) use numerals::remove_thousands_separators;
 pub use rational::Rational;
+pub(crate) use units::strip_unit_annotation;
 
 /// The reward for a response: 1.0 when its extracted final answer is equivalent to the ground
 /// truth, 0.0 when it is not, states no answer, or states one longer than [`MAX_ANSWER_LEN`].

@@ -11,7 +11,7 @@ use super::latex::Groups;
 use super::numerals::{
     expand_scientific, join_braced_separators, remove_thousands_separators, strip_zero_decimals,
 };
-use super::units::{strip_text_units, strip_unit_words, TEXT_COMMANDS};
+use super::units::{strip_text_units, strip_unit_annotation, strip_unit_words, TEXT_COMMANDS};
 
 /// Spacing and sizing commands that never change an answer's value.
 const SIZING_COMMANDS: &[&str] = &[
@@ -20,6 +20,12 @@ const SIZING_COMMANDS: &[&str] = &[
 
 /// Normalises a final answer to its canonical string form.
 pub fn normalize(answer: &str) -> String {
+    normalize_keeping(answer, &[])
+}
+
+/// [`normalize`], except that the trailing one-letter words in `variables` are kept: the caller
+/// knows they are variables of the ground truth (`\frac{37}{4} m`), not units.
+pub(crate) fn normalize_keeping(answer: &str, variables: &[&str]) -> String {
     let mut s = remove_spacing(&join_braced_separators(strip_math_delimiters(
         answer.trim(),
     )));
@@ -45,7 +51,7 @@ pub fn normalize(answer: &str) -> String {
     }
     s = trim_trailing_periods(&s);
     s = unwrap_text_commands(strip_text_units(&s));
-    s = strip_unit_words(&s).to_string();
+    s = strip_unit_words(strip_unit_annotation(&s), variables).to_string();
     s = strip_assignment(&s);
     s = expand_scientific(&remove_thousands_separators(&s));
     s = remove_whitespace(&s);
@@ -316,6 +322,8 @@ mod tests {
             ("8, 221", "8,221"),
             ("10,\\! 080", "10080"),
             ("4.5e33", "4.5\\times10^{33}"),
+            ("18 (apples)", "18"),
+            ("\\frac{37}{4} m", "\\frac{37}{4}"),
             ("5 \\text{a}\\text{b}", "5"),
             ("\\textbf{\\text{x}} y", "xy"),
             ("\\frac{\\frac12", "\\frac{\\frac{1}{2}"),

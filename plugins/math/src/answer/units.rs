@@ -1,4 +1,8 @@
-//! Units trailing a numeric answer, which carry no value: `5 \text{ cm}^2`, `18 dollars`.
+//! Units trailing a numeric answer, which carry no value: `5 \text{ cm}^2`, `18 dollars`,
+//! `18 (apples)`.
+//!
+//! A one-letter unit word (`m`) is also a variable name, so the caller says which of them to keep:
+//! [`one_letter_units`] lists the candidates, and [`strip_unit_words`] leaves those it is given.
 
 use super::latex::matching_open;
 
@@ -79,6 +83,11 @@ pub const TEXT_COMMANDS: &[&str] = &[
     "\\mbox",
 ];
 
+/// The unit words that are single letters, and so may be a variable instead (`\frac{37}{4} m`).
+pub fn one_letter_units() -> impl Iterator<Item = &'static str> {
+    UNIT_WORDS.iter().copied().filter(|w| w.len() == 1)
+}
+
 /// Removes trailing `\text{ cm}` / `\mbox{ inches}^2` units after a non-empty answer.
 ///
 /// Each group is found by scanning back from its closing brace and is then dropped, so the work is
@@ -115,17 +124,45 @@ fn strip_power(s: &str) -> (&str, bool) {
         .map_or((s, false), |body| (body.trim_end(), true))
 }
 
-/// Removes unit words trailing a number ("18 dollars", "3 square feet").
+/// Removes a unit in parentheses after a number: `18 (apples)`, `3.5 (square feet)`.
+///
+/// GSM8K-style datasets write such golds; a space before the parenthesis and words of three or
+/// more letters inside it (or a unit word) tell a unit from a product such as `2(x)` or a choice
+/// such as `(C)`.
+pub fn strip_unit_annotation(s: &str) -> &str {
+    let s = s.trim();
+    let Some(inner_and_open) = s.strip_suffix(')') else {
+        return s;
+    };
+    let Some(open) = inner_and_open.rfind('(') else {
+        return s;
+    };
+    let (prefix, inner) = (&s[..open], &inner_and_open[open + 1..]);
+    let is_words = !inner.trim().is_empty()
+        && inner.chars().all(|c| c.is_ascii_alphabetic() || c == ' ')
+        && inner
+            .split(' ')
+            .any(|w| w.len() >= 3 || (w.len() > 1 && is_unit_word(w)));
+    let after_number = prefix.ends_with(' ') && prefix.chars().any(|c| c.is_ascii_digit());
+    if is_words && after_number {
+        prefix.trim_end()
+    } else {
+        s
+    }
+}
+
+/// Removes unit words trailing a number ("18 dollars", "3 square feet"), except those in `keep`.
 ///
 /// Words are peeled off the end one by one as slices, and the digit test is answered once, so a
 /// long run of unit words costs time linear in its length.
-pub fn strip_unit_words(s: &str) -> &str {
+pub fn strip_unit_words<'a>(s: &'a str, keep: &[&str]) -> &'a str {
     let mut s = s.trim();
     let Some(first_digit) = s.find(|c: char| c.is_ascii_digit()) else {
         return s;
     };
     while let Some((prefix, word)) = s.rsplit_once(' ') {
-        if !is_unit_word(word) || prefix.len() <= first_digit {
+        let unit = is_unit_word(word) && !keep.contains(&word);
+        if !unit || prefix.len() <= first_digit {
             break;
         }
         s = prefix.trim_end();
@@ -154,10 +191,27 @@ mod tests {
     }
 
     #[test]
-    fn unit_words_are_stripped_after_a_number() {
-        assert_eq!(strip_unit_words("3 square feet"), "3");
-        assert_eq!(strip_unit_words("18 Dollars"), "18");
-        assert_eq!(strip_unit_words("feet"), "feet");
-        assert_eq!(strip_unit_words("5 apples"), "5 apples");
+    fn unit_annotations_are_words_in_parentheses_after_a_number() {
+        assert_eq!(strip_unit_annotation("18 (apples)"), "18");
+        assert_eq!(strip_unit_annotation("3.5 (square feet)"), "3.5");
+        assert_eq!(strip_unit_annotation("4 (cm)"), "4");
+        assert_eq!(strip_unit_annotation("2(apples)"), "2(apples)");
+        assert_eq!(strip_unit_annotation("2 (x)"), "2 (x)");
+        assert_eq!(strip_unit_annotation("(C)"), "(C)");
+        assert_eq!(strip_unit_annotation("x (apples)"), "x (apples)");
+        assert_eq!(strip_unit_annotation("2 (x+1)"), "2 (x+1)");
+    }
+
+    #[test]
+    fn unit_words_are_stripped_unless_kept() {
+        assert_eq!(strip_unit_words("3 square feet", &[]), "3");
+        assert_eq!(strip_unit_words("18 Dollars", &[]), "18");
+        assert_eq!(strip_unit_words("\\frac{37}{4} m", &[]), "\\frac{37}{4}");
+        assert_eq!(
+            strip_unit_words("\\frac{37}{4} m", &["m"]),
+            "\\frac{37}{4} m"
+        );
+        assert_eq!(strip_unit_words("feet", &[]), "feet");
+        assert_eq!(strip_unit_words("5 apples", &[]), "5 apples");
     }
 }
