@@ -512,6 +512,16 @@ const RULES: &[(&str, &str, bool)] = &[
     ("\\boxed{12 m}", "12", true),
     ("\\boxed{12 m}", "12 \\text{ m}", true),
     ("\\boxed{12 meters}", "12", true),
+    // A percent sign is accepted only where a percentage is expected.
+    ("\\boxed{0.5\\%}", "0.5", false),
+    ("\\boxed{\\frac{1}{2}\\%}", "\\frac12", false),
+    ("\\boxed{12.5\\%}", "12.5", false),
+    ("\\boxed{25\\%}", "25", true),
+    ("\\boxed{25 percent}", "25", true),
+    ("\\boxed{25\\%}", "25\\%", true),
+    ("\\boxed{25}", "25\\%", true),
+    ("\\boxed{12.5\\%}", "12.5\\%", true),
+    ("\\boxed{26\\%}", "25", false),
 ];
 
 #[test]

@@ -17,6 +17,9 @@
 //!   floats with the same tolerance.
 //! - **Variables.** Every distinct symbol gets its own value at each sample point, and case
 //!   matters: `2^{N}` is not `2^{k}`, nor `N` `n`.
+//! - **Percent.** A candidate with a percent sign (`50\%`, `50 percent`) matches only a ground
+//!   truth that is a percentage: one written with a percent sign, or a whole number (GSM8K writes
+//!   "25%" as `#### 25`). Against anything else (`0.5`, a probability) it is wrong.
 //! - **Units and variables.** Unit words trailing a number are dropped (`18 dollars`), except a
 //!   one-letter unit word that the ground truth uses as a variable: with the ground truth
 //!   `\frac{37}{4} m` or `3m+2`, `m` is kept on both sides and compared as a variable.
@@ -55,6 +58,9 @@ pub fn is_equivalent(candidate: &str, ground_truth: &str) -> bool {
     let variables = unit_letters_used_as_variables(ground_truth);
     let g = normalize_keeping(ground_truth, &variables);
     let c = normalize_keeping(candidate, &variables);
+    if is_percentage(candidate) && !is_percentage(ground_truth) && !is_integer_literal(&g) {
+        return false;
+    }
     equivalent(&c, &g, 0)
 }
 
@@ -78,6 +84,11 @@ fn stands_alone(s: &str, letter: &str) -> bool {
         !before.is_some_and(|b| b.is_ascii_alphabetic() || b == b'\\')
             && !after.is_some_and(u8::is_ascii_alphabetic)
     })
+}
+
+/// Whether a raw answer is written as a percentage.
+fn is_percentage(answer: &str) -> bool {
+    answer.contains('%') || answer.to_ascii_lowercase().contains("percent")
 }
 
 fn equivalent(c: &str, g: &str, depth: usize) -> bool {
