@@ -522,6 +522,18 @@ const RULES: &[(&str, &str, bool)] = &[
     ("\\boxed{25}", "25\\%", true),
     ("\\boxed{12.5\\%}", "12.5\\%", true),
     ("\\boxed{26\\%}", "25", false),
+    // Tuples are ordered, sets are not; assignments are matched by name.
+    ("\\boxed{(3,2)}", "(2,3)", false),
+    ("\\boxed{\\{3, 2\\}}", "\\{2, 3\\}", true),
+    ("\\boxed{a=2, b=3}", "a=2, b=3", true),
+    ("\\boxed{b=3, a=2}", "a=2, b=3", true),
+    ("\\boxed{a=3, b=2}", "a=2, b=3", false),
+    ("\\boxed{2, 3}", "a=2, b=3", true),
+    ("\\boxed{3, 2}", "a=2, b=3", false),
+    ("\\boxed{(2, 3)}", "a=2, b=3", true),
+    ("\\boxed{(3, 2)}", "a=2, b=3", false),
+    ("\\boxed{a=2}", "a=2, b=3", false),
+    ("\\boxed{a=2, c=3}", "a=2, b=3", false),
 ];
 
 #[test]

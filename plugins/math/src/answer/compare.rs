@@ -17,6 +17,10 @@
 //!   floats with the same tolerance.
 //! - **Variables.** Every distinct symbol gets its own value at each sample point, and case
 //!   matters: `2^{N}` is not `2^{k}`, nor `N` `n`.
+//! - **Order.** Tuples, intervals and vectors in brackets are ordered: `(2,3)` is not `(3,2)`.
+//!   Sets in `\{…\}` and bare lists of values (`1, -2`, how MATH asks for "all solutions,
+//!   separated by commas") are not. A list of assignments (`a=2, b=3`) is matched name by name,
+//!   and a list of values given for it must follow its order.
 //! - **Percent.** A candidate with a percent sign (`50\%`, `50 percent`) matches only a ground
 //!   truth that is a percentage: one written with a percent sign, or a whole number (GSM8K writes
 //!   "25%" as `#### 25`). Against anything else (`0.5`, a probability) it is wrong.
@@ -26,7 +30,7 @@
 
 use super::expr::{self, Expr};
 use super::latex::{enclosed, split_top_level};
-use super::normalize::normalize_keeping;
+use super::normalize::{is_single_name, normalize_keeping};
 use super::rational::Rational;
 use super::units::one_letter_units;
 
@@ -133,6 +137,15 @@ fn integer_match(c: &str, g: &str) -> bool {
 /// Compares answers with structure; `None` when neither has any, so they are compared as values.
 fn structured(c: &str, g: &str, depth: usize) -> Option<bool> {
     let d = depth + 1;
+    if let Some(named) = assignments(g) {
+        return Some(match assignments(c) {
+            Some(given) => same_assignments(&given, &named, d),
+            None => {
+                let values: Vec<&str> = named.iter().map(|(_, v)| *v).collect();
+                pairwise(&list_items(c), &values, d)
+            }
+        });
+    }
     for sep in ["\\cup", "="] {
         let (cs, gs) = (split_top_level(c, sep), split_top_level(g, sep));
         if cs.len() > 1 || gs.len() > 1 {
@@ -163,6 +176,46 @@ fn structured(c: &str, g: &str, depth: usize) -> Option<bool> {
         return Some(unordered(&cs, &gs, d));
     }
     None
+}
+
+/// A bare list of at least two assignments to distinct names (`a=2,b=3`), as (name, value) pairs.
+fn assignments(s: &str) -> Option<Vec<(&str, &str)>> {
+    let items = split_top_level(s, ",");
+    if items.len() < 2 {
+        return None;
+    }
+    let pairs = items
+        .into_iter()
+        .map(|item| {
+            let (name, value) = item.split_once('=')?;
+            (is_single_name(name) && !value.is_empty() && !value.contains('='))
+                .then_some((name, value))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let distinct = pairs
+        .iter()
+        .enumerate()
+        .all(|(i, (name, _))| pairs[..i].iter().all(|(other, _)| other != name));
+    distinct.then_some(pairs)
+}
+
+/// Whether two assignment lists give every name equivalent values, in whatever order.
+fn same_assignments(given: &[(&str, &str)], named: &[(&str, &str)], depth: usize) -> bool {
+    given.len() == named.len()
+        && named.iter().all(|(name, value)| {
+            given
+                .iter()
+                .find(|(other, _)| other == name)
+                .is_some_and(|(_, v)| equivalent(v, value, depth))
+        })
+}
+
+/// The items of a tuple `(…)` or a bare list.
+fn list_items(s: &str) -> Vec<&str> {
+    match enclosed(s) {
+        Some(("(", inner, ")")) => split_top_level(inner, ","),
+        _ => split_top_level(s, ","),
+    }
 }
 
 /// A bracketed answer with at least two comma-separated items, or a set in `\{…\}`.

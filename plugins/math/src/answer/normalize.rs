@@ -176,7 +176,7 @@ fn strip_assignment(s: &str) -> String {
 }
 
 /// A variable name: one letter, optionally subscripted (`x_1`), or one Greek-letter command.
-fn is_single_name(s: &str) -> bool {
+pub(crate) fn is_single_name(s: &str) -> bool {
     let mut chars = s.chars();
     match chars.next() {
         Some(c) if c.is_ascii_alphabetic() => {
