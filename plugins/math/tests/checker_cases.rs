@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use drmas_math::answer::{is_equivalent, normalize, score};
+use drmas_math::answer::{is_equivalent, normalize, score, MAX_ANSWER_LEN};
 
 /// (model response, ground truth, expected score) — ground truths are MATH-500 / GSM8K answers.
 const CASES: &[(&str, &str, bool)] = &[
@@ -446,6 +446,121 @@ const CASES: &[(&str, &str, bool)] = &[
     ("\\fbox{5}", "5", true),
     ("", "5", false),
 ];
+
+/// (model response, ground truth, expected score) for each rule beyond presentation, with the
+/// near misses each rule must still reject.
+const RULES: &[(&str, &str, bool)] = &[
+    // `{,}` inside a number is a thousands separator.
+    ("\\boxed{1{,}000}", "1000", true),
+    ("\\boxed{1000}", "1{,}000", true),
+    ("\\boxed{10{,}080}", "10,\\!080", true),
+    ("\\boxed{\\$1{,}234{,}567}", "1234567", true),
+    ("\\boxed{(1{,}000, 2)}", "(1000,2)", true),
+    ("\\boxed{1{,}001}", "1{,}000", false),
+    ("\\boxed{1}", "1{,}000", false),
+    // Scientific e-notation is a power of ten.
+    ("\\boxed{4.5e33}", "4.5\\times10^{33}", true),
+    ("\\boxed{4.5 \\times 10^{33}}", "4.5e33", true),
+    ("\\boxed{4.5 \\cdot 10^{33}}", "4.5E+33", true),
+    ("\\boxed{4.6e33}", "4.5e33", false),
+    ("\\boxed{4.5e32}", "4.5e33", false),
+    ("\\boxed{1e6}", "1000000", true),
+    ("\\boxed{1e6}", "1000001", false),
+    ("\\boxed{6.72E-5}", ".0000672", true),
+    ("\\boxed{2e+1}", "2e + 1", false),
+    // A unit in parentheses after a number is not part of the answer.
+    ("\\boxed{18}", "18 (apples)", true),
+    ("#### 18", "18 (apples)", true),
+    ("\\boxed{18 (apples)}", "18", true),
+    ("\\boxed{17}", "18 (apples)", false),
+    ("\\boxed{18}", "1 (apples)", false),
+    // Exact arithmetic beyond float precision.
+    ("\\boxed{2^{100}}", "2^{100}+1", false),
+    ("\\boxed{2^{100}+1}", "2^{100}+1", true),
+    (
+        "\\boxed{2^{100}+1}",
+        "1267650600228229401496703205377",
+        true,
+    ),
+    ("\\boxed{2^{100}}", "1267650600228229401496703205377", false),
+    ("\\boxed{4^{50}}", "2^{100}", true),
+    ("\\boxed{\\frac{2^{100}+1}{3}}", "\\frac{2^{100}}{3}", false),
+    ("\\boxed{10^{20}+1}", "100000000000000000001", true),
+    ("\\boxed{10^{20}}", "100000000000000000001", false),
+    ("\\boxed{0.1+0.2}", "0.3", true),
+    ("\\boxed{x^{100}+1}", "x^{100}", false),
+    ("\\boxed{(x+1)^{2}}", "x^2+2x+1", true),
+    // A space after a comma makes a list, not a thousands separator.
+    ("\\boxed{8, 221}", "8221", false),
+    ("\\boxed{8,221}", "8221", true),
+    ("\\boxed{221, 8}", "8, 221", true),
+    ("\\boxed{8221}", "8, 221", false),
+    ("\\boxed{8,221}", "8, 221", false),
+    ("\\boxed{10,\\! 080}", "10080", true),
+    // Distinct symbols are independent variables.
+    ("\\boxed{2^{N}}", "2^{k}", false),
+    ("\\boxed{2^{k}}", "2^{k}", true),
+    ("\\boxed{N}", "n", false),
+    ("\\boxed{a+D}", "2a", false),
+    ("\\boxed{y+x}", "x+y", true),
+    // A one-letter unit word is kept where the ground truth uses it as a variable.
+    ("\\boxed{\\frac{37}{4} m}", "\\frac{37m}{4}", true),
+    ("\\boxed{\\frac{37}{4}m}", "\\frac{37}{4} m", true),
+    ("\\boxed{\\frac{37}{4}}", "\\frac{37}{4} m", false),
+    ("\\boxed{\\frac{37}{4}}", "\\frac{37m}{4}", false),
+    ("\\boxed{3m+2}", "2+3m", true),
+    ("\\boxed{12 m}", "12", true),
+    ("\\boxed{12 m}", "12 \\text{ m}", true),
+    ("\\boxed{12 meters}", "12", true),
+    // A percent sign is accepted only where a percentage is expected.
+    ("\\boxed{0.5\\%}", "0.5", false),
+    ("\\boxed{\\frac{1}{2}\\%}", "\\frac12", false),
+    ("\\boxed{12.5\\%}", "12.5", false),
+    ("\\boxed{25\\%}", "25", true),
+    ("\\boxed{25 percent}", "25", true),
+    ("\\boxed{25\\%}", "25\\%", true),
+    ("\\boxed{25}", "25\\%", true),
+    ("\\boxed{12.5\\%}", "12.5\\%", true),
+    ("\\boxed{26\\%}", "25", false),
+    // Tuples are ordered, sets are not; assignments are matched by name.
+    ("\\boxed{(3,2)}", "(2,3)", false),
+    ("\\boxed{\\{3, 2\\}}", "\\{2, 3\\}", true),
+    ("\\boxed{a=2, b=3}", "a=2, b=3", true),
+    ("\\boxed{b=3, a=2}", "a=2, b=3", true),
+    ("\\boxed{a=3, b=2}", "a=2, b=3", false),
+    ("\\boxed{2, 3}", "a=2, b=3", true),
+    ("\\boxed{3, 2}", "a=2, b=3", false),
+    ("\\boxed{(2, 3)}", "a=2, b=3", true),
+    ("\\boxed{(3, 2)}", "a=2, b=3", false),
+    ("\\boxed{a=2}", "a=2, b=3", false),
+    ("\\boxed{a=2, c=3}", "a=2, b=3", false),
+];
+
+#[test]
+fn each_rule_and_its_near_misses() {
+    let wrong: Vec<String> = RULES
+        .iter()
+        .filter(|(response, truth, want)| (score(response, truth) == 1.0) != *want)
+        .map(|(response, truth, want)| format!("{response} vs {truth}: expected {want}"))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} of {} rules wrong:\n{}",
+        wrong.len(),
+        RULES.len(),
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn answers_past_the_length_cap_score_zero() {
+    // Thin spaces normalise away, so only the cap can make this answer wrong.
+    let long = format!("5{}", "\\,".repeat(MAX_ANSWER_LEN / 2));
+    assert_eq!(score(&format!("\\boxed{{{long}}}"), "5"), 0.0);
+    assert!(!is_equivalent("5", &long));
+    let at_cap = format!("{}5", " ".repeat(MAX_ANSWER_LEN - 1));
+    assert!(is_equivalent(&at_cap, "5"));
+}
 
 #[test]
 fn literal_cases() {

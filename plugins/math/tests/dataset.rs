@@ -6,6 +6,7 @@ use std::io::Cursor;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use drmas_math::answer::score;
 use drmas_math::dataset::{
     load_jsonl, load_parquet, read_jsonl, DatasetError, JsonlFormat, LoadOptions,
 };
@@ -120,6 +121,46 @@ fn skip_mode_skips_and_counts() {
     assert_eq!(truths, ["2", "1234"]);
     assert_eq!(loaded.skipped, 3);
     assert_eq!(loaded.tasks[1].id, "openai/gsm8k-5");
+}
+
+/// GSM8K-style golds with a unit in parentheses: the loader and the checker read the same gold.
+const ANNOTATED: &str = r#####"{"question": "How many apples?", "answer": "3 + 15 = 18\n#### 18 (apples)"}
+{"question": "How many grams?", "answer": "#### 1,250 (grams)"}
+{"question": "Which two numbers?", "answer": "#### 8, 221"}
+"#####;
+
+#[test]
+fn gsm8k_golds_are_read_as_the_checker_reads_them() {
+    let loaded = read_jsonl(
+        Cursor::new(ANNOTATED),
+        "annotated.jsonl",
+        &JsonlFormat::gsm8k(),
+        &LoadOptions::default(),
+    )
+    .expect("loads");
+    let truths: Vec<&str> = loaded
+        .tasks
+        .iter()
+        .map(|t| t.ground_truth.as_str())
+        .collect();
+    assert_eq!(truths, ["18", "1250", "8, 221"]);
+    for (raw, loaded) in [("18 (apples)", "18"), ("1,250 (grams)", "1250")] {
+        for response in [
+            "\\boxed{18}",
+            "\\boxed{1250}",
+            "\\boxed{1,250}",
+            "\\boxed{17}",
+        ] {
+            assert_eq!(
+                score(response, raw),
+                score(response, loaded),
+                "{response} vs {raw}"
+            );
+        }
+    }
+    assert_eq!(score("\\boxed{18}", "18 (apples)"), 1.0);
+    assert_eq!(score("\\boxed{8221}", truths[2]), 0.0);
+    assert_eq!(score("\\boxed{221, 8}", truths[2]), 1.0);
 }
 
 #[test]

@@ -6,8 +6,14 @@
 //! parentheses and braces, implicit multiplication, single-letter variables) into a tree that can
 //! be evaluated at any assignment of the variables. Parsing is bounded in depth, so hostile input
 //! yields `None` instead of a stack overflow.
+//!
+//! An expression has two values: a float one ([`Expr::eval`]) for everything, and an exact
+//! rational one ([`Expr::exact`]) where it is rational arithmetic, which tells `2^{100}+1` from
+//! `2^{100}`.
 
 use std::collections::BTreeSet;
+
+use super::rational::Rational;
 
 /// How deep parentheses, fractions and exponents may nest before parsing gives up.
 const MAX_DEPTH: usize = 64;
@@ -19,8 +25,13 @@ const MAX_TOKENS: usize = 512;
 /// A parsed arithmetic expression.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expr {
-    /// A numeric literal.
-    Num(f64),
+    /// A numeric literal: its nearest float, and its exact value unless it is too long to keep.
+    Num {
+        /// The nearest float.
+        value: f64,
+        /// The exact value.
+        exact: Option<Rational>,
+    },
     /// A single-letter variable.
     Var(char),
     /// The constant π.
@@ -97,7 +108,7 @@ impl Expr {
     /// Evaluates the expression, looking variables up with `var`.
     pub fn eval(&self, var: &dyn Fn(char) -> f64) -> f64 {
         match self {
-            Expr::Num(v) => *v,
+            Expr::Num { value, .. } => *value,
             Expr::Var(c) => var(*c),
             Expr::Pi => std::f64::consts::PI,
             Expr::Neg(a) => -a.eval(var),
@@ -108,6 +119,23 @@ impl Expr {
             Expr::Pow(a, b) => power(a.eval(var), b.eval(var)),
             Expr::Root(n, a) => root(a.eval(var), n.eval(var)),
             Expr::Func(f, a) => f.apply(a.eval(var)),
+        }
+    }
+
+    /// Evaluates the expression exactly, looking variables up with `var`; `None` where it is not
+    /// rational arithmetic (π, roots, functions, fractional powers), divides by zero, or grows
+    /// beyond what [`Rational`] keeps.
+    pub fn exact(&self, var: &dyn Fn(char) -> Option<Rational>) -> Option<Rational> {
+        match self {
+            Expr::Num { exact, .. } => exact.clone(),
+            Expr::Var(c) => var(*c),
+            Expr::Pi | Expr::Root(..) | Expr::Func(..) => None,
+            Expr::Neg(a) => Some(a.exact(var)?.neg()),
+            Expr::Add(a, b) => a.exact(var)?.add(&b.exact(var)?),
+            Expr::Sub(a, b) => a.exact(var)?.sub(&b.exact(var)?),
+            Expr::Mul(a, b) => a.exact(var)?.mul(&b.exact(var)?),
+            Expr::Div(a, b) => a.exact(var)?.div(&b.exact(var)?),
+            Expr::Pow(a, b) => a.exact(var)?.pow(&b.exact(var)?),
         }
     }
 
@@ -123,7 +151,7 @@ impl Expr {
             Expr::Var(c) => {
                 out.insert(*c);
             }
-            Expr::Num(_) | Expr::Pi => {}
+            Expr::Num { .. } | Expr::Pi => {}
             Expr::Neg(a) | Expr::Func(_, a) => a.collect_variables(out),
             Expr::Add(a, b)
             | Expr::Sub(a, b)
@@ -162,7 +190,11 @@ fn root(x: f64, n: f64) -> f64 {
 /// One lexical unit of the LaTeX subset.
 #[derive(Debug, Clone, PartialEq)]
 enum Token {
-    Num { value: f64, integer: bool },
+    Num {
+        value: f64,
+        exact: Option<Rational>,
+        integer: bool,
+    },
     Letter(char),
     Command(String),
     Plus,
@@ -196,6 +228,7 @@ fn tokenize(s: &str) -> Option<Vec<Token>> {
                 let value = text.parse::<f64>().ok()?;
                 out.push(Token::Num {
                     value,
+                    exact: Rational::from_decimal(&text),
                     integer: !dot,
                 });
             }
@@ -261,6 +294,11 @@ pub fn parse(s: &str) -> Option<Expr> {
     };
     let expr = parser.expr()?;
     (parser.pos == parser.tokens.len()).then_some(expr)
+}
+
+/// Evaluates a variable-free LaTeX arithmetic expression exactly, when it is rational arithmetic.
+pub fn evaluate_exact(s: &str) -> Option<Rational> {
+    parse(s)?.exact(&|_| None)
 }
 
 /// Evaluates a variable-free LaTeX arithmetic expression to a finite number.
@@ -390,7 +428,7 @@ impl Parser {
         } else {
             self.enter()?;
             let out = match self.next()? {
-                Token::Num { value, .. } => Expr::Num(value),
+                Token::Num { value, exact, .. } => Expr::Num { value, exact },
                 Token::Letter(c) => Expr::Var(c),
                 Token::Command(c) if c == "pi" => Expr::Pi,
                 _ => return None,
@@ -403,14 +441,19 @@ impl Parser {
     fn primary(&mut self) -> Option<Expr> {
         self.enter()?;
         let out = match self.next()? {
-            Token::Num { value, integer } => {
+            Token::Num {
+                value,
+                exact,
+                integer,
+            } => {
+                let whole = Expr::Num { value, exact };
                 // A mixed number: `1\frac{4}{5}` is 1 + 4/5, as in MATH answers.
                 if integer {
                     if let Some(frac) = self.mixed_fraction() {
-                        return self.finish(Expr::Add(Box::new(Expr::Num(value)), Box::new(frac)));
+                        return self.finish(Expr::Add(Box::new(whole), Box::new(frac)));
                     }
                 }
-                Expr::Num(value)
+                whole
             }
             Token::Letter(c) => Expr::Var(c),
             Token::Open(open) => {
@@ -437,7 +480,10 @@ impl Parser {
                         }
                         n
                     } else {
-                        Expr::Num(2.0)
+                        Expr::Num {
+                            value: 2.0,
+                            exact: Some(Rational::integer(2)),
+                        }
                     };
                     Expr::Root(Box::new(index), Box::new(self.argument()?))
                 }
@@ -472,19 +518,16 @@ impl Parser {
         if !shape {
             return None;
         }
-        let num = match toks.get(start + 2) {
-            Some(Token::Num { value, .. }) => *value,
-            _ => return None,
+        let literal = |t: Option<&Token>| match t {
+            Some(Token::Num { value, exact, .. }) => Some(Expr::Num {
+                value: *value,
+                exact: exact.clone(),
+            }),
+            _ => None,
         };
-        let den = match toks.get(start + 5) {
-            Some(Token::Num { value, .. }) => *value,
-            _ => return None,
-        };
+        let (num, den) = (literal(toks.get(start + 2))?, literal(toks.get(start + 5))?);
         self.pos = start + 7;
-        Some(Expr::Div(
-            Box::new(Expr::Num(num)),
-            Box::new(Expr::Num(den)),
-        ))
+        Some(Expr::Div(Box::new(num), Box::new(den)))
     }
 }
 
@@ -543,6 +586,24 @@ mod tests {
         }
         assert_eq!(evaluate("x+1"), None);
         assert_eq!(evaluate("1/0"), None);
+        assert_eq!(evaluate_exact("1/0"), None);
+        assert_eq!(evaluate_exact("\\sqrt{4}"), None);
+        assert_eq!(evaluate_exact("2\\pi"), None);
+    }
+
+    #[test]
+    fn exact_values_beyond_float_precision() {
+        let exact = |s: &str| evaluate_exact(s).unwrap_or_else(|| Rational::integer(-1));
+        assert_ne!(exact("2^{100}+1"), exact("2^{100}"));
+        assert_eq!(ev("2^{100}+1"), ev("2^{100}"));
+        assert_eq!(exact("0.1+0.2"), exact("\\frac{3}{10}"));
+        assert_eq!(exact("1\\frac{4}{5}"), exact("1.8"));
+        assert_eq!(exact("2^{-2}"), exact("0.25"));
+        assert_eq!(exact("4.5\\times10^{33}"), exact("45\\times10^{32}"));
+        assert_eq!(evaluate_exact("9^{9^{9}}"), None);
+        let e = parse("x^2-1").expect("parses");
+        let at = |_| Rational::from_decimal("1.5");
+        assert_eq!(e.exact(&at), Rational::from_decimal("1.25"));
     }
 
     #[test]

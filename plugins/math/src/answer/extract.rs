@@ -3,8 +3,11 @@
 //! The order follows what reasoning models write: the text after the last `</think>` (the thought
 //! itself is not the answer), then the last well-formed `\boxed{…}` / `\fbox{…}` / `\boxed 5`,
 //! then GSM8K's `#### n`, then "the (final) answer is …".
+//!
+//! Every step reads the response a bounded number of times, so extraction takes time linear in
+//! its length whatever a model emits.
 
-use super::latex::matching_brace;
+use super::latex::Groups;
 
 /// Extracts the final answer from a response, or `None` when it states none.
 pub fn extract_answer(text: &str) -> Option<String> {
@@ -25,17 +28,20 @@ fn last_boxed(text: &str) -> Option<String> {
         .flat_map(|cmd| text.match_indices(cmd).map(|(i, m)| (i, i + m.len())))
         .collect();
     starts.sort_unstable();
+    let groups = Groups::new(text);
     starts
         .into_iter()
         .rev()
-        .find_map(|(_, after)| boxed_argument(&text[after..]))
+        .find_map(|(_, after)| boxed_argument(text, after, &groups))
 }
 
-/// The argument after a `\boxed` command: a balanced group, or a bare token (`\boxed 5`).
-fn boxed_argument(rest: &str) -> Option<String> {
+/// The argument of a `\boxed` command ending at byte `after`: a balanced group, or a bare token
+/// (`\boxed 5`).
+fn boxed_argument(text: &str, after: usize, groups: &Groups) -> Option<String> {
+    let rest = &text[after..];
     if rest.starts_with('{') {
-        let close = matching_brace(rest, 0)?;
-        return Some(rest[1..close].trim().to_string());
+        let close = groups.close(after)?;
+        return Some(text[after + 1..close].trim().to_string());
     }
     // `\boxed 5$` — a space, then everything up to the end of the math or line.
     let bare = rest.strip_prefix(' ')?.trim_start();

@@ -3,17 +3,55 @@
 //! Every index these helpers take or return sits on an ASCII brace or bracket, so it is always a
 //! char boundary: slicing with them cannot panic, whatever Unicode surrounds the braces.
 
-/// The byte index of the `}` closing the `{` at byte `open`, if the group is balanced.
-pub fn matching_brace(s: &str, open: usize) -> Option<usize> {
+/// The balanced `{…}` groups of a string, paired in one pass.
+///
+/// Looking a brace's partner up here costs a binary search; rescanning the text from every brace
+/// instead is quadratic on a response full of unclosed groups (`\boxed{\boxed{…`).
+pub struct Groups {
+    /// `(open, close)` for every `{`, in order of `open`; `close` is `None` when it never closes.
+    pairs: Vec<(usize, Option<usize>)>,
+}
+
+impl Groups {
+    /// Pairs every `{` of `s` with the `}` that closes it.
+    pub fn new(s: &str) -> Self {
+        let mut pairs = Vec::new();
+        let mut open = Vec::new();
+        for (i, b) in s.bytes().enumerate() {
+            match b {
+                b'{' => {
+                    open.push(pairs.len());
+                    pairs.push((i, None));
+                }
+                b'}' => {
+                    if let Some(k) = open.pop() {
+                        pairs[k].1 = Some(i);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Groups { pairs }
+    }
+
+    /// The byte index of the `}` closing the `{` at byte `open`, if the group is balanced.
+    pub fn close(&self, open: usize) -> Option<usize> {
+        let k = self.pairs.binary_search_by_key(&open, |&(o, _)| o).ok()?;
+        self.pairs[k].1
+    }
+}
+
+/// The byte index of the `{` opened by the `}` at byte `close`, scanning back only over the group.
+pub fn matching_open(s: &str, close: usize) -> Option<usize> {
     let bytes = s.as_bytes();
-    if bytes.get(open) != Some(&b'{') {
+    if bytes.get(close) != Some(&b'}') {
         return None;
     }
     let mut depth = 0usize;
-    for (i, &b) in bytes.iter().enumerate().skip(open) {
-        match b {
-            b'{' => depth += 1,
-            b'}' => {
+    for i in (0..=close).rev() {
+        match bytes[i] {
+            b'}' => depth += 1,
+            b'{' => {
                 depth -= 1;
                 if depth == 0 {
                     return Some(i);
@@ -101,12 +139,15 @@ mod tests {
     fn braces_match_with_nesting_and_unicode() {
         let s = "é{a{b}c}ü";
         let open = s.find('{').unwrap_or(0);
-        assert_eq!(
-            matching_brace(s, open).map(|c| &s[open..=c]),
-            Some("{a{b}c}")
-        );
-        assert_eq!(matching_brace("{a{b}", 0), None);
-        assert_eq!(matching_brace("a", 0), None);
+        let groups = Groups::new(s);
+        assert_eq!(groups.close(open).map(|c| &s[open..=c]), Some("{a{b}c}"));
+        assert_eq!(Groups::new("{a{b}").close(0), None);
+        assert_eq!(Groups::new("a").close(0), None);
+        assert_eq!(Groups::new("}{a}").close(1), Some(3));
+        let close = s.rfind('}').unwrap_or(0);
+        assert_eq!(matching_open(s, close), Some(open));
+        assert_eq!(matching_open("a{b}}", 4), None);
+        assert_eq!(matching_open("a", 0), None);
     }
 
     #[test]

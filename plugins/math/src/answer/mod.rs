@@ -1,20 +1,29 @@
 //! The answer checker: extraction, normalisation and equivalence of final answers.
 //!
 //! This is the reward of the math task: a response scores 1 when the answer it states is
-//! mathematically the ground truth, however it is written, and 0 otherwise. No input panics.
+//! mathematically the ground truth, however it is written, and 0 otherwise. No input panics, and
+//! none takes more than time linear in its length.
 
 mod compare;
 pub mod expr;
 mod extract;
 mod latex;
 mod normalize;
+mod numerals;
+mod rational;
+mod units;
 
-pub use compare::is_equivalent;
+pub use compare::{is_equivalent, MAX_ANSWER_LEN};
 pub use extract::extract_answer;
 pub use normalize::normalize;
+pub(crate) use numerals::remove_thousands_separators;
+pub use rational::Rational;
+pub(crate) use units::strip_unit_annotation;
 
 /// The reward for a response: 1.0 when its extracted final answer is equivalent to the ground
-/// truth, 0.0 when it is not or states no answer.
+/// truth, 0.0 when it is not, states no answer, or states one longer than [`MAX_ANSWER_LEN`].
+///
+/// Its time is linear in the length of the response, whatever the response holds.
 pub fn score(response: &str, ground_truth: &str) -> f64 {
     match extract_answer(response) {
         Some(answer) if is_equivalent(&answer, ground_truth) => 1.0,

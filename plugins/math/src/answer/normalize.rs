@@ -3,85 +3,15 @@
 //! Two answers that differ only in presentation — `\dfrac12` and `\frac{1}{2}`, `5 \text{ cm}` and
 //! `5`, `10,\!080` and `10080`, `x = 3` and `3`, `90^\circ` and `90` — normalise to the same
 //! string, so that exact comparison and the expression evaluator see only the mathematical content.
+//!
+//! Every step takes time linear in the answer's length (braces are paired once, units are peeled
+//! off as slices), so no answer a model writes can stall the reward.
 
-use super::latex::matching_brace;
-
-/// Unit words that may trail a numeric answer ("18 dollars", "5 cm") and carry no value.
-const UNIT_WORDS: &[&str] = &[
-    "cm",
-    "mm",
-    "km",
-    "m",
-    "meter",
-    "meters",
-    "metre",
-    "metres",
-    "centimeters",
-    "kilometers",
-    "inch",
-    "inches",
-    "foot",
-    "feet",
-    "ft",
-    "yard",
-    "yards",
-    "mile",
-    "miles",
-    "mph",
-    "unit",
-    "units",
-    "square",
-    "sq",
-    "cubic",
-    "degree",
-    "degrees",
-    "dollar",
-    "dollars",
-    "cent",
-    "cents",
-    "second",
-    "seconds",
-    "minute",
-    "minutes",
-    "hour",
-    "hours",
-    "day",
-    "days",
-    "week",
-    "weeks",
-    "month",
-    "months",
-    "year",
-    "years",
-    "gram",
-    "grams",
-    "kg",
-    "pound",
-    "pounds",
-    "lb",
-    "lbs",
-    "ounce",
-    "ounces",
-    "liter",
-    "liters",
-    "litre",
-    "litres",
-    "gallon",
-    "gallons",
-    "percent",
-];
-
-/// Text commands whose braced argument is kept as plain text when it is the answer itself.
-const TEXT_COMMANDS: &[&str] = &[
-    "\\text",
-    "\\textbf",
-    "\\textit",
-    "\\textnormal",
-    "\\mathrm",
-    "\\mathbf",
-    "\\mbox",
-    "\\boxed",
-];
+use super::latex::Groups;
+use super::numerals::{
+    expand_scientific, join_braced_separators, remove_thousands_separators, strip_zero_decimals,
+};
+use super::units::{strip_text_units, strip_unit_annotation, strip_unit_words, TEXT_COMMANDS};
 
 /// Spacing and sizing commands that never change an answer's value.
 const SIZING_COMMANDS: &[&str] = &[
@@ -90,7 +20,15 @@ const SIZING_COMMANDS: &[&str] = &[
 
 /// Normalises a final answer to its canonical string form.
 pub fn normalize(answer: &str) -> String {
-    let mut s = remove_spacing(strip_math_delimiters(answer.trim()));
+    normalize_keeping(answer, &[])
+}
+
+/// [`normalize`], except that the trailing one-letter words in `variables` are kept: the caller
+/// knows they are variables of the ground truth (`\frac{37}{4} m`), not units.
+pub(crate) fn normalize_keeping(answer: &str, variables: &[&str]) -> String {
+    let mut s = remove_spacing(&join_braced_separators(strip_math_delimiters(
+        answer.trim(),
+    )));
     for (from, to) in [
         ("\\quad", " "),
         ("~", " "),
@@ -112,14 +50,13 @@ pub fn normalize(answer: &str) -> String {
         s = remove_command(&s, cmd);
     }
     s = trim_trailing_periods(&s);
-    s = strip_text_units(&s);
-    s = unwrap_text_commands(&s);
-    s = strip_unit_words(&s);
+    s = unwrap_text_commands(strip_text_units(&s));
+    s = strip_unit_words(strip_unit_annotation(&s), variables).to_string();
     s = strip_assignment(&s);
+    s = expand_scientific(&remove_thousands_separators(&s));
     s = remove_whitespace(&s);
     s = brace_single_token_args(&s, "\\frac", 2);
     s = brace_single_token_args(&s, "\\sqrt", 1);
-    s = remove_thousands_separators(&s);
     s = strip_zero_decimals(&s);
     if s.starts_with('.') && s[1..].starts_with(|c: char| c.is_ascii_digit()) {
         s.insert(0, '0');
@@ -129,6 +66,9 @@ pub fn normalize(answer: &str) -> String {
 
 /// Removes the spacing commands `\!`, `\,`, `\;`, `\:` and turns `\ ` into a space, leaving the
 /// row separator `\\` of matrices intact.
+///
+/// A negative space `\!` also swallows the spaces typed after it: MATH writes thousands as
+/// `11,\! 111`, one number, whereas a plain space after a comma separates list items.
 fn remove_spacing(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars().peekable();
@@ -142,7 +82,11 @@ fn remove_spacing(s: &str) -> String {
                 out.push_str("\\\\");
                 chars.next();
             }
-            Some('!' | ',' | ';' | ':') => {
+            Some('!') => {
+                chars.next();
+                while chars.next_if(|c| c.is_whitespace()).is_some() {}
+            }
+            Some(',' | ';' | ':') => {
                 chars.next();
             }
             Some(w) if w.is_whitespace() => {
@@ -185,65 +129,34 @@ fn remove_command(s: &str, cmd: &str) -> String {
     out
 }
 
-/// Removes a trailing `\text{ cm}` / `\mbox{ inches}^2` unit after a non-empty answer.
-fn strip_text_units(s: &str) -> String {
-    let mut s = s.trim().to_string();
-    while let Some((start, end)) = last_text_group(&s) {
-        let tail = s[end + 1..].trim();
-        let prefix = s[..start].trim();
-        let is_power = matches!(tail, "^2" | "^3" | "^{2}" | "^{3}");
-        if prefix.is_empty() || !(tail.is_empty() || is_power) {
-            break;
-        }
-        s = prefix.to_string();
-    }
-    s
-}
-
-/// The byte range (command start, closing brace) of the last text command with a braced argument.
-fn last_text_group(s: &str) -> Option<(usize, usize)> {
-    TEXT_COMMANDS
-        .iter()
-        .filter(|c| **c != "\\boxed")
-        .filter_map(|cmd| {
-            let start = s.rfind(&format!("{cmd}{{"))?;
-            let close = matching_brace(s, start + cmd.len())?;
-            Some((start, close))
-        })
-        .max_by_key(|(start, _)| *start)
-}
-
-/// Replaces every `\text{X}` (and its kin) by `X`.
+/// Replaces every `\text{X}` (and its kin, and `\boxed{X}`) by `X`, in one pass over `s`.
 fn unwrap_text_commands(s: &str) -> String {
-    let mut s = s.to_string();
-    for cmd in TEXT_COMMANDS {
-        let pattern = format!("{cmd}{{");
-        let mut from = 0;
-        while let Some(found) = s[from..].find(&pattern) {
-            let start = from + found;
-            let open = start + cmd.len();
-            let Some(close) = matching_brace(&s, open) else {
-                break;
-            };
-            let inner = s[open + 1..close].to_string();
-            s.replace_range(start..=close, &inner);
-            from = start;
+    let groups = Groups::new(s);
+    let mut out = String::with_capacity(s.len());
+    // Closing braces of the unwrapped groups still ahead; the innermost is last.
+    let mut closes: Vec<usize> = Vec::new();
+    let mut i = 0;
+    while let Some(c) = s[i..].chars().next() {
+        if closes.last() == Some(&i) {
+            closes.pop();
+            i += 1;
+            continue;
+        }
+        let rest = &s[i..];
+        let unwrapped = TEXT_COMMANDS
+            .iter()
+            .chain(&["\\boxed"])
+            .find(|cmd| rest.starts_with(*cmd) && rest[cmd.len()..].starts_with('{'))
+            .and_then(|cmd| Some((cmd.len(), groups.close(i + cmd.len())?)));
+        if let Some((cmd_len, close)) = unwrapped {
+            closes.push(close);
+            i += cmd_len + 1;
+        } else {
+            out.push(c);
+            i += c.len_utf8();
         }
     }
-    s
-}
-
-/// Removes unit words trailing a number ("18 dollars", "3 square feet").
-fn strip_unit_words(s: &str) -> String {
-    let mut s = s.trim().to_string();
-    while let Some((prefix, word)) = s.rsplit_once(' ') {
-        let unit = UNIT_WORDS.contains(&word.to_ascii_lowercase().as_str());
-        if !unit || !prefix.chars().any(|c| c.is_ascii_digit()) {
-            break;
-        }
-        s = prefix.trim_end().to_string();
-    }
-    s
+    out
 }
 
 /// Removes a leading `x =` or `\theta =` (a single name) and `x \in`.
@@ -263,7 +176,7 @@ fn strip_assignment(s: &str) -> String {
 }
 
 /// A variable name: one letter, optionally subscripted (`x_1`), or one Greek-letter command.
-fn is_single_name(s: &str) -> bool {
+pub(crate) fn is_single_name(s: &str) -> bool {
     let mut chars = s.chars();
     match chars.next() {
         Some(c) if c.is_ascii_alphabetic() => {
@@ -309,39 +222,47 @@ fn remove_whitespace(s: &str) -> String {
 }
 
 /// Braces LaTeX's single-token arguments: `\frac12` → `\frac{1}{2}`, `\sqrt2` → `\sqrt{2}`.
+///
+/// A braced argument is copied whole, its end found through the brace pairs of `s`, so an
+/// unclosed group is never rescanned.
 fn brace_single_token_args(s: &str, cmd: &str, arity: usize) -> String {
+    let groups = Groups::new(s);
+    let last_bracket = s.rfind(']');
     let mut out = String::with_capacity(s.len() + 8);
-    let mut rest = s;
-    while let Some(pos) = rest.find(cmd) {
-        out.push_str(&rest[..pos + cmd.len()]);
-        rest = &rest[pos + cmd.len()..];
-        if rest.starts_with(|c: char| c.is_ascii_alphabetic()) {
+    let mut pos = 0;
+    while let Some(found) = s[pos..].find(cmd) {
+        let after = pos + found + cmd.len();
+        out.push_str(&s[pos..after]);
+        pos = after;
+        if s[pos..].starts_with(|c: char| c.is_ascii_alphabetic()) {
             continue; // a longer command name such as `\sqrtsign`
         }
-        if cmd == "\\sqrt" && rest.starts_with('[') {
-            if let Some(end) = rest.find(']') {
-                out.push_str(&rest[..=end]);
-                rest = &rest[end + 1..];
+        let has_index = cmd == "\\sqrt" && s[pos..].starts_with('[');
+        if has_index && last_bracket.is_some_and(|b| b > pos) {
+            if let Some(end) = s[pos..].find(']') {
+                out.push_str(&s[pos..=pos + end]);
+                pos += end + 1;
             }
         }
         for _ in 0..arity {
+            let rest = &s[pos..];
             if rest.starts_with('{') {
-                let Some(close) = matching_brace(rest, 0) else {
+                let Some(close) = groups.close(pos) else {
                     break;
                 };
-                out.push_str(&rest[..=close]);
-                rest = &rest[close + 1..];
+                out.push_str(&s[pos..=close]);
+                pos = close + 1;
             } else if let Some(token_len) = single_token_len(rest) {
                 out.push('{');
                 out.push_str(&rest[..token_len]);
                 out.push('}');
-                rest = &rest[token_len..];
+                pos += token_len;
             } else {
                 break;
             }
         }
     }
-    out.push_str(rest);
+    out.push_str(&s[pos..]);
     out
 }
 
@@ -359,35 +280,6 @@ fn single_token_len(s: &str) -> Option<usize> {
     } else {
         None
     }
-}
-
-/// `1,000,000` → `1000000`, only when the whole answer is one number with proper digit groups.
-fn remove_thousands_separators(s: &str) -> String {
-    let body = s.strip_prefix('-').unwrap_or(s);
-    let (int_part, frac_part) = body.split_once('.').unwrap_or((body, ""));
-    let groups: Vec<&str> = int_part.split(',').collect();
-    let grouped = groups.len() > 1
-        && (1..=3).contains(&groups[0].len())
-        && groups[1..].iter().all(|g| g.len() == 3)
-        && groups.iter().all(|g| g.chars().all(|c| c.is_ascii_digit()))
-        && frac_part.chars().all(|c| c.is_ascii_digit());
-    if grouped {
-        s.replace(',', "")
-    } else {
-        s.to_string()
-    }
-}
-
-/// `3.0` → `3`, `-12.00` → `-12`: a decimal whose fraction is all zeros is an integer.
-fn strip_zero_decimals(s: &str) -> String {
-    if let Some((int_part, frac)) = s.split_once('.') {
-        let digits = int_part.strip_prefix('-').unwrap_or(int_part);
-        let is_number = !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit());
-        if is_number && !frac.is_empty() && frac.chars().all(|c| c == '0') {
-            return int_part.to_string();
-        }
-    }
-    s.to_string()
 }
 
 #[cfg(test)]
@@ -425,6 +317,17 @@ mod tests {
             ("\\pi r^2", "\\pi r^2"),
             ("\\cot  x", "\\cot x"),
             ("2 x + 1", "2x+1"),
+            ("1{,}000", "1000"),
+            ("8,221", "8221"),
+            ("8, 221", "8,221"),
+            ("10,\\! 080", "10080"),
+            ("4.5e33", "4.5\\times10^{33}"),
+            ("18 (apples)", "18"),
+            ("\\frac{37}{4} m", "\\frac{37}{4}"),
+            ("5 \\text{a}\\text{b}", "5"),
+            ("\\textbf{\\text{x}} y", "xy"),
+            ("\\frac{\\frac12", "\\frac{\\frac{1}{2}"),
+            ("\\sqrt[3]8", "\\sqrt[3]{8}"),
         ];
         for (raw, want) in cases {
             assert_eq!(normalize(raw), want, "{raw}");

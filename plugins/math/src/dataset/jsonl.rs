@@ -8,12 +8,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{DatasetError, LoadOptions, Loaded, MathTask};
+use crate::answer::{remove_thousands_separators, strip_unit_annotation};
 
 /// How the reference answer is obtained from the answer field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AnswerMode {
-    /// GSM8K: a worked solution whose last `#### n` line holds the answer (commas removed).
+    /// GSM8K: a worked solution whose last `#### n` line holds the answer (thousands separators
+    /// and a unit annotation such as `(apples)` removed).
     Gsm8kTail,
     /// MATH and most others: the field is the answer itself.
     Raw,
@@ -108,10 +110,12 @@ fn text_field(value: &Value, field: &str) -> Result<String, String> {
     }
 }
 
-/// The answer after GSM8K's last `####`, without thousands separators.
+/// The answer after GSM8K's last `####`, read by the checker's own rules: without a unit
+/// annotation (`18 (apples)`) and without thousands separators (`1,234`, but not the list
+/// `8, 221`), so that the stored gold is what the checker compares against.
 fn gsm8k_answer(solution: &str) -> Option<String> {
     let (_, tail) = solution.rsplit_once("####")?;
-    let answer = tail.trim().replace(',', "");
+    let answer = remove_thousands_separators(strip_unit_annotation(tail.trim()));
     (!answer.is_empty()).then_some(answer)
 }
 
