@@ -83,8 +83,8 @@ fn ranks_by_bm25_over_title_and_text() {
     let results = bm25.search(&queries, 2).expect("search");
     assert_eq!(results.len(), 4);
     assert_eq!(results[0][0].id, "p2");
-    assert_eq!(results[0][0].title, "Hamlet");
-    assert_eq!(results[0][0].text, PASSAGES[1].2);
+    assert_eq!(results[0][0].title(), "Hamlet");
+    assert_eq!(results[0][0].text(), PASSAGES[1].2);
     assert_eq!(results[1][0].id, "p4", "ASCII folding matches röntgen");
     assert_eq!(results[2][0].id, "p3");
     assert!(results[2].len() <= 2);

@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use drmas_search::dataset::{load_qa_jsonl, LoadOptions};
+use drmas_search::retriever::bm25::{Bm25Options, Bm25Retriever};
 use drmas_search::retriever::http::{HttpRetriever, HttpRetrieverConfig};
 use drmas_search::retriever::{Retriever, RetrieverError};
 use drmas_search::server::{RetrievalServer, ServerConfig, ServerHandle};
@@ -101,7 +102,7 @@ fn client_and_server_agree_with_direct_bm25() {
     let remote = client.search(&queries, 5).expect("remote");
     assert_eq!(remote, direct, "the HTTP round trip changes nothing");
     assert_eq!(remote[0][0].id, "nqo-0");
-    assert_eq!(remote[0][0].title, "List of Nobel laureates in Physics");
+    assert_eq!(remote[0][0].title(), "List of Nobel laureates in Physics");
 
     // The endpoint URL form of Search-R1's configs works too.
     let by_endpoint = HttpRetriever::new(HttpRetrieverConfig::new(format!(
@@ -130,7 +131,7 @@ fn the_wire_format_is_search_r1s() {
     assert_eq!(status, 200);
     let item = &body["result"][0][0];
     assert_eq!(item["document"]["id"], "nqo-0");
-    assert_eq!(item["document"]["contents"], expected[0].contents());
+    assert_eq!(item["document"]["contents"], expected[0].contents);
     assert_eq!(
         item["score"].as_f64().map(|s| s as f32),
         Some(expected[0].score)
@@ -146,7 +147,7 @@ fn the_wire_format_is_search_r1s() {
     assert_eq!(status, 200);
     assert_eq!(
         body["result"][0][0],
-        json!({"id": "nqo-0", "contents": expected[0].contents()})
+        json!({"id": "nqo-0", "contents": expected[0].contents})
     );
     assert_eq!(body["result"][0].as_array().map(Vec::len), Some(3));
     assert_eq!(body["result"].as_array().map(Vec::len), Some(2));
@@ -159,6 +160,64 @@ fn the_wire_format_is_search_r1s() {
         "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     );
     assert_eq!((status, body), (200, json!({"status": "ok"})));
+}
+
+#[test]
+fn the_server_returns_each_passage_contents_byte_for_byte() {
+    let contents = [
+        ("bare", "Bare title, no quotes\nzebra text"),
+        (
+            "spaces",
+            "  \"Spaced\"  \n\tzebra\u{a0}with  odd\u{2003}whitespace\r\nand a CRLF line  ",
+        ),
+        (
+            "unicode",
+            "\"Ünïcödé — ☃\"\nzebra 東京 cafe\u{301} 🦓 \"quoted\" back\\slash",
+        ),
+        ("one-line", "zebra and nothing else"),
+        ("quoted-only-left", "\"Half quoted\nzebra"),
+    ];
+    let dir = tempfile::tempdir().expect("temp dir");
+    let corpus = dir.path().join("corpus.jsonl");
+    let lines: String = contents
+        .iter()
+        .map(|(id, contents)| format!("{}\n", json!({"id": id, "contents": contents})))
+        .collect();
+    std::fs::write(&corpus, lines).expect("write the corpus");
+    let bm25 = Bm25Retriever::open_or_build(
+        &corpus,
+        &dir.path().join("index"),
+        &Bm25Options::default(),
+        &|_| {},
+    )
+    .expect("index");
+    let running = serve(Arc::new(bm25));
+
+    let (status, body) = post(
+        &running.url,
+        "/retrieve",
+        &json!({"queries": ["zebra"], "topk": 10}).to_string(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let returned = body["result"][0].as_array().expect("one list");
+    assert_eq!(returned.len(), contents.len());
+    for document in returned {
+        let id = document["id"].as_str().expect("id");
+        let expected = contents.iter().find(|(i, _)| *i == id).expect("known id").1;
+        assert_eq!(document["contents"], expected, "passage {id}");
+    }
+
+    // The client hands the same bytes on.
+    let client = HttpRetriever::new(HttpRetrieverConfig::new(running.url.clone()));
+    let hits = client.search(&["zebra".to_owned()], 10).expect("remote");
+    for hit in &hits[0] {
+        let expected = contents
+            .iter()
+            .find(|(i, _)| *i == hit.id)
+            .expect("known id")
+            .1;
+        assert_eq!(hit.contents, expected, "passage {}", hit.id);
+    }
 }
 
 #[test]

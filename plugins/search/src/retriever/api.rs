@@ -34,7 +34,7 @@ pub struct RetrieveRequest {
 pub struct WireDocument {
     /// The passage id.
     pub id: String,
-    /// `"\"Title\"\ntext"`.
+    /// The corpus `contents`, byte for byte (by convention `"\"Title\"\ntext"`).
     pub contents: String,
 }
 
@@ -58,7 +58,7 @@ impl WireItem {
     pub fn from_hit(hit: &Hit, with_score: bool) -> WireItem {
         let document = WireDocument {
             id: hit.id.clone(),
-            contents: hit.contents(),
+            contents: hit.contents.clone(),
         };
         if with_score {
             WireItem::Scored {

@@ -1,9 +1,9 @@
 //! A BM25 retriever over a tantivy index of the corpus, built on first use in an index folder and
 //! reopened afterwards while the corpus is unchanged.
 //!
-//! The title and text of each passage are indexed together in one field (as pyserini indexes
-//! `contents` for Search-R1's BM25 baseline), analysed with lowercasing, ASCII folding, English
-//! stop-word removal and English stemming; id, title and text are stored to build the hits.
+//! Each passage's `contents` (title and text together, as pyserini indexes it for Search-R1's BM25
+//! baseline) is indexed, analysed with lowercasing, ASCII folding, English stop-word removal and
+//! English stemming, and stored byte for byte beside the id to build the hits.
 //!
 //! The folder holds the tantivy files, a marker file naming it a drmas BM25 index (so that a
 //! rebuild only ever deletes a folder this module created) and the corpus [`Fingerprint`],
@@ -28,7 +28,7 @@ use super::{Hit, Retriever, RetrieverError};
 use crate::corpus::{CorpusReader, Passage};
 
 /// Bump when the schema or the analyzer changes, so that existing indexes are rebuilt.
-const LAYOUT: u32 = 1;
+const LAYOUT: u32 = 2;
 /// The analyzer's name in the index's tokenizer manager.
 const ANALYZER: &str = "drmas_en";
 /// The file marking a folder as a drmas BM25 index.
@@ -63,25 +63,25 @@ impl Default for Bm25Options {
 /// The index fields.
 #[derive(Debug, Clone, Copy)]
 struct Fields {
+    /// The passage id, stored.
     id: Field,
-    title: Field,
-    text: Field,
-    body: Field,
+    /// The passage `contents`, indexed and stored.
+    contents: Field,
 }
 
 impl Fields {
     fn schema() -> (Schema, Fields) {
         let mut builder = Schema::builder();
-        let body_options = TextOptions::default().set_indexing_options(
-            TextFieldIndexing::default()
-                .set_tokenizer(ANALYZER)
-                .set_index_option(IndexRecordOption::WithFreqs),
-        );
+        let contents_options = TextOptions::default()
+            .set_indexing_options(
+                TextFieldIndexing::default()
+                    .set_tokenizer(ANALYZER)
+                    .set_index_option(IndexRecordOption::WithFreqs),
+            )
+            .set_stored();
         let fields = Fields {
             id: builder.add_text_field("id", STORED),
-            title: builder.add_text_field("title", STORED),
-            text: builder.add_text_field("text", STORED),
-            body: builder.add_text_field("body", body_options),
+            contents: builder.add_text_field("contents", contents_options),
         };
         (builder.build(), fields)
     }
@@ -90,9 +90,7 @@ impl Fields {
         let field = |name| schema.get_field(name).map_err(|error| error.to_string());
         Ok(Fields {
             id: field("id")?,
-            title: field("title")?,
-            text: field("text")?,
-            body: field("body")?,
+            contents: field("contents")?,
         })
     }
 }
@@ -245,15 +243,9 @@ impl Bm25Retriever {
             .map_err(|e| index_error(e.to_string()))?;
         let mut count = 0usize;
         for passage in CorpusReader::open(corpus)? {
-            let Passage { id, title, text } = passage?;
-            let body = format!("{title}\n{text}");
+            let Passage { id, contents } = passage?;
             writer
-                .add_document(doc!(
-                    fields.id => id,
-                    fields.title => title,
-                    fields.text => text,
-                    fields.body => body,
-                ))
+                .add_document(doc!(fields.id => id, fields.contents => contents))
                 .map_err(|e| index_error(e.to_string()))?;
             count += 1;
             if options.progress_every > 0 && count.is_multiple_of(options.progress_every) {
@@ -303,8 +295,9 @@ impl Bm25Retriever {
         let mut terms = Vec::new();
         let mut analyzer = self.analyzer.clone();
         let mut tokens = analyzer.token_stream(query);
-        tokens
-            .process(&mut |token| terms.push(Term::from_field_text(self.fields.body, &token.text)));
+        tokens.process(&mut |token| {
+            terms.push(Term::from_field_text(self.fields.contents, &token.text))
+        });
         if terms.is_empty() {
             return Ok(Vec::new());
         }
@@ -325,11 +318,7 @@ impl Bm25Retriever {
                         .unwrap_or_default()
                         .to_owned()
                 };
-                let passage = Passage {
-                    id: field(self.fields.id),
-                    title: field(self.fields.title),
-                    text: field(self.fields.text),
-                };
+                let passage = Passage::new(field(self.fields.id), field(self.fields.contents));
                 Ok(Hit::new(passage, score))
             })
             .collect()
