@@ -193,3 +193,50 @@ fn a_missing_corpus_is_a_clear_error() {
     assert!(error.to_string().contains("nope.jsonl"), "{error}");
     assert!(error.to_string().contains("cannot read corpus"), "{error}");
 }
+
+#[test]
+fn equal_scores_rank_in_corpus_order_whatever_the_build() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Twin passages score alike on every query; distractors keep the statistics realistic.
+    let twins: Vec<String> = (0..40).map(|i| format!("twin-{i:02}")).collect();
+    let mut lines: Vec<(&str, &str, &str)> = vec![
+        ("d1", "Lion", "Lions hunt on the savanna at night."),
+        ("d2", "Grass", "Savanna grass grows back after the rains."),
+    ];
+    for id in &twins {
+        lines.push((id, "Zebra", "Zebra stripes stand out on the savanna grass."));
+    }
+    lines.push(("d3", "Horse", "A horse is not a zebra, stripes or not."));
+    let corpus = write_corpus(dir.path(), &lines);
+    let queries = vec![
+        "zebra".to_owned(),
+        "zebra stripes savanna grass".to_owned(),
+        "savanna".to_owned(),
+    ];
+    // Two indexing threads share the passages between them, in an order that varies by run.
+    let options = Bm25Options {
+        threads: 2,
+        ..Bm25Options::default()
+    };
+    let build = |name: &str| {
+        Bm25Retriever::build(&corpus, &dir.path().join(name), &options, &|_| {})
+            .expect("build")
+            .search(&queries, 10)
+            .expect("search")
+    };
+    let first = build("first");
+    let second = build("second");
+    assert_eq!(first, second, "two builds of one corpus rank alike");
+
+    let ids = |hits: &[drmas_search::retriever::Hit]| -> Vec<String> {
+        hits.iter().map(|hit| hit.id.clone()).collect()
+    };
+    // All twins tie: the first ten in corpus order.
+    assert_eq!(ids(&first[1]), twins[..10]);
+    let zebra = ids(&first[0]);
+    let twins_found: Vec<&String> = zebra.iter().filter(|id| id.starts_with("twin")).collect();
+    assert_eq!(
+        twins_found,
+        twins.iter().take(twins_found.len()).collect::<Vec<_>>()
+    );
+}

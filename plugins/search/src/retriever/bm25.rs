@@ -5,6 +5,11 @@
 //! baseline) is indexed, analysed with lowercasing, ASCII folding, English stop-word removal and
 //! English stemming, and stored byte for byte beside the id to build the hits.
 //!
+//! Equal scores rank in corpus order, whatever the build: tantivy breaks ties by document id, and
+//! the index is built as one segment sorted by each passage's line number in the corpus, so
+//! document ids follow the corpus (with several indexing threads they would otherwise depend on
+//! which thread took which passage).
+//!
 //! The folder holds the tantivy files, a marker file naming it a drmas BM25 index (so that a
 //! rebuild only ever deletes a folder this module created) and the corpus [`Fingerprint`],
 //! written last: a folder without a matching fingerprint is rebuilt.
@@ -13,28 +18,34 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use tantivy::collector::TopDocs;
+use tantivy::indexer::NoMergePolicy;
 use tantivy::query::BooleanQuery;
 use tantivy::schema::{
-    Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, STORED,
+    Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, FAST, STORED,
 };
 use tantivy::tokenizer::{
     AsciiFoldingFilter, Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer,
     StopWordFilter, TextAnalyzer,
 };
-use tantivy::{doc, Index, IndexReader, ReloadPolicy, TantivyDocument, Term};
+use tantivy::{
+    doc, Index, IndexReader, IndexSettings, IndexSortByField, Order, ReloadPolicy, TantivyDocument,
+    Term,
+};
 
 use super::fingerprint::{FileStamp, Fingerprint};
 use super::{Hit, Retriever, RetrieverError};
 use crate::corpus::{CorpusReader, Passage};
 
 /// Bump when the schema or the analyzer changes, so that existing indexes are rebuilt.
-const LAYOUT: u32 = 2;
+const LAYOUT: u32 = 3;
 /// The analyzer's name in the index's tokenizer manager.
 const ANALYZER: &str = "drmas_en";
 /// The file marking a folder as a drmas BM25 index.
 const MARKER_FILE: &str = "drmas-bm25-index";
 /// The file holding the fingerprint of the corpus the index was built from.
 const FINGERPRINT_FILE: &str = "corpus-fingerprint.json";
+/// The fast field holding each passage's position in the corpus.
+const POSITION_FIELD: &str = "position";
 /// Tokens longer than this many bytes are dropped (URLs, base64 and the like).
 const MAX_TOKEN_BYTES: usize = 40;
 
@@ -67,6 +78,8 @@ struct Fields {
     id: Field,
     /// The passage `contents`, indexed and stored.
     contents: Field,
+    /// The passage's position in the corpus (0-based), the order the index is sorted in.
+    position: Field,
 }
 
 impl Fields {
@@ -82,6 +95,7 @@ impl Fields {
         let fields = Fields {
             id: builder.add_text_field("id", STORED),
             contents: builder.add_text_field("contents", contents_options),
+            position: builder.add_u64_field(POSITION_FIELD, FAST),
         };
         (builder.build(), fields)
     }
@@ -91,6 +105,7 @@ impl Fields {
         Ok(Fields {
             id: field("id")?,
             contents: field("contents")?,
+            position: field(POSITION_FIELD)?,
         })
     }
 }
@@ -229,8 +244,18 @@ impl Bm25Retriever {
         ));
 
         let (schema, fields) = Fields::schema();
-        let index =
-            Index::create_in_dir(index_dir, schema).map_err(|e| index_error(e.to_string()))?;
+        let settings = IndexSettings {
+            sort_by_field: Some(IndexSortByField {
+                field: POSITION_FIELD.to_owned(),
+                order: Order::Asc,
+            }),
+            ..IndexSettings::default()
+        };
+        let index = Index::builder()
+            .schema(schema)
+            .settings(settings)
+            .create_in_dir(index_dir)
+            .map_err(|e| index_error(e.to_string()))?;
         index
             .tokenizers()
             .register(ANALYZER, analyzer().map_err(index_error)?);
@@ -241,11 +266,17 @@ impl Bm25Retriever {
                 threads * options.memory_per_thread,
             )
             .map_err(|e| index_error(e.to_string()))?;
+        // One merge of everything at the end instead of merges along the way.
+        writer.set_merge_policy(Box::new(NoMergePolicy));
         let mut count = 0usize;
         for passage in CorpusReader::open(corpus)? {
             let Passage { id, contents } = passage?;
             writer
-                .add_document(doc!(fields.id => id, fields.contents => contents))
+                .add_document(doc!(
+                    fields.id => id,
+                    fields.contents => contents,
+                    fields.position => count as u64,
+                ))
                 .map_err(|e| index_error(e.to_string()))?;
             count += 1;
             if options.progress_every > 0 && count.is_multiple_of(options.progress_every) {
@@ -253,6 +284,15 @@ impl Bm25Retriever {
             }
         }
         writer.commit().map_err(|e| index_error(e.to_string()))?;
+        let segments = index
+            .searchable_segment_ids()
+            .map_err(|e| index_error(e.to_string()))?;
+        if segments.len() > 1 {
+            writer
+                .merge(&segments)
+                .wait()
+                .map_err(|e| index_error(format!("merging the segments: {e}")))?;
+        }
         writer
             .wait_merging_threads()
             .map_err(|e| index_error(e.to_string()))?;
