@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use drmas_search::retriever::bm25::{Bm25Options, Bm25Retriever};
+use drmas_search::retriever::query::{QueryLimits, QueryTooLarge};
 use drmas_search::retriever::{Retriever, RetrieverError};
 
 fn write_corpus(dir: &Path, lines: &[(&str, &str, &str)]) -> PathBuf {
@@ -239,4 +240,80 @@ fn equal_scores_rank_in_corpus_order_whatever_the_build() {
         twins_found,
         twins.iter().take(twins_found.len()).collect::<Vec<_>>()
     );
+}
+
+#[test]
+fn queries_over_the_limits_are_refused_before_any_search() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let corpus = write_corpus(dir.path(), &PASSAGES);
+    let limits = QueryLimits {
+        max_bytes: 200,
+        max_terms: 3,
+        max_batch_terms: 5,
+    };
+    let (bm25, _) = open(&corpus, &dir.path().join("index"));
+    let bm25 = bm25.with_query_limits(limits);
+
+    // Terms are counted after analysis and de-duplication: repeats, case, stems and stop words
+    // do not count.
+    let three = "Paris PARIS paris tower towers the of Hamlet hamlet";
+    assert!(bm25.search_one(three, 2).is_ok());
+    let error = bm25
+        .search_one("paris tower hamlet france", 2)
+        .expect_err("four distinct terms");
+    assert!(
+        matches!(
+            error,
+            RetrieverError::QueryTooLarge {
+                position: 0,
+                reason: QueryTooLarge::Terms { limit: 3 }
+            }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(
+        error.to_string(),
+        "query 0 of the batch is refused: it has more than 3 distinct terms; search with a \
+         shorter query"
+    );
+    let long = "paris ".repeat(40);
+    let error = bm25
+        .search(&["hamlet".to_owned(), long], 2)
+        .expect_err("240 bytes");
+    assert!(
+        matches!(
+            error,
+            RetrieverError::QueryTooLarge {
+                position: 1,
+                reason: QueryTooLarge::Bytes {
+                    bytes: 240,
+                    limit: 200
+                }
+            }
+        ),
+        "{error:?}"
+    );
+
+    // Five terms a batch: two queries of two and three pass, one more term does not.
+    let two = "paris tower".to_owned();
+    let three = "hamlet france nobel".to_owned();
+    assert!(bm25.search(&[two.clone(), three.clone()], 1).is_ok());
+    let error = bm25
+        .search(&[two, three, "physics".to_owned()], 1)
+        .expect_err("six terms");
+    assert!(
+        matches!(error, RetrieverError::BatchTooLarge { limit: 5 }),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn a_repeated_query_word_weighs_as_often_as_it_occurs() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let corpus = write_corpus(dir.path(), &PASSAGES);
+    let (bm25, _) = open(&corpus, &dir.path().join("index"));
+    let once = bm25.search_one("hamlet", 1).expect("search");
+    let twice = bm25.search_one("hamlet Hamlet", 1).expect("search");
+    assert_eq!(once[0].id, twice[0].id);
+    assert_eq!(twice[0].score, 2.0 * once[0].score);
 }

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use tantivy::collector::TopDocs;
 use tantivy::indexer::NoMergePolicy;
-use tantivy::query::BooleanQuery;
+use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, TermQuery};
 use tantivy::schema::{
     Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, FAST, STORED,
 };
@@ -33,6 +33,7 @@ use tantivy::{
 };
 
 use super::fingerprint::{FileStamp, Fingerprint};
+use super::query::{counted_terms, QueryLimits};
 use super::{Hit, Retriever, RetrieverError};
 use crate::corpus::{CorpusReader, Passage};
 
@@ -133,6 +134,7 @@ pub struct Bm25Retriever {
     fields: Fields,
     analyzer: TextAnalyzer,
     search_threads: usize,
+    limits: QueryLimits,
 }
 
 impl Bm25Retriever {
@@ -215,6 +217,7 @@ impl Bm25Retriever {
             fields,
             analyzer,
             search_threads,
+            limits: QueryLimits::default(),
         })
     }
 
@@ -313,6 +316,14 @@ impl Bm25Retriever {
         self
     }
 
+    /// Refuses queries over `limits` (default [`QueryLimits::default`]) with
+    /// [`RetrieverError::QueryTooLarge`] or [`RetrieverError::BatchTooLarge`], before searching
+    /// any of them.
+    pub fn with_query_limits(mut self, limits: QueryLimits) -> Bm25Retriever {
+        self.limits = limits;
+        self
+    }
+
     /// The number of indexed passages.
     pub fn num_docs(&self) -> u64 {
         self.reader.searcher().num_docs()
@@ -323,28 +334,59 @@ impl Bm25Retriever {
         &self.dir
     }
 
-    /// The `top_k` best passages for one query.
+    /// The `top_k` best passages for one query, or [`RetrieverError::QueryTooLarge`] for a
+    /// query over the [`QueryLimits`].
     pub fn search_one(&self, query: &str, top_k: usize) -> Result<Vec<Hit>, RetrieverError> {
+        let query = self.query(0, query)?;
+        self.search_query(query.as_ref(), top_k)
+    }
+
+    /// The BM25 query for `text`, the query at `position` in its batch: a disjunction of its
+    /// distinct terms, each weighted by how often it occurs (as pyserini weights repeated query
+    /// words); `None` when no term is left (only stop words, say).
+    fn query(&self, position: usize, text: &str) -> Result<Option<BooleanQuery>, RetrieverError> {
+        let terms = counted_terms(&mut self.analyzer.clone(), text, self.limits)
+            .map_err(|reason| RetrieverError::QueryTooLarge { position, reason })?;
+        if terms.is_empty() {
+            return Ok(None);
+        }
+        let clauses = terms
+            .into_iter()
+            .map(|(text, count)| {
+                let term = TermQuery::new(
+                    Term::from_field_text(self.fields.contents, &text),
+                    IndexRecordOption::WithFreqs,
+                );
+                let clause: Box<dyn Query> = if count == 1 {
+                    Box::new(term)
+                } else {
+                    Box::new(BoostQuery::new(Box::new(term), count as f32))
+                };
+                (Occur::Should, clause)
+            })
+            .collect();
+        Ok(Some(BooleanQuery::new(clauses)))
+    }
+
+    /// The `top_k` best passages for a query (none for `None`).
+    fn search_query(
+        &self,
+        query: Option<&BooleanQuery>,
+        top_k: usize,
+    ) -> Result<Vec<Hit>, RetrieverError> {
         if top_k == 0 {
             return Err(RetrieverError::ZeroTopK);
         }
+        let Some(query) = query else {
+            return Ok(Vec::new());
+        };
         let index_error = |reason: String| RetrieverError::Index {
             dir: self.dir.clone(),
             reason,
         };
-        let mut terms = Vec::new();
-        let mut analyzer = self.analyzer.clone();
-        let mut tokens = analyzer.token_stream(query);
-        tokens.process(&mut |token| {
-            terms.push(Term::from_field_text(self.fields.contents, &token.text))
-        });
-        if terms.is_empty() {
-            return Ok(Vec::new());
-        }
         let searcher = self.reader.searcher();
-        let query = BooleanQuery::new_multiterms_query(terms);
         let top = searcher
-            .search(&query, &TopDocs::with_limit(top_k).order_by_score())
+            .search(query, &TopDocs::with_limit(top_k).order_by_score())
             .map_err(|e| index_error(e.to_string()))?;
         top.into_iter()
             .map(|(score, address)| {
@@ -366,21 +408,36 @@ impl Bm25Retriever {
 }
 
 impl Retriever for Bm25Retriever {
-    /// Searches the queries of a large batch on several threads (see
-    /// [`Bm25Retriever::with_search_threads`]).
+    /// Checks every query, and the batch, against the [`QueryLimits`] first, then searches a large
+    /// batch on several threads (see [`Bm25Retriever::with_search_threads`]).
     fn search(&self, queries: &[String], top_k: usize) -> Result<Vec<Vec<Hit>>, RetrieverError> {
+        let mut batch_terms = 0usize;
+        let queries = queries
+            .iter()
+            .enumerate()
+            .map(|(position, text)| {
+                let query = self.query(position, text)?;
+                batch_terms += query.as_ref().map_or(0, |q| q.clauses().len());
+                if batch_terms > self.limits.max_batch_terms {
+                    return Err(RetrieverError::BatchTooLarge {
+                        limit: self.limits.max_batch_terms,
+                    });
+                }
+                Ok(query)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let threads = self
             .search_threads
             .min(queries.len() / MIN_QUERIES_PER_THREAD)
             .max(1);
-        let search_all = |chunk: &[String]| -> Result<Vec<Vec<Hit>>, RetrieverError> {
+        let search_all = |chunk: &[Option<BooleanQuery>]| -> Result<Vec<Vec<Hit>>, RetrieverError> {
             chunk
                 .iter()
-                .map(|query| self.search_one(query, top_k))
+                .map(|query| self.search_query(query.as_ref(), top_k))
                 .collect()
         };
         if threads == 1 {
-            return search_all(queries);
+            return search_all(&queries);
         }
         let chunk_size = queries.len().div_ceil(threads);
         std::thread::scope(|scope| {
