@@ -7,44 +7,50 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-/// One passage of the corpus.
+/// One passage of the corpus, as the file holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Passage {
     /// The passage id (`id` in the file).
     pub id: String,
-    /// The title: the first line of `contents`, without its surrounding double quotes.
-    pub title: String,
-    /// The text: what follows the first line of `contents`.
-    pub text: String,
+    /// The `contents` string, byte for byte: by convention the quoted title, a newline, the text.
+    pub contents: String,
 }
 
 impl Passage {
-    /// Splits a `contents` string (`"\"Title\"\ntext"`) into a passage.
-    ///
-    /// The title is the first line with one pair of surrounding double quotes removed; a
-    /// `contents` without a newline is all title.
-    pub fn from_contents(id: String, contents: &str) -> Passage {
-        let (first_line, text) = contents.split_once('\n').unwrap_or((contents, ""));
-        let title = first_line
-            .strip_prefix('"')
-            .and_then(|rest| rest.strip_suffix('"'))
-            .unwrap_or(first_line);
+    /// A passage with `id` and `contents`.
+    pub fn new(id: impl Into<String>, contents: impl Into<String>) -> Passage {
         Passage {
-            id,
-            title: title.to_owned(),
-            text: text.to_owned(),
+            id: id.into(),
+            contents: contents.into(),
         }
     }
 
-    /// The `contents` string of the corpus layout: see [`join_contents`].
-    pub fn contents(&self) -> String {
-        join_contents(&self.title, &self.text)
+    /// The title: see [`title_of`].
+    pub fn title(&self) -> &str {
+        title_of(&self.contents)
+    }
+
+    /// The text: see [`split_contents`].
+    pub fn text(&self) -> &str {
+        split_contents(&self.contents).1
     }
 }
 
-/// The `contents` string of the corpus layout: the quoted title, a newline, the text.
-pub fn join_contents(title: &str, text: &str) -> String {
-    format!("\"{title}\"\n{text}")
+/// Splits a `contents` string at its first newline into the first line and the rest, as
+/// Search-R1 does (`contents.split("\n")[0]` and the lines after it); a `contents` without a
+/// newline is all first line.
+pub fn split_contents(contents: &str) -> (&str, &str) {
+    contents.split_once('\n').unwrap_or((contents, ""))
+}
+
+/// The title of a `contents` string: its first line with one pair of surrounding double quotes
+/// removed (a first line without them is the title as it stands).
+pub fn title_of(contents: &str) -> &str {
+    let first_line = split_contents(contents).0;
+    first_line
+        .strip_prefix('"')
+        .and_then(|rest| rest.strip_suffix('"'))
+        .unwrap_or(first_line)
 }
 
 /// A corpus file that could not be read.
@@ -138,7 +144,7 @@ impl Iterator for CorpusReader {
                         IdValue::Text(id) => id,
                         IdValue::Number(id) => id.to_string(),
                     };
-                    Ok(Passage::from_contents(id, &raw.contents))
+                    Ok(Passage::new(id, raw.contents))
                 }
                 Err(error) => Err(CorpusError::Malformed {
                     path: self.path.clone(),

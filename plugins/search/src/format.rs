@@ -2,15 +2,19 @@
 //! (`_passages2string` in `search_r1/llm_agent/generation.py`).
 //!
 //! Search-R1 takes the title as the first line of `contents`, quotes included, so a passage
-//! titled `Paris` reads `Doc 1(Title: "Paris") text`.
+//! whose `contents` is `"\"Paris\"\ntext"` reads `Doc 1(Title: "Paris") text`.
 
+use crate::corpus::split_contents;
 use crate::retriever::Hit;
 
-/// One `Doc {i}(Title: {title}) {text}\n` line per hit, numbered from 1.
+/// One `Doc {i}(Title: {first line}) {rest}\n` line per hit, numbered from 1.
 pub fn format_passages(hits: &[Hit]) -> String {
     hits.iter()
         .enumerate()
-        .map(|(i, hit)| format!("Doc {}(Title: \"{}\") {}\n", i + 1, hit.title, hit.text))
+        .map(|(i, hit)| {
+            let (title, text) = split_contents(&hit.contents);
+            format!("Doc {}(Title: {title}) {text}\n", i + 1)
+        })
         .collect()
 }
 

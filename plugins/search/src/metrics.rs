@@ -84,9 +84,10 @@ pub fn sub_exact_match<S: AsRef<str>>(prediction: &str, golden_answers: &[S]) ->
     })
 }
 
-/// Token-level F1 (SQuAD style, on normalised whitespace tokens), the best over golden answers.
+/// Token-level F1 on normalised whitespace tokens, the best over golden answers.
 ///
-/// Two empty answers score 1, an empty answer against a non-empty one scores 0; an empty
+/// As SQuAD v1.1's `evaluate-v1.1.py`, the score is 0 whenever the two answers share no token,
+/// so two answers that both normalise to nothing score 0 (SQuAD v2.0 would give 1); an empty
 /// `golden_answers` list scores 0.
 pub fn f1_score<S: AsRef<str>>(prediction: &str, golden_answers: &[S]) -> f64 {
     let prediction = normalize_answer(prediction);
@@ -100,13 +101,6 @@ pub fn f1_score<S: AsRef<str>>(prediction: &str, golden_answers: &[S]) -> f64 {
 fn token_f1(prediction: &str, gold: &str) -> f64 {
     let predicted: Vec<&str> = prediction.split_whitespace().collect();
     let golden: Vec<&str> = gold.split_whitespace().collect();
-    if predicted.is_empty() || golden.is_empty() {
-        return if predicted.is_empty() && golden.is_empty() {
-            1.0
-        } else {
-            0.0
-        };
-    }
     let mut gold_counts: HashMap<&str, usize> = HashMap::new();
     for token in &golden {
         *gold_counts.entry(token).or_default() += 1;

@@ -1,22 +1,30 @@
 //! An HTTP server exposing a [`Retriever`] over Search-R1's retrieval API (see
 //! [`crate::retriever::api`]): `POST /retrieve`, plus `GET /health`.
 //!
-//! Every bad request gets a JSON `{"error": "..."}` answer (400 malformed body, 404 unknown path,
-//! 405 wrong method, 413 body too large, 500 retrieval failure); nothing a client sends stops the
-//! server.
+//! Every bad request gets a JSON `{"error": "..."}` answer naming the limit it broke and the flag
+//! that raises it (400 malformed body, `topk` over the limit or a query over the retriever's
+//! limits; 404 unknown path; 405 wrong method; 413 body too large, more passages or more query
+//! terms than a request may have; 500 retrieval failure); nothing a client sends stops the server.
+//!
+//! What one request may cost is bounded: its body by [`ServerConfig::max_body_bytes`], its search
+//! work by the retriever's [`QueryLimits`](crate::retriever::query::QueryLimits) (terms a query,
+//! terms a request), its passages, hence memory and response size, by
+//! [`ServerConfig::max_passages`]. The response is streamed, not built in memory.
 
-use std::io::{Read, Write};
+mod response;
+
+use std::io::Read;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use serde::Serialize;
-use tiny_http::{Method, Request, Server, StatusCode};
+use tiny_http::{Method, Request, Server};
 
 use crate::retriever::api::{
     ErrorBody, RetrieveRequest, RetrieveResponse, WireItem, RETRIEVE_PATH,
 };
-use crate::retriever::Retriever;
+use crate::retriever::query::QueryTooLarge;
+use crate::retriever::{Hit, Retriever, RetrieverError};
 
 /// How the server answers.
 #[derive(Debug, Clone)]
@@ -25,6 +33,8 @@ pub struct ServerConfig {
     pub default_top_k: usize,
     /// The largest `topk` accepted.
     pub max_top_k: usize,
+    /// The most passages one request may ask for: its queries times its `topk`.
+    pub max_passages: usize,
     /// The largest request body accepted, in bytes.
     pub max_body_bytes: usize,
     /// Threads answering requests.
@@ -36,6 +46,7 @@ impl Default for ServerConfig {
         ServerConfig {
             default_top_k: 3,
             max_top_k: 1000,
+            max_passages: 32_768,
             max_body_bytes: 16 << 20,
             workers: 4,
         }
@@ -150,26 +161,33 @@ impl RetrievalServer {
     }
 
     /// Answers one request; a client that went away is not the server's problem.
-    ///
-    /// The whole response leaves in one write: tiny_http writes head and body separately, and
-    /// Nagle's algorithm then holds the body until the client's delayed ACK (~40 ms a request).
     fn answer(&self, mut request: Request) {
-        let (status, body) = self.respond(&mut request);
-        let reason = StatusCode(status).default_reason_phrase();
-        let message = format!(
-            "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        let mut writer = request.into_writer();
+        let reply = self.respond(&mut request);
+        let mut connection = request.into_writer();
         // The only error is a write to a closed connection.
-        let _ = writer
-            .write_all(message.as_bytes())
-            .and_then(|()| writer.flush());
+        let _ = match reply {
+            Reply::Hits { hits, with_scores } => {
+                let result = hits
+                    .iter()
+                    .map(|list| {
+                        list.iter()
+                            .map(|hit| WireItem::from_hit(hit, with_scores))
+                            .collect()
+                    })
+                    .collect();
+                response::write_json(&mut *connection, 200, &RetrieveResponse { result })
+            }
+            Reply::Health => {
+                response::write_json(&mut *connection, 200, &serde_json::json!({"status": "ok"}))
+            }
+            Reply::Error { status, message } => {
+                response::write_json(&mut *connection, status, &ErrorBody { error: message })
+            }
+        };
     }
 
-    /// The status and JSON body for a request.
-    fn respond(&self, request: &mut Request) -> (u16, String) {
+    /// What to answer to a request.
+    fn respond(&self, request: &mut Request) -> Reply {
         let path = request
             .url()
             .split('?')
@@ -178,26 +196,23 @@ impl RetrievalServer {
             .to_owned();
         let method = request.method().clone();
         match (path.as_str(), method) {
-            (RETRIEVE_PATH, Method::Post) => match self.retrieve(request) {
-                Ok(body) => (200, body),
-                Err((status, message)) => (status, error_json(message)),
+            (RETRIEVE_PATH, Method::Post) => self
+                .retrieve(request)
+                .unwrap_or_else(|(status, message)| Reply::Error { status, message }),
+            ("/health", Method::Get) => Reply::Health,
+            (RETRIEVE_PATH, other) => Reply::Error {
+                status: 405,
+                message: format!("{other} {RETRIEVE_PATH} is not allowed; use POST"),
             },
-            ("/health", Method::Get) => (200, to_json(&serde_json::json!({"status": "ok"}))),
-            (RETRIEVE_PATH, other) => (
-                405,
-                error_json(format!("{other} {RETRIEVE_PATH} is not allowed; use POST")),
-            ),
-            (other, _) => (
-                404,
-                error_json(format!(
-                    "no endpoint {other}; use POST {RETRIEVE_PATH} or GET /health"
-                )),
-            ),
+            (other, _) => Reply::Error {
+                status: 404,
+                message: format!("no endpoint {other}; use POST {RETRIEVE_PATH} or GET /health"),
+            },
         }
     }
 
-    /// Handles `POST /retrieve`: the JSON body, or an error status and message.
-    fn retrieve(&self, request: &mut Request) -> Result<String, (u16, String)> {
+    /// Handles `POST /retrieve`: the hits, or an error status and message.
+    fn retrieve(&self, request: &mut Request) -> Result<Reply, (u16, String)> {
         let limit = self.config.max_body_bytes;
         let mut body = Vec::new();
         request
@@ -208,7 +223,10 @@ impl RetrievalServer {
         if body.len() > limit {
             return Err((
                 413,
-                format!("request body over {limit} bytes; send fewer queries"),
+                format!(
+                    "request body over {limit} bytes; send fewer queries a request, or raise the \
+                     server's --max-body-bytes"
+                ),
             ));
         }
         let parsed: RetrieveRequest = serde_json::from_slice(&body).map_err(|error| {
@@ -220,6 +238,7 @@ impl RetrievalServer {
                 ),
             )
         })?;
+        drop(body);
         let top_k = match parsed.topk {
             None | Some(0) => self.config.default_top_k,
             Some(k) => k,
@@ -227,31 +246,66 @@ impl RetrievalServer {
         if top_k > self.config.max_top_k {
             return Err((
                 400,
-                format!("topk {top_k} is over the limit {}", self.config.max_top_k),
+                format!(
+                    "topk {top_k} is over the limit {}; ask for fewer passages, or raise the \
+                     server's --max-topk",
+                    self.config.max_top_k
+                ),
+            ));
+        }
+        let passages = parsed.queries.len().saturating_mul(top_k);
+        if passages > self.config.max_passages {
+            return Err((
+                413,
+                format!(
+                    "the request asks for {passages} passages ({} queries × topk {top_k}), over \
+                     the limit of {} a request; send fewer queries a request or a smaller topk, \
+                     or raise the server's --max-passages",
+                    parsed.queries.len(),
+                    self.config.max_passages
+                ),
             ));
         }
         let hits = self
             .retriever
             .search(&parsed.queries, top_k)
-            .map_err(|error| (500, format!("retrieval failed: {error}")))?;
-        let result = hits
-            .iter()
-            .map(|list| {
-                list.iter()
-                    .map(|hit| WireItem::from_hit(hit, parsed.return_scores))
-                    .collect()
-            })
-            .collect();
-        Ok(to_json(&RetrieveResponse { result }))
+            .map_err(|error| match &error {
+                RetrieverError::QueryTooLarge { reason, .. } => {
+                    let flag = match reason {
+                        QueryTooLarge::Bytes { .. } => "--max-query-bytes",
+                        QueryTooLarge::Terms { .. } => "--max-query-terms",
+                    };
+                    (400, format!("{error}, or raise the server's {flag}"))
+                }
+                RetrieverError::BatchTooLarge { .. } => (
+                    413,
+                    format!("{error}, or raise the server's --max-batch-terms"),
+                ),
+                _ => (500, format!("retrieval failed: {error}")),
+            })?;
+        Ok(Reply::Hits {
+            hits,
+            with_scores: parsed.return_scores,
+        })
     }
 }
 
-/// `{"error": message}`.
-fn error_json(message: String) -> String {
-    to_json(&ErrorBody { error: message })
-}
-
-/// Serialises a response body; our response types always serialise.
-fn to_json<T: Serialize>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_else(|error| format!("{{\"error\": \"{error}\"}}"))
+/// What the server answers.
+enum Reply {
+    /// `200`, the result lists of a retrieval.
+    Hits {
+        /// One list per query.
+        hits: Vec<Vec<Hit>>,
+        /// Whether each document comes with its score.
+        with_scores: bool,
+    },
+    /// `200`, `{"status": "ok"}`.
+    Health,
+    /// An error status, `{"error": message}`.
+    Error {
+        /// The HTTP status.
+        status: u16,
+        /// What went wrong and what to do.
+        message: String,
+    },
 }

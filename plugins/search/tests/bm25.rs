@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use drmas_search::retriever::bm25::{Bm25Options, Bm25Retriever};
+use drmas_search::retriever::query::{QueryLimits, QueryTooLarge};
 use drmas_search::retriever::{Retriever, RetrieverError};
 
 fn write_corpus(dir: &Path, lines: &[(&str, &str, &str)]) -> PathBuf {
@@ -83,8 +84,8 @@ fn ranks_by_bm25_over_title_and_text() {
     let results = bm25.search(&queries, 2).expect("search");
     assert_eq!(results.len(), 4);
     assert_eq!(results[0][0].id, "p2");
-    assert_eq!(results[0][0].title, "Hamlet");
-    assert_eq!(results[0][0].text, PASSAGES[1].2);
+    assert_eq!(results[0][0].title(), "Hamlet");
+    assert_eq!(results[0][0].text(), PASSAGES[1].2);
     assert_eq!(results[1][0].id, "p4", "ASCII folding matches röntgen");
     assert_eq!(results[2][0].id, "p3");
     assert!(results[2].len() <= 2);
@@ -192,4 +193,127 @@ fn a_missing_corpus_is_a_clear_error() {
     .expect("missing corpus");
     assert!(error.to_string().contains("nope.jsonl"), "{error}");
     assert!(error.to_string().contains("cannot read corpus"), "{error}");
+}
+
+#[test]
+fn equal_scores_rank_in_corpus_order_whatever_the_build() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Twin passages score alike on every query; distractors keep the statistics realistic.
+    let twins: Vec<String> = (0..40).map(|i| format!("twin-{i:02}")).collect();
+    let mut lines: Vec<(&str, &str, &str)> = vec![
+        ("d1", "Lion", "Lions hunt on the savanna at night."),
+        ("d2", "Grass", "Savanna grass grows back after the rains."),
+    ];
+    for id in &twins {
+        lines.push((id, "Zebra", "Zebra stripes stand out on the savanna grass."));
+    }
+    lines.push(("d3", "Horse", "A horse is not a zebra, stripes or not."));
+    let corpus = write_corpus(dir.path(), &lines);
+    let queries = vec![
+        "zebra".to_owned(),
+        "zebra stripes savanna grass".to_owned(),
+        "savanna".to_owned(),
+    ];
+    // Two indexing threads share the passages between them, in an order that varies by run.
+    let options = Bm25Options {
+        threads: 2,
+        ..Bm25Options::default()
+    };
+    let build = |name: &str| {
+        Bm25Retriever::build(&corpus, &dir.path().join(name), &options, &|_| {})
+            .expect("build")
+            .search(&queries, 10)
+            .expect("search")
+    };
+    let first = build("first");
+    let second = build("second");
+    assert_eq!(first, second, "two builds of one corpus rank alike");
+
+    let ids = |hits: &[drmas_search::retriever::Hit]| -> Vec<String> {
+        hits.iter().map(|hit| hit.id.clone()).collect()
+    };
+    // All twins tie: the first ten in corpus order.
+    assert_eq!(ids(&first[1]), twins[..10]);
+    let zebra = ids(&first[0]);
+    let twins_found: Vec<&String> = zebra.iter().filter(|id| id.starts_with("twin")).collect();
+    assert_eq!(
+        twins_found,
+        twins.iter().take(twins_found.len()).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn queries_over_the_limits_are_refused_before_any_search() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let corpus = write_corpus(dir.path(), &PASSAGES);
+    let limits = QueryLimits {
+        max_bytes: 200,
+        max_terms: 3,
+        max_batch_terms: 5,
+    };
+    let (bm25, _) = open(&corpus, &dir.path().join("index"));
+    let bm25 = bm25.with_query_limits(limits);
+
+    // Terms are counted after analysis and de-duplication: repeats, case, stems and stop words
+    // do not count.
+    let three = "Paris PARIS paris tower towers the of Hamlet hamlet";
+    assert!(bm25.search_one(three, 2).is_ok());
+    let error = bm25
+        .search_one("paris tower hamlet france", 2)
+        .expect_err("four distinct terms");
+    assert!(
+        matches!(
+            error,
+            RetrieverError::QueryTooLarge {
+                position: 0,
+                reason: QueryTooLarge::Terms { limit: 3 }
+            }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(
+        error.to_string(),
+        "query 0 of the batch is refused: it has more than 3 distinct terms; search with a \
+         shorter query"
+    );
+    let long = "paris ".repeat(40);
+    let error = bm25
+        .search(&["hamlet".to_owned(), long], 2)
+        .expect_err("240 bytes");
+    assert!(
+        matches!(
+            error,
+            RetrieverError::QueryTooLarge {
+                position: 1,
+                reason: QueryTooLarge::Bytes {
+                    bytes: 240,
+                    limit: 200
+                }
+            }
+        ),
+        "{error:?}"
+    );
+
+    // Five terms a batch: two queries of two and three pass, one more term does not.
+    let two = "paris tower".to_owned();
+    let three = "hamlet france nobel".to_owned();
+    assert!(bm25.search(&[two.clone(), three.clone()], 1).is_ok());
+    let error = bm25
+        .search(&[two, three, "physics".to_owned()], 1)
+        .expect_err("six terms");
+    assert!(
+        matches!(error, RetrieverError::BatchTooLarge { limit: 5 }),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn a_repeated_query_word_weighs_as_often_as_it_occurs() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let corpus = write_corpus(dir.path(), &PASSAGES);
+    let (bm25, _) = open(&corpus, &dir.path().join("index"));
+    let once = bm25.search_one("hamlet", 1).expect("search");
+    let twice = bm25.search_one("hamlet Hamlet", 1).expect("search");
+    assert_eq!(once[0].id, twice[0].id);
+    assert_eq!(twice[0].score, 2.0 * once[0].score);
 }

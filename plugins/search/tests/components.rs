@@ -126,6 +126,51 @@ fn an_episode_searches_the_real_corpus_and_scores_the_answer() {
 }
 
 #[test]
+fn an_oversized_query_is_refused_to_the_model_without_ending_the_rollout() {
+    let (env, index) = nq_environment("oversized", "max_turns = 3\n");
+    let task = drmas_sdk::Task {
+        id: "1".into(),
+        prompt: "q".into(),
+        payload: "{\"golden_answers\":[\"a\"]}".into(),
+        ..Default::default()
+    };
+    let mut reset = env.reset(&task).expect("reset");
+    // Thousands of distinct words, as a runaway generation might write.
+    let words: String = (0..3000).map(|i| format!("w{i} ")).collect();
+    let started = std::time::Instant::now();
+    let step = reset
+        .episode
+        .step(&format!("<search>{words}</search>"))
+        .expect("refused, not failed");
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    assert!(!step.done);
+    assert!(
+        step.observation
+            .starts_with("My search query is refused: it is ")
+            && step.observation.contains("over the limit of 4096 bytes"),
+        "{}",
+        step.observation
+    );
+    let many_terms: String = (0..300).map(|i| format!("w{i} ")).collect();
+    let step = reset
+        .episode
+        .step(&format!("<search>{many_terms}</search>"))
+        .expect("refused, not failed");
+    assert!(
+        step.observation
+            .contains("it has more than 256 distinct terms"),
+        "{}",
+        step.observation
+    );
+    let step = reset
+        .episode
+        .step("<search>who wrote hamlet</search>")
+        .expect("search");
+    assert!(step.observation.starts_with("<information>Doc 1"));
+    let _ = std::fs::remove_dir_all(index);
+}
+
+#[test]
 fn an_unreachable_http_retriever_is_reported_with_its_url() {
     let config = "[retriever]\nkind = \"http\"\nurl = \"http://127.0.0.1:9\"\ntimeout_secs = 1\nmax_tries = 1\n";
     let env = SearchEnvironment::from_config(config).expect("config");

@@ -7,21 +7,16 @@ use drmas_search::format::{format_information, format_passages};
 use drmas_search::retriever::Hit;
 
 #[test]
-fn contents_split_into_title_and_text_and_back() {
-    let passage = Passage::from_contents("7".into(), "\"Eiffel Tower\"\nA tower.\nIn Paris.");
-    assert_eq!(passage.title, "Eiffel Tower");
-    assert_eq!(passage.text, "A tower.\nIn Paris.");
-    assert_eq!(passage.contents(), "\"Eiffel Tower\"\nA tower.\nIn Paris.");
-    let untitled = Passage::from_contents("8".into(), "just text");
-    assert_eq!(
-        (untitled.title.as_str(), untitled.text.as_str()),
-        ("just text", "")
-    );
-    let unquoted = Passage::from_contents("9".into(), "Bare title\nbody");
-    assert_eq!(
-        (unquoted.title.as_str(), unquoted.text.as_str()),
-        ("Bare title", "body")
-    );
+fn a_passage_keeps_its_contents_and_reads_title_and_text_from_it() {
+    let passage = Passage::new("7", "\"Eiffel Tower\"\nA tower.\nIn Paris.");
+    assert_eq!(passage.title(), "Eiffel Tower");
+    assert_eq!(passage.text(), "A tower.\nIn Paris.");
+    assert_eq!(passage.contents, "\"Eiffel Tower\"\nA tower.\nIn Paris.");
+    let untitled = Passage::new("8", "just text");
+    assert_eq!((untitled.title(), untitled.text()), ("just text", ""));
+    let unquoted = Passage::new("9", "Bare title\nbody");
+    assert_eq!((unquoted.title(), unquoted.text()), ("Bare title", "body"));
+    assert_eq!(unquoted.contents, "Bare title\nbody", "no quotes are added");
 }
 
 #[test]
@@ -30,9 +25,9 @@ fn reads_the_real_corpus() {
     let passages = read_corpus(&path).expect("read the NQ corpus");
     assert_eq!(passages.len(), 3600);
     assert_eq!(passages[0].id, "nqo-0");
-    assert_eq!(passages[0].title, "List of Nobel laureates in Physics");
+    assert_eq!(passages[0].title(), "List of Nobel laureates in Physics");
     assert!(passages[0]
-        .text
+        .text()
         .starts_with("The first Nobel Prize in Physics was awarded in 1901"));
     assert!(passages.iter().any(|p| p.id.starts_with("wiki18-")));
 }
@@ -64,14 +59,12 @@ fn passages_are_formatted_like_search_r1() {
     let hits = [
         Hit {
             id: "a".into(),
-            title: "Paris".into(),
-            text: "Capital of France.".into(),
+            contents: "\"Paris\"\nCapital of France.".into(),
             score: 3.0,
         },
         Hit {
             id: "b".into(),
-            title: "Lyon".into(),
-            text: "A city.\nOn the Rhône.".into(),
+            contents: "\"Lyon\"\nA city.\nOn the Rhône.".into(),
             score: 1.0,
         },
     ];
@@ -83,6 +76,16 @@ fn passages_are_formatted_like_search_r1() {
         format_information(&hits),
         "<information>Doc 1(Title: \"Paris\") Capital of France.\nDoc 2(Title: \"Lyon\") A city.\n\
          On the Rhône.</information>"
+    );
+    // As Search-R1, the title is the first line as written: no quotes are added.
+    let unquoted = [Hit {
+        id: "c".into(),
+        contents: "Bare title\nbody".into(),
+        score: 1.0,
+    }];
+    assert_eq!(
+        format_passages(&unquoted),
+        "Doc 1(Title: Bare title) body\n"
     );
     assert_eq!(format_information(&[]), "<information></information>");
 }

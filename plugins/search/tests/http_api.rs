@@ -10,7 +10,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use drmas_search::dataset::{load_qa_jsonl, LoadOptions};
+use drmas_search::retriever::bm25::{Bm25Options, Bm25Retriever};
 use drmas_search::retriever::http::{HttpRetriever, HttpRetrieverConfig};
+use drmas_search::retriever::query::QueryLimits;
 use drmas_search::retriever::{Retriever, RetrieverError};
 use drmas_search::server::{RetrievalServer, ServerConfig, ServerHandle};
 use serde_json::{json, Value};
@@ -32,11 +34,17 @@ impl Drop for Running {
 }
 
 fn serve(retriever: Arc<dyn Retriever>) -> Running {
-    let config = ServerConfig {
-        workers: 2,
-        max_body_bytes: 4096,
-        ..ServerConfig::default()
-    };
+    serve_with(
+        retriever,
+        ServerConfig {
+            workers: 2,
+            max_body_bytes: 4096,
+            ..ServerConfig::default()
+        },
+    )
+}
+
+fn serve_with(retriever: Arc<dyn Retriever>, config: ServerConfig) -> Running {
     let server = RetrievalServer::bind("127.0.0.1:0", retriever, config).expect("bind");
     let url = server.url();
     let handle = server.handle();
@@ -101,7 +109,7 @@ fn client_and_server_agree_with_direct_bm25() {
     let remote = client.search(&queries, 5).expect("remote");
     assert_eq!(remote, direct, "the HTTP round trip changes nothing");
     assert_eq!(remote[0][0].id, "nqo-0");
-    assert_eq!(remote[0][0].title, "List of Nobel laureates in Physics");
+    assert_eq!(remote[0][0].title(), "List of Nobel laureates in Physics");
 
     // The endpoint URL form of Search-R1's configs works too.
     let by_endpoint = HttpRetriever::new(HttpRetrieverConfig::new(format!(
@@ -130,7 +138,7 @@ fn the_wire_format_is_search_r1s() {
     assert_eq!(status, 200);
     let item = &body["result"][0][0];
     assert_eq!(item["document"]["id"], "nqo-0");
-    assert_eq!(item["document"]["contents"], expected[0].contents());
+    assert_eq!(item["document"]["contents"], expected[0].contents);
     assert_eq!(
         item["score"].as_f64().map(|s| s as f32),
         Some(expected[0].score)
@@ -146,7 +154,7 @@ fn the_wire_format_is_search_r1s() {
     assert_eq!(status, 200);
     assert_eq!(
         body["result"][0][0],
-        json!({"id": "nqo-0", "contents": expected[0].contents()})
+        json!({"id": "nqo-0", "contents": expected[0].contents})
     );
     assert_eq!(body["result"][0].as_array().map(Vec::len), Some(3));
     assert_eq!(body["result"].as_array().map(Vec::len), Some(2));
@@ -159,6 +167,64 @@ fn the_wire_format_is_search_r1s() {
         "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     );
     assert_eq!((status, body), (200, json!({"status": "ok"})));
+}
+
+#[test]
+fn the_server_returns_each_passage_contents_byte_for_byte() {
+    let contents = [
+        ("bare", "Bare title, no quotes\nzebra text"),
+        (
+            "spaces",
+            "  \"Spaced\"  \n\tzebra\u{a0}with  odd\u{2003}whitespace\r\nand a CRLF line  ",
+        ),
+        (
+            "unicode",
+            "\"Ünïcödé — ☃\"\nzebra 東京 cafe\u{301} 🦓 \"quoted\" back\\slash",
+        ),
+        ("one-line", "zebra and nothing else"),
+        ("quoted-only-left", "\"Half quoted\nzebra"),
+    ];
+    let dir = tempfile::tempdir().expect("temp dir");
+    let corpus = dir.path().join("corpus.jsonl");
+    let lines: String = contents
+        .iter()
+        .map(|(id, contents)| format!("{}\n", json!({"id": id, "contents": contents})))
+        .collect();
+    std::fs::write(&corpus, lines).expect("write the corpus");
+    let bm25 = Bm25Retriever::open_or_build(
+        &corpus,
+        &dir.path().join("index"),
+        &Bm25Options::default(),
+        &|_| {},
+    )
+    .expect("index");
+    let running = serve(Arc::new(bm25));
+
+    let (status, body) = post(
+        &running.url,
+        "/retrieve",
+        &json!({"queries": ["zebra"], "topk": 10}).to_string(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let returned = body["result"][0].as_array().expect("one list");
+    assert_eq!(returned.len(), contents.len());
+    for document in returned {
+        let id = document["id"].as_str().expect("id");
+        let expected = contents.iter().find(|(i, _)| *i == id).expect("known id").1;
+        assert_eq!(document["contents"], expected, "passage {id}");
+    }
+
+    // The client hands the same bytes on.
+    let client = HttpRetriever::new(HttpRetrieverConfig::new(running.url.clone()));
+    let hits = client.search(&["zebra".to_owned()], 10).expect("remote");
+    for hit in &hits[0] {
+        let expected = contents
+            .iter()
+            .find(|(i, _)| *i == hit.id)
+            .expect("known id")
+            .1;
+        assert_eq!(hit.contents, expected, "passage {}", hit.id);
+    }
 }
 
 #[test]
@@ -212,6 +278,80 @@ fn the_server_answers_malformed_requests_with_json_errors_and_keeps_serving() {
     );
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["result"][0].as_array().map(Vec::len), Some(1));
+}
+
+#[test]
+fn requests_over_the_limits_are_refused_naming_the_limit_and_the_flag() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bm25 = common::nq_bm25(&dir.path().join("index")).with_query_limits(QueryLimits {
+        max_bytes: 100,
+        max_terms: 4,
+        max_batch_terms: 10,
+    });
+    let running = serve_with(
+        Arc::new(bm25),
+        ServerConfig {
+            workers: 2,
+            max_top_k: 10,
+            max_passages: 12,
+            max_body_bytes: 4096,
+            ..ServerConfig::default()
+        },
+    );
+    let refused = |body: Value, status: u16, expected: &[&str]| {
+        let (got, answer) = post(&running.url, "/retrieve", &body.to_string());
+        let message = answer["error"].as_str().unwrap_or_default().to_owned();
+        assert_eq!(got, status, "{body} -> {answer}");
+        for part in expected {
+            assert!(message.contains(part), "{body} -> {message}");
+        }
+    };
+    refused(
+        json!({"queries": ["hamlet", "x ".repeat(60)]}),
+        400,
+        &[
+            "query 1 of the batch is refused: it is 120 bytes long, over the limit of 100 bytes",
+            "--max-query-bytes",
+        ],
+    );
+    refused(
+        json!({"queries": ["nobel prize physics first winner"]}),
+        400,
+        &["more than 4 distinct terms", "--max-query-terms"],
+    );
+    refused(
+        json!({"queries": ["nobel prize physics winner", "hamlet author play", "paris tower france eiffel"]}),
+        413,
+        &["more than 10 distinct terms together", "--max-batch-terms"],
+    );
+    refused(
+        json!({"queries": ["a", "b", "c", "d", "e"], "topk": 3}),
+        413,
+        &[
+            "asks for 15 passages (5 queries × topk 3), over the limit of 12 a request",
+            "--max-passages",
+        ],
+    );
+    refused(
+        json!({"queries": ["a"], "topk": 11}),
+        400,
+        &["topk 11 is over the limit 10", "--max-topk"],
+    );
+    refused(
+        json!({"queries": ["x".repeat(5000)]}),
+        413,
+        &["request body over 4096 bytes", "--max-body-bytes"],
+    );
+
+    // At the limits, served.
+    let (status, body) = post(
+        &running.url,
+        "/retrieve",
+        &json!({"queries": ["nobel prize physics", "hamlet author play", "paris tower", "rome"], "topk": 3})
+            .to_string(),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"].as_array().map(Vec::len), Some(4));
 }
 
 /// A one-shot fake server answering every connection with `status` and `body`.

@@ -95,6 +95,11 @@ fn f1_matches_the_squad_reference() {
             "f1({prediction:?}, {golds:?}) = {f1}, want {expected}"
         );
     }
-    assert_eq!(f1_score("", &["the"]), 1.0);
+    // SQuAD v1.1 scores 0 without a common token, even when both sides normalise to nothing.
+    assert_eq!(f1_score("", &["the"]), 0.0);
+    assert_eq!(f1_score("a", &[""]), 0.0);
+    assert_eq!(f1_score("", &["", "Obama"]), 0.0);
+    // Exact match still counts two empty answers as equal.
+    assert!(exact_match("", &["the"]));
     assert_eq!(f1_score("x", &[] as &[&str]), 0.0);
 }

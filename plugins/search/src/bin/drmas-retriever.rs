@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use drmas_search::retriever::bm25::{Bm25Options, Bm25Retriever};
+use drmas_search::retriever::query::QueryLimits;
 use drmas_search::server::{RetrievalServer, ServerConfig};
 
 /// Serve a BM25 index of a passage corpus over Search-R1's retrieval HTTP API.
@@ -43,6 +44,26 @@ enum Command {
         /// Threads answering requests.
         #[arg(long, default_value_t = 4)]
         workers: usize,
+        /// The largest topk a request may ask for.
+        #[arg(long, default_value_t = ServerConfig::default().max_top_k)]
+        max_topk: usize,
+        /// The most passages a request may ask for (queries × topk); more is refused with 413.
+        #[arg(long, default_value_t = ServerConfig::default().max_passages)]
+        max_passages: usize,
+        /// The largest request body, in bytes; more is refused with 413.
+        #[arg(long, default_value_t = ServerConfig::default().max_body_bytes)]
+        max_body_bytes: usize,
+        /// The longest query, in bytes; a request with a longer one is refused with 400.
+        #[arg(long, default_value_t = QueryLimits::default().max_bytes)]
+        max_query_bytes: usize,
+        /// The most distinct terms a query may have after analysis (repeats and stop words not
+        /// counted); a request with a query of more is refused with 400.
+        #[arg(long, default_value_t = QueryLimits::default().max_terms)]
+        max_query_terms: usize,
+        /// The most terms a request's queries may have together (each query's distinct terms,
+        /// summed); more is refused with 413.
+        #[arg(long, default_value_t = QueryLimits::default().max_batch_terms)]
+        max_batch_terms: usize,
     },
 }
 
@@ -54,12 +75,22 @@ fn main() -> ExitCode {
         port,
         topk,
         workers,
+        max_topk,
+        max_passages,
+        max_body_bytes,
+        max_query_bytes,
+        max_query_terms,
+        max_batch_terms,
     } = Cli::parse().command;
     let progress = |message: &str| eprintln!("drmas-retriever: {message}");
     let retriever =
         match Bm25Retriever::open_or_build(&corpus, &index_dir, &Bm25Options::default(), &progress)
         {
-            Ok(retriever) => retriever,
+            Ok(retriever) => retriever.with_query_limits(QueryLimits {
+                max_bytes: max_query_bytes,
+                max_terms: max_query_terms,
+                max_batch_terms,
+            }),
             Err(error) => {
                 eprintln!("drmas-retriever: {error}");
                 return ExitCode::FAILURE;
@@ -67,8 +98,10 @@ fn main() -> ExitCode {
         };
     let config = ServerConfig {
         default_top_k: topk,
+        max_top_k: max_topk,
+        max_passages,
+        max_body_bytes,
         workers,
-        ..ServerConfig::default()
     };
     let server = match RetrievalServer::bind(&format!("{host}:{port}"), Arc::new(retriever), config)
     {

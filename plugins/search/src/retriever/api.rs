@@ -29,36 +29,36 @@ pub struct RetrieveRequest {
     pub return_scores: bool,
 }
 
-/// A corpus document as the server returns it: the corpus record.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WireDocument {
+/// A corpus document as the server returns it, borrowed from the [`Hit`] it shows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WireDocument<'a> {
     /// The passage id.
-    pub id: String,
-    /// `"\"Title\"\ntext"`.
-    pub contents: String,
+    pub id: &'a str,
+    /// The corpus `contents`, byte for byte (by convention `"\"Title\"\ntext"`).
+    pub contents: &'a str,
 }
 
 /// One item of a result list.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
-pub enum WireItem {
+pub enum WireItem<'a> {
     /// A document with its score (`return_scores: true`).
     Scored {
         /// The document.
-        document: WireDocument,
+        document: WireDocument<'a>,
         /// Its score.
         score: f32,
     },
     /// A bare document (`return_scores: false`).
-    Bare(WireDocument),
+    Bare(WireDocument<'a>),
 }
 
-impl WireItem {
+impl WireItem<'_> {
     /// The wire item for `hit`.
-    pub fn from_hit(hit: &Hit, with_score: bool) -> WireItem {
+    pub fn from_hit(hit: &Hit, with_score: bool) -> WireItem<'_> {
         let document = WireDocument {
-            id: hit.id.clone(),
-            contents: hit.contents(),
+            id: &hit.id,
+            contents: &hit.contents,
         };
         if with_score {
             WireItem::Scored {
@@ -73,9 +73,9 @@ impl WireItem {
 
 /// A retrieval response.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RetrieveResponse {
+pub struct RetrieveResponse<'a> {
     /// One list per query, in request order.
-    pub result: Vec<Vec<WireItem>>,
+    pub result: Vec<Vec<WireItem<'a>>>,
 }
 
 /// The body of every error response: `{"error": "..."}`.

@@ -1,9 +1,14 @@
 //! A BM25 retriever over a tantivy index of the corpus, built on first use in an index folder and
 //! reopened afterwards while the corpus is unchanged.
 //!
-//! The title and text of each passage are indexed together in one field (as pyserini indexes
-//! `contents` for Search-R1's BM25 baseline), analysed with lowercasing, ASCII folding, English
-//! stop-word removal and English stemming; id, title and text are stored to build the hits.
+//! Each passage's `contents` (title and text together, as pyserini indexes it for Search-R1's BM25
+//! baseline) is indexed, analysed with lowercasing, ASCII folding, English stop-word removal and
+//! English stemming, and stored byte for byte beside the id to build the hits.
+//!
+//! Equal scores rank in corpus order, whatever the build: tantivy breaks ties by document id, and
+//! the index is built as one segment sorted by each passage's line number in the corpus, so
+//! document ids follow the corpus (with several indexing threads they would otherwise depend on
+//! which thread took which passage).
 //!
 //! The folder holds the tantivy files, a marker file naming it a drmas BM25 index (so that a
 //! rebuild only ever deletes a folder this module created) and the corpus [`Fingerprint`],
@@ -13,28 +18,35 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use tantivy::collector::TopDocs;
-use tantivy::query::BooleanQuery;
+use tantivy::indexer::NoMergePolicy;
+use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, TermQuery};
 use tantivy::schema::{
-    Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, STORED,
+    Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, FAST, STORED,
 };
 use tantivy::tokenizer::{
     AsciiFoldingFilter, Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer,
     StopWordFilter, TextAnalyzer,
 };
-use tantivy::{doc, Index, IndexReader, ReloadPolicy, TantivyDocument, Term};
+use tantivy::{
+    doc, Index, IndexReader, IndexSettings, IndexSortByField, Order, ReloadPolicy, TantivyDocument,
+    Term,
+};
 
 use super::fingerprint::{FileStamp, Fingerprint};
+use super::query::{counted_terms, QueryLimits};
 use super::{Hit, Retriever, RetrieverError};
 use crate::corpus::{CorpusReader, Passage};
 
 /// Bump when the schema or the analyzer changes, so that existing indexes are rebuilt.
-const LAYOUT: u32 = 1;
+const LAYOUT: u32 = 3;
 /// The analyzer's name in the index's tokenizer manager.
 const ANALYZER: &str = "drmas_en";
 /// The file marking a folder as a drmas BM25 index.
 const MARKER_FILE: &str = "drmas-bm25-index";
 /// The file holding the fingerprint of the corpus the index was built from.
 const FINGERPRINT_FILE: &str = "corpus-fingerprint.json";
+/// The fast field holding each passage's position in the corpus.
+const POSITION_FIELD: &str = "position";
 /// Tokens longer than this many bytes are dropped (URLs, base64 and the like).
 const MAX_TOKEN_BYTES: usize = 40;
 
@@ -63,25 +75,28 @@ impl Default for Bm25Options {
 /// The index fields.
 #[derive(Debug, Clone, Copy)]
 struct Fields {
+    /// The passage id, stored.
     id: Field,
-    title: Field,
-    text: Field,
-    body: Field,
+    /// The passage `contents`, indexed and stored.
+    contents: Field,
+    /// The passage's position in the corpus (0-based), the order the index is sorted in.
+    position: Field,
 }
 
 impl Fields {
     fn schema() -> (Schema, Fields) {
         let mut builder = Schema::builder();
-        let body_options = TextOptions::default().set_indexing_options(
-            TextFieldIndexing::default()
-                .set_tokenizer(ANALYZER)
-                .set_index_option(IndexRecordOption::WithFreqs),
-        );
+        let contents_options = TextOptions::default()
+            .set_indexing_options(
+                TextFieldIndexing::default()
+                    .set_tokenizer(ANALYZER)
+                    .set_index_option(IndexRecordOption::WithFreqs),
+            )
+            .set_stored();
         let fields = Fields {
             id: builder.add_text_field("id", STORED),
-            title: builder.add_text_field("title", STORED),
-            text: builder.add_text_field("text", STORED),
-            body: builder.add_text_field("body", body_options),
+            contents: builder.add_text_field("contents", contents_options),
+            position: builder.add_u64_field(POSITION_FIELD, FAST),
         };
         (builder.build(), fields)
     }
@@ -90,9 +105,8 @@ impl Fields {
         let field = |name| schema.get_field(name).map_err(|error| error.to_string());
         Ok(Fields {
             id: field("id")?,
-            title: field("title")?,
-            text: field("text")?,
-            body: field("body")?,
+            contents: field("contents")?,
+            position: field(POSITION_FIELD)?,
         })
     }
 }
@@ -120,6 +134,7 @@ pub struct Bm25Retriever {
     fields: Fields,
     analyzer: TextAnalyzer,
     search_threads: usize,
+    limits: QueryLimits,
 }
 
 impl Bm25Retriever {
@@ -202,6 +217,7 @@ impl Bm25Retriever {
             fields,
             analyzer,
             search_threads,
+            limits: QueryLimits::default(),
         })
     }
 
@@ -231,8 +247,18 @@ impl Bm25Retriever {
         ));
 
         let (schema, fields) = Fields::schema();
-        let index =
-            Index::create_in_dir(index_dir, schema).map_err(|e| index_error(e.to_string()))?;
+        let settings = IndexSettings {
+            sort_by_field: Some(IndexSortByField {
+                field: POSITION_FIELD.to_owned(),
+                order: Order::Asc,
+            }),
+            ..IndexSettings::default()
+        };
+        let index = Index::builder()
+            .schema(schema)
+            .settings(settings)
+            .create_in_dir(index_dir)
+            .map_err(|e| index_error(e.to_string()))?;
         index
             .tokenizers()
             .register(ANALYZER, analyzer().map_err(index_error)?);
@@ -243,16 +269,16 @@ impl Bm25Retriever {
                 threads * options.memory_per_thread,
             )
             .map_err(|e| index_error(e.to_string()))?;
+        // One merge of everything at the end instead of merges along the way.
+        writer.set_merge_policy(Box::new(NoMergePolicy));
         let mut count = 0usize;
         for passage in CorpusReader::open(corpus)? {
-            let Passage { id, title, text } = passage?;
-            let body = format!("{title}\n{text}");
+            let Passage { id, contents } = passage?;
             writer
                 .add_document(doc!(
                     fields.id => id,
-                    fields.title => title,
-                    fields.text => text,
-                    fields.body => body,
+                    fields.contents => contents,
+                    fields.position => count as u64,
                 ))
                 .map_err(|e| index_error(e.to_string()))?;
             count += 1;
@@ -261,6 +287,15 @@ impl Bm25Retriever {
             }
         }
         writer.commit().map_err(|e| index_error(e.to_string()))?;
+        let segments = index
+            .searchable_segment_ids()
+            .map_err(|e| index_error(e.to_string()))?;
+        if segments.len() > 1 {
+            writer
+                .merge(&segments)
+                .wait()
+                .map_err(|e| index_error(format!("merging the segments: {e}")))?;
+        }
         writer
             .wait_merging_threads()
             .map_err(|e| index_error(e.to_string()))?;
@@ -281,6 +316,14 @@ impl Bm25Retriever {
         self
     }
 
+    /// Refuses queries over `limits` (default [`QueryLimits::default`]) with
+    /// [`RetrieverError::QueryTooLarge`] or [`RetrieverError::BatchTooLarge`], before searching
+    /// any of them.
+    pub fn with_query_limits(mut self, limits: QueryLimits) -> Bm25Retriever {
+        self.limits = limits;
+        self
+    }
+
     /// The number of indexed passages.
     pub fn num_docs(&self) -> u64 {
         self.reader.searcher().num_docs()
@@ -291,27 +334,59 @@ impl Bm25Retriever {
         &self.dir
     }
 
-    /// The `top_k` best passages for one query.
+    /// The `top_k` best passages for one query, or [`RetrieverError::QueryTooLarge`] for a
+    /// query over the [`QueryLimits`].
     pub fn search_one(&self, query: &str, top_k: usize) -> Result<Vec<Hit>, RetrieverError> {
+        let query = self.query(0, query)?;
+        self.search_query(query.as_ref(), top_k)
+    }
+
+    /// The BM25 query for `text`, the query at `position` in its batch: a disjunction of its
+    /// distinct terms, each weighted by how often it occurs (as pyserini weights repeated query
+    /// words); `None` when no term is left (only stop words, say).
+    fn query(&self, position: usize, text: &str) -> Result<Option<BooleanQuery>, RetrieverError> {
+        let terms = counted_terms(&mut self.analyzer.clone(), text, self.limits)
+            .map_err(|reason| RetrieverError::QueryTooLarge { position, reason })?;
+        if terms.is_empty() {
+            return Ok(None);
+        }
+        let clauses = terms
+            .into_iter()
+            .map(|(text, count)| {
+                let term = TermQuery::new(
+                    Term::from_field_text(self.fields.contents, &text),
+                    IndexRecordOption::WithFreqs,
+                );
+                let clause: Box<dyn Query> = if count == 1 {
+                    Box::new(term)
+                } else {
+                    Box::new(BoostQuery::new(Box::new(term), count as f32))
+                };
+                (Occur::Should, clause)
+            })
+            .collect();
+        Ok(Some(BooleanQuery::new(clauses)))
+    }
+
+    /// The `top_k` best passages for a query (none for `None`).
+    fn search_query(
+        &self,
+        query: Option<&BooleanQuery>,
+        top_k: usize,
+    ) -> Result<Vec<Hit>, RetrieverError> {
         if top_k == 0 {
             return Err(RetrieverError::ZeroTopK);
         }
+        let Some(query) = query else {
+            return Ok(Vec::new());
+        };
         let index_error = |reason: String| RetrieverError::Index {
             dir: self.dir.clone(),
             reason,
         };
-        let mut terms = Vec::new();
-        let mut analyzer = self.analyzer.clone();
-        let mut tokens = analyzer.token_stream(query);
-        tokens
-            .process(&mut |token| terms.push(Term::from_field_text(self.fields.body, &token.text)));
-        if terms.is_empty() {
-            return Ok(Vec::new());
-        }
         let searcher = self.reader.searcher();
-        let query = BooleanQuery::new_multiterms_query(terms);
         let top = searcher
-            .search(&query, &TopDocs::with_limit(top_k).order_by_score())
+            .search(query, &TopDocs::with_limit(top_k).order_by_score())
             .map_err(|e| index_error(e.to_string()))?;
         top.into_iter()
             .map(|(score, address)| {
@@ -325,11 +400,7 @@ impl Bm25Retriever {
                         .unwrap_or_default()
                         .to_owned()
                 };
-                let passage = Passage {
-                    id: field(self.fields.id),
-                    title: field(self.fields.title),
-                    text: field(self.fields.text),
-                };
+                let passage = Passage::new(field(self.fields.id), field(self.fields.contents));
                 Ok(Hit::new(passage, score))
             })
             .collect()
@@ -337,21 +408,36 @@ impl Bm25Retriever {
 }
 
 impl Retriever for Bm25Retriever {
-    /// Searches the queries of a large batch on several threads (see
-    /// [`Bm25Retriever::with_search_threads`]).
+    /// Checks every query, and the batch, against the [`QueryLimits`] first, then searches a large
+    /// batch on several threads (see [`Bm25Retriever::with_search_threads`]).
     fn search(&self, queries: &[String], top_k: usize) -> Result<Vec<Vec<Hit>>, RetrieverError> {
+        let mut batch_terms = 0usize;
+        let queries = queries
+            .iter()
+            .enumerate()
+            .map(|(position, text)| {
+                let query = self.query(position, text)?;
+                batch_terms += query.as_ref().map_or(0, |q| q.clauses().len());
+                if batch_terms > self.limits.max_batch_terms {
+                    return Err(RetrieverError::BatchTooLarge {
+                        limit: self.limits.max_batch_terms,
+                    });
+                }
+                Ok(query)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let threads = self
             .search_threads
             .min(queries.len() / MIN_QUERIES_PER_THREAD)
             .max(1);
-        let search_all = |chunk: &[String]| -> Result<Vec<Vec<Hit>>, RetrieverError> {
+        let search_all = |chunk: &[Option<BooleanQuery>]| -> Result<Vec<Vec<Hit>>, RetrieverError> {
             chunk
                 .iter()
-                .map(|query| self.search_one(query, top_k))
+                .map(|query| self.search_query(query.as_ref(), top_k))
                 .collect()
         };
         if threads == 1 {
-            return search_all(queries);
+            return search_all(&queries);
         }
         let chunk_size = queries.len().div_ceil(threads);
         std::thread::scope(|scope| {

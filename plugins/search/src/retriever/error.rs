@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use super::query::QueryTooLarge;
 use crate::corpus::CorpusError;
 
 /// A retrieval that failed; each variant says what to do about it.
@@ -19,6 +20,24 @@ pub enum RetrieverError {
         dir: PathBuf,
         /// What went wrong.
         reason: String,
+    },
+    /// A query is over the retriever's [`super::query::QueryLimits`]; nothing was searched.
+    #[error("query {position} of the batch is refused: {reason}; search with a shorter query")]
+    QueryTooLarge {
+        /// The query's position in the batch (0-based).
+        position: usize,
+        /// The limit it is over.
+        reason: QueryTooLarge,
+    },
+    /// A batch of queries has more terms together than the retriever's
+    /// [`super::query::QueryLimits::max_batch_terms`]; nothing was searched.
+    #[error(
+        "the batch's queries have more than {limit} distinct terms together (counted query by \
+         query); send fewer or shorter queries at a time"
+    )]
+    BatchTooLarge {
+        /// The limit.
+        limit: usize,
     },
     /// A request asked for zero passages.
     #[error("top_k must be at least 1")]

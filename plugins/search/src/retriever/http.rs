@@ -215,5 +215,5 @@ fn parse_item(item: &Value) -> Result<Hit, String> {
         Some(Value::Number(id)) => id.to_string(),
         _ => return Err(".document has no string or integer \"id\"".to_owned()),
     };
-    Ok(Hit::new(Passage::from_contents(id, contents), score as f32))
+    Ok(Hit::new(Passage::new(id, contents), score as f32))
 }

@@ -6,22 +6,21 @@ pub mod bm25;
 pub mod error;
 pub mod fingerprint;
 pub mod http;
+pub mod query;
 
 pub use error::RetrieverError;
 
 use serde::{Deserialize, Serialize};
 
-use crate::corpus::{join_contents, Passage};
+use crate::corpus::{split_contents, title_of, Passage};
 
 /// One retrieved passage and its score (higher is better; the scale depends on the backend).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hit {
     /// The passage id.
     pub id: String,
-    /// The passage title (without quotes).
-    pub title: String,
-    /// The passage text.
-    pub text: String,
+    /// The passage's `contents`, byte for byte as the corpus holds it.
+    pub contents: String,
     /// The retrieval score.
     pub score: f32,
 }
@@ -31,15 +30,19 @@ impl Hit {
     pub fn new(passage: Passage, score: f32) -> Hit {
         Hit {
             id: passage.id,
-            title: passage.title,
-            text: passage.text,
+            contents: passage.contents,
             score,
         }
     }
 
-    /// The `contents` string of the corpus layout (`"\"Title\"\ntext"`).
-    pub fn contents(&self) -> String {
-        join_contents(&self.title, &self.text)
+    /// The passage title: see [`title_of`].
+    pub fn title(&self) -> &str {
+        title_of(&self.contents)
+    }
+
+    /// The passage text: what follows the first line of `contents`.
+    pub fn text(&self) -> &str {
+        split_contents(&self.contents).1
     }
 }
 

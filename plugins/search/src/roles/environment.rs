@@ -1,7 +1,9 @@
 //! Environment `search`: multi-turn QA with a retriever. Actions are `<search>query</search>`
 //! (answered with the top-k passages as Search-R1's `<information>` block) or
 //! `<answer>…</answer>` (ends the episode; reward = exact match after Search-R1's normalisation).
-//! The episode also ends after `max_turns` steps.
+//! The episode also ends after `max_turns` steps. A query over the retriever's
+//! [`QueryLimits`](crate::retriever::query::QueryLimits) is answered with a message saying so,
+//! like an invalid action, so that a runaway generation costs neither time nor the rollout.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,7 +20,7 @@ use crate::format::format_information;
 use crate::metrics::{exact_match, f1_score, sub_exact_match};
 use crate::retriever::bm25::{Bm25Options, Bm25Retriever};
 use crate::retriever::http::{HttpRetriever, HttpRetrieverConfig};
-use crate::retriever::Retriever;
+use crate::retriever::{Retriever, RetrieverError};
 use crate::tags::{extract_answer, extract_search};
 
 /// Multi-turn search QA.
@@ -218,10 +220,14 @@ impl Episode for SearchEpisode {
             });
         }
         let observation = match extract_search(action) {
-            Some(query) => {
-                let hits = self.retriever.search(&[query], self.top_k)?;
-                format_information(hits.first().map_or(&[][..], Vec::as_slice))
-            }
+            Some(query) => match self.retriever.search(&[query], self.top_k) {
+                Ok(hits) => format_information(hits.first().map_or(&[][..], Vec::as_slice)),
+                Err(RetrieverError::QueryTooLarge { reason, .. }) => format!(
+                    "My search query is refused: {reason}. If I want to search, I should use a \
+                     shorter query."
+                ),
+                Err(error) => return Err(error.into()),
+            },
             None => "My previous action is invalid. If I want to search, I should put the query between \
                      <search> and </search>. If I want to give the final answer, I should put the answer \
                      between <answer> and </answer>."
