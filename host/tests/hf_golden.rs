@@ -428,3 +428,26 @@ fn missing_files_and_unsupported_architectures_are_named() {
         .expect_err("not a float dtype");
     assert_mentions(&err, &["Int64"]);
 }
+
+#[test]
+fn a_safetensors_file_declaring_more_than_it_holds_is_refused_before_allocating() {
+    let root = tempfile::tempdir().expect("a temp dir");
+    let dir = copy_fixture("llama", root.path());
+    let file = dir.join("model.safetensors");
+    // Each is an error naming the file; allocating what they declare would abort the test.
+    // A header length of 2^62 bytes in a 16-byte file.
+    let mut bytes = (1u64 << 62).to_le_bytes().to_vec();
+    bytes.extend_from_slice(b"{}      ");
+    fs::write(&file, &bytes).expect("writes");
+    assert_mentions(
+        &load_err(&dir),
+        &["model.safetensors", "truncated or corrupt"],
+    );
+    // A tensor whose shape declares 2^62 elements over 8 bytes of data.
+    let header = br#"{"model.embed_tokens.weight":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[0,8]}}"#;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header);
+    bytes.extend_from_slice(&[0; 8]);
+    fs::write(&file, &bytes).expect("writes");
+    assert_mentions(&load_err(&dir), &["model.safetensors"]);
+}
