@@ -9,7 +9,7 @@
 mod jsonl;
 mod parquet;
 
-pub use drmas_formats::{DatasetError, LoadOptions};
+pub use drmas_formats::{is_parquet, DatasetError, LoadOptions};
 pub use jsonl::{load_jsonl, read_jsonl, AnswerMode, JsonlFormat};
 pub use parquet::load_parquet;
 
