@@ -18,6 +18,22 @@ pub struct Error {
 /// [`Error`] cannot be a standard error itself: it converts from every standard error, so that
 /// plugin code can `?` anything, and that conversion would then have to include `From<Error> for
 /// Error`, which `std` already defines.
+///
+/// ```
+/// use drmas_sdk::{Error, PluginError};
+///
+/// fn load() -> drmas_sdk::Result<Vec<String>> {
+///     Err(Error::new("train.jsonl:3: invalid JSON"))
+/// }
+///
+/// fn host() -> Result<(), Box<dyn std::error::Error>> {
+///     let tasks = load().map_err(PluginError::from)?;
+///     println!("{} tasks", tasks.len());
+///     Ok(())
+/// }
+///
+/// assert_eq!(host().unwrap_err().to_string(), "train.jsonl:3: invalid JSON");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginError(Error);
 
