@@ -144,7 +144,8 @@ impl EpisodeState {
         self.outcome.calls += 1;
         self.routing
             .observe(&team[member].role, output)
-            .map_err(PluginError::from)
+            .map_err(PluginError::from)?;
+        Ok(())
     }
 
     /// Whether the environment ended the episode.
