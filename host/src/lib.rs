@@ -16,6 +16,7 @@ pub mod plugins;
 pub mod preflight;
 pub mod rng;
 pub mod rollout;
+pub mod suggest;
 pub mod trainer;
 pub mod update;
 

@@ -7,7 +7,7 @@ use std::fmt::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use drmas_sdk::{Agent, DatasetSpec, Environment, Orchestra, Task};
+use drmas_sdk::{Agent, DatasetSpec, Environment, Orchestra, PluginError, Task};
 
 use crate::advantage::{self, Estimator};
 use crate::config::{DatasetSection, RunConfig, RunFile};
@@ -48,7 +48,7 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
         config.orchestra.name.get_ref(),
         &toml_text(&config.orchestra.params),
     )?;
-    let roles = orchestra.roles().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let roles = orchestra.roles().map_err(PluginError::from)?;
 
     let mut agents = Vec::new();
     for section in &config.agents {

@@ -130,6 +130,27 @@ pub struct AgentContext {
     pub note: String,
 }
 
+impl AgentContext {
+    /// The team's earlier outputs as Dr. MAS shows them to an agent: for each turn of `history`,
+    /// oldest first, `The output of "<role>": <text>` (the text trimmed) and a blank line.
+    ///
+    /// ```
+    /// use drmas_sdk::{AgentContext, Turn};
+    ///
+    /// let context = AgentContext {
+    ///     history: vec![Turn { role: "Solver".into(), text: " 4\n".into() }],
+    ///     ..AgentContext::default()
+    /// };
+    /// assert_eq!(context.team_context(), "The output of \"Solver\": 4\n\n");
+    /// ```
+    pub fn team_context(&self) -> String {
+        self.history
+            .iter()
+            .map(|turn| format!("The output of \"{}\": {}\n\n", turn.role, turn.text.trim()))
+            .collect()
+    }
+}
+
 /// An agent's parsed output.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Parsed {

@@ -1,4 +1,5 @@
-//! The error type of plugin code: a message, convertible from any standard error.
+//! The error type of plugin code: a message, convertible from any standard error; and its twin
+//! that is a standard error, for the code that calls plugins.
 
 use std::fmt;
 
@@ -10,6 +11,31 @@ use std::fmt;
 pub struct Error {
     message: String,
 }
+
+/// A plugin [`Error`] as a `std::error::Error`, so a host can `?` it into `anyhow::Error` or
+/// `Box<dyn std::error::Error>` after one conversion: `.map_err(PluginError::from)?`.
+///
+/// [`Error`] cannot be a standard error itself: it converts from every standard error, so that
+/// plugin code can `?` anything, and that conversion would then have to include `From<Error> for
+/// Error`, which `std` already defines.
+///
+/// ```
+/// use drmas_sdk::{Error, PluginError};
+///
+/// fn load() -> drmas_sdk::Result<Vec<String>> {
+///     Err(Error::new("train.jsonl:3: invalid JSON"))
+/// }
+///
+/// fn host() -> Result<(), Box<dyn std::error::Error>> {
+///     let tasks = load().map_err(PluginError::from)?;
+///     println!("{} tasks", tasks.len());
+///     Ok(())
+/// }
+///
+/// assert_eq!(host().unwrap_err().to_string(), "train.jsonl:3: invalid JSON");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginError(Error);
 
 /// `Result` with the plugin [`Error`] as its default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -59,3 +85,17 @@ impl fmt::Debug for Error {
         write!(f, "Error({:?})", self.message)
     }
 }
+
+impl From<Error> for PluginError {
+    fn from(error: Error) -> Self {
+        Self(error)
+    }
+}
+
+impl fmt::Display for PluginError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for PluginError {}

@@ -64,7 +64,7 @@ pub use data::{
     AgentContext, AgentOutput, ChatMessage, ComponentInfo, ComponentKind, DatasetSpec, Metric,
     Next, Parsed, Reset, Step, Task, Turn,
 };
-pub use error::{Error, Result};
+pub use error::{Error, PluginError, Result};
 pub use roles::{Agent, Component, Environment, Episode, Orchestra, Routing};
 
 /// Re-exported so plugins log with `drmas_sdk::log::info!(...)` without another dependency line;

@@ -4,6 +4,8 @@ use std::fmt;
 
 use serde::de::DeserializeOwned;
 
+use crate::suggest::similar;
+
 use super::{
     Drmas, DrmasTraj, Estimator, Grpo, GrpoPassk, GrpoStep, NormParams, ReinforcePpBaseline,
     ReinforcePpBaselineParams, Rloo, RlooParams,
@@ -108,7 +110,7 @@ pub fn build(name: &str, params: &toml::Table) -> Result<Box<dyn Estimator>, Est
     let Some((estimator, construct)) = REGISTRY.iter().find(|(n, _)| *n == name) else {
         return Err(EstimatorError::Unknown {
             name: name.to_owned(),
-            suggestion: closest(name),
+            suggestion: similar(name, names()).first().copied(),
         });
     };
     construct(params).map_err(|message| EstimatorError::Params { estimator, message })
@@ -126,39 +128,4 @@ fn norm_params(table: &toml::Table) -> Result<NormParams, String> {
     let params: NormParams = parse(table)?;
     params.validate()?;
     Ok(params)
-}
-
-/// The registered name nearest to `name` (case-insensitive), if a slip of the keyboard could
-/// explain the difference: at most one edit per three characters of the name.
-fn closest(name: &str) -> Option<&'static str> {
-    let name = name.to_lowercase();
-    names()
-        .map(|candidate| (edit_distance(&name, candidate), candidate))
-        .filter(|&(distance, candidate)| distance * 3 <= candidate.len())
-        .min_by_key(|&(distance, _)| distance)
-        .map(|(_, candidate)| candidate)
-}
-
-/// Optimal-string-alignment distance over chars: insertions, deletions, substitutions and
-/// swaps of two neighbours each cost 1 (so `grop` is one edit from `grpo`).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    // Three rows of the DP table: two back, one back, current.
-    let mut before: Vec<usize> = vec![0; b.len() + 1];
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    let mut current = vec![0; b.len() + 1];
-    for i in 1..=a.len() {
-        current[0] = i;
-        for j in 1..=b.len() {
-            let substitute = previous[j - 1] + usize::from(a[i - 1] != b[j - 1]);
-            let mut best = substitute.min(previous[j] + 1).min(current[j - 1] + 1);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                best = best.min(before[j - 2] + 1);
-            }
-            current[j] = best;
-        }
-        std::mem::swap(&mut before, &mut previous);
-        std::mem::swap(&mut previous, &mut current);
-    }
-    previous[b.len()]
 }

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use drmas_sdk::ffi::{load_plugin, LoadError, LoadedPlugin};
 use drmas_sdk::{Agent, ComponentInfo, ComponentKind, Environment, Orchestra};
 
+use crate::suggest::similar;
+
 use super::discover::{discover, BuildProfile, DiscoverError};
 use super::hosted::Hosted;
 
@@ -131,17 +133,7 @@ impl Registry {
             .filter(|(k, _)| *k == kind)
             .map(|(_, n)| n.as_str())
             .collect();
-        let wanted = name.to_lowercase();
-        let close: Vec<&str> = names
-            .iter()
-            .copied()
-            .filter(|n| {
-                let n = n.to_lowercase();
-                strsim::jaro_winkler(&n, &wanted) > 0.85
-                    || n.contains(&wanted)
-                    || wanted.contains(&n)
-            })
-            .collect();
+        let close = similar(name, names.iter().copied());
         if !close.is_empty() {
             format!(", did you mean {}?", quoted(&close))
         } else if names.is_empty() {

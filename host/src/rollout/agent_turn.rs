@@ -5,8 +5,8 @@
 
 use std::time::Instant;
 
-use anyhow::{anyhow, Context};
-use drmas_sdk::AgentOutput;
+use anyhow::Context;
+use drmas_sdk::{AgentOutput, PluginError};
 
 use super::episode::EpisodeState;
 use super::{AgentCall, TeamMember};
@@ -56,7 +56,7 @@ pub(super) fn prepare(
         return Ok(None);
     };
     let member = &team[*member_index];
-    let messages = member.agent.messages(context).map_err(|e| anyhow!("{e}"))?;
+    let messages = member.agent.messages(context).map_err(PluginError::from)?;
     let template_messages: Vec<TemplateMessage<'_>> = messages
         .iter()
         .map(|m| TemplateMessage {
@@ -129,7 +129,7 @@ pub(super) fn complete(
 ) -> anyhow::Result<AgentCall> {
     let member = &team[call.member];
     let raw = call.response_prefix + &codecs[member.group].decode(&generation.tokens)?;
-    let parsed = member.agent.parse(&raw).map_err(|e| anyhow!("{e}"))?;
+    let parsed = member.agent.parse(&raw).map_err(PluginError::from)?;
     let output = AgentOutput {
         raw: raw.clone(),
         action: parsed.action,

@@ -1,9 +1,10 @@
 //! One episode's state between rounds: its routing state machine, its environment episode and
 //! the agent call it is waiting for.
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{bail, Context};
 use drmas_sdk::{
-    AgentContext, AgentOutput, Environment, Episode, Metric, Next, Orchestra, Routing, Task,
+    AgentContext, AgentOutput, Environment, Episode, Metric, Next, Orchestra, PluginError, Routing,
+    Task,
 };
 
 use super::TeamMember;
@@ -58,15 +59,15 @@ impl EpisodeState {
     ) -> anyhow::Result<Self> {
         let reset = environment
             .reset(task)
-            .map_err(|e| anyhow!("{e}"))
+            .map_err(PluginError::from)
             .with_context(|| format!("resetting the environment on task `{}`", task.id))?;
         let mut routing = orchestra
             .start(task)
-            .map_err(|e| anyhow!("{e}"))
+            .map_err(PluginError::from)
             .with_context(|| format!("starting the orchestra on task `{}`", task.id))?;
         routing
             .on_observation(&reset.observation)
-            .map_err(|e| anyhow!("{e}"))?;
+            .map_err(PluginError::from)?;
         Ok(Self {
             routing,
             episode: reset.episode,
@@ -79,7 +80,7 @@ impl EpisodeState {
     /// Runs the routing until it asks for an agent call or the environment ends the episode.
     pub fn advance(&mut self, team: &[TeamMember]) -> anyhow::Result<()> {
         while !self.done && self.pending.is_none() {
-            match self.routing.next().map_err(|e| anyhow!("{e}"))? {
+            match self.routing.next().map_err(PluginError::from)? {
                 Next::Act { role, context } => {
                     let Some(member) = team.iter().position(|m| m.role == role) else {
                         let roles: Vec<&str> = team.iter().map(|m| m.role.as_str()).collect();
@@ -97,7 +98,7 @@ impl EpisodeState {
                     self.pending = Some((member, context));
                 }
                 Next::Submit { action } => {
-                    let step = self.episode.step(&action).map_err(|e| anyhow!("{e}"))?;
+                    let step = self.episode.step(&action).map_err(PluginError::from)?;
                     self.outcome.steps += 1;
                     self.outcome.step_rewards.push(step.reward);
                     for metric in step.metrics {
@@ -116,7 +117,7 @@ impl EpisodeState {
                     } else {
                         self.routing
                             .on_observation(&step.observation)
-                            .map_err(|e| anyhow!("{e}"))?;
+                            .map_err(PluginError::from)?;
                     }
                 }
             }
@@ -143,7 +144,8 @@ impl EpisodeState {
         self.outcome.calls += 1;
         self.routing
             .observe(&team[member].role, output)
-            .map_err(|e| anyhow!("{e}"))
+            .map_err(PluginError::from)?;
+        Ok(())
     }
 
     /// Whether the environment ended the episode.

@@ -83,7 +83,7 @@ fn malformed_line_errors_name_file_and_line() {
     .expect_err("line 3 is malformed");
     match &err {
         DatasetError::Malformed { path, line, .. } => {
-            assert_eq!((path.as_str(), *line), ("mixed.jsonl", 3))
+            assert_eq!((path.to_str(), *line), (Some("mixed.jsonl"), 3))
         }
         other => panic!("unexpected error {other}"),
     }
@@ -280,7 +280,7 @@ fn verl_parquet_round_trip() {
 
     let err = load_parquet(&path, &LoadOptions::default()).expect_err("row 3 has no user message");
     assert!(
-        matches!(&err, DatasetError::Malformed { line: 3, .. }),
+        matches!(&err, DatasetError::MalformedRow { row: 3, .. }),
         "{err}"
     );
 

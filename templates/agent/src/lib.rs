@@ -36,10 +36,8 @@ impl Component for MyAgent {
 
 impl Agent for MyAgent {
     fn messages(&self, context: &AgentContext) -> Result<Vec<ChatMessage>> {
-        let mut user = format!("Question: {}\n\n", context.question);
-        for turn in &context.history {
-            user.push_str(&format!("The output of \"{}\": {}\n\n", turn.role, turn.text));
-        }
+        // The question, then the team's earlier outputs (`The output of "<role>": …`, oldest first).
+        let user = format!("Question: {}\n\n{}", context.question, context.team_context());
         Ok(vec![ChatMessage::system(self.instruction.clone()), ChatMessage::user(user)])
     }
 

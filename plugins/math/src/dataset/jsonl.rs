@@ -1,7 +1,6 @@
 //! JSONL datasets with a configurable field mapping.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::BufRead;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -125,48 +124,19 @@ pub fn load_jsonl(
     format: &JsonlFormat,
     options: &LoadOptions,
 ) -> Result<Loaded, DatasetError> {
-    let name = path.display().to_string();
-    let file = File::open(path).map_err(|source| DatasetError::Io {
-        path: name.clone(),
-        source,
-    })?;
-    read_jsonl(BufReader::new(file), &name, format, options)
+    drmas_formats::load_jsonl(path, options, |line, line_no| format.task(line, line_no))
 }
 
 /// Reads JSONL from any reader; `name` is the file name used in errors.
 ///
 /// Blank lines are ignored. A line that is not valid UTF-8 is malformed like any other.
 pub fn read_jsonl(
-    mut reader: impl BufRead,
-    name: &str,
+    reader: impl BufRead,
+    name: impl AsRef<Path>,
     format: &JsonlFormat,
     options: &LoadOptions,
 ) -> Result<Loaded, DatasetError> {
-    let mut loaded = Loaded::default();
-    if options.limit == Some(0) {
-        return Ok(loaded);
-    }
-    let mut buf = Vec::new();
-    let mut line_no = 0;
-    loop {
-        buf.clear();
-        let read = reader
-            .read_until(b'\n', &mut buf)
-            .map_err(|source| DatasetError::Io {
-                path: name.to_string(),
-                source,
-            })?;
-        if read == 0 {
-            return Ok(loaded);
-        }
-        line_no += 1;
-        let record = match std::str::from_utf8(&buf) {
-            Ok(line) if line.trim().is_empty() => continue,
-            Ok(line) => format.task(line, line_no),
-            Err(e) => Err(format!("invalid UTF-8: {e}")),
-        };
-        if !loaded.push(record, name, line_no, options)? {
-            return Ok(loaded);
-        }
-    }
+    drmas_formats::read_jsonl(reader, name.as_ref(), options, |line, line_no| {
+        format.task(line, line_no)
+    })
 }

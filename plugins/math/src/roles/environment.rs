@@ -14,7 +14,7 @@ use drmas_sdk::{
 use serde::Deserialize;
 
 use crate::answer::{extract_answer, score};
-use crate::dataset::{load_jsonl, load_parquet, JsonlFormat, LoadOptions, MathTask};
+use crate::dataset::{is_parquet, load_jsonl, load_parquet, JsonlFormat, LoadOptions, MathTask};
 use crate::generator::{generate, Difficulty, Split};
 
 /// The built-in generated dataset's path.
@@ -96,9 +96,7 @@ impl MathEnvironment {
         };
         let loaded = match &self.config.format {
             Format::Parquet => load_parquet(&path, &options)?,
-            Format::Auto if path.extension().is_some_and(|e| e == "parquet") => {
-                load_parquet(&path, &options)?
-            }
+            Format::Auto if is_parquet(&path) => load_parquet(&path, &options)?,
             Format::Auto => load_jsonl(&path, &detect_format(&path)?, &options)?,
             Format::Gsm8k => load_jsonl(&path, &JsonlFormat::gsm8k(), &options)?,
             Format::Math => load_jsonl(&path, &JsonlFormat::math(), &options)?,

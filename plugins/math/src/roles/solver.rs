@@ -3,7 +3,7 @@
 use drmas_sdk::{parse_config, Agent, AgentContext, ChatMessage, Component, Parsed, Result};
 use serde::Deserialize;
 
-use super::template::{chat, render, team_context};
+use super::template::{chat, render};
 use crate::answer::extract_answer;
 
 /// First-attempt prompt, close to Dr.MAS's math solver prompt.
@@ -61,7 +61,7 @@ impl Agent for SolverAgent {
             render(
                 &self.config.retry_prompt,
                 &context.question,
-                &team_context(&context.history),
+                &context.team_context(),
             )
         };
         Ok(chat(self.config.system.as_deref(), user))

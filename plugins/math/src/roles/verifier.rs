@@ -4,7 +4,7 @@
 use drmas_sdk::{parse_config, Agent, AgentContext, ChatMessage, Component, Parsed, Result};
 use serde::Deserialize;
 
-use super::template::{chat, render, team_context};
+use super::template::{chat, render};
 
 /// The verifier prompt, close to Dr.MAS's.
 pub const DEFAULT_PROMPT: &str = "You are a careful math verifier. Here is a problem and your team's work on it.\n\n\
@@ -88,7 +88,7 @@ impl Agent for VerifierAgent {
         let user = render(
             &self.config.prompt,
             &context.question,
-            &team_context(&context.history),
+            &context.team_context(),
         );
         let mut messages = chat(self.config.system.as_deref(), user);
         if let Some(prefix) = &self.config.response_prefix {

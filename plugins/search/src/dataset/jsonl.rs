@@ -1,7 +1,5 @@
 //! QA tasks from a JSONL file: one JSON object a line with Search-R1's fields.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use serde::Deserialize;
@@ -40,41 +38,15 @@ enum Answers {
 
 /// Loads QA tasks from a JSONL file, skipping blank lines.
 pub fn load_qa_jsonl(path: &Path, options: &LoadOptions) -> Result<QaDataset, DatasetError> {
-    let io_error = |source| DatasetError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let file = File::open(path).map_err(io_error)?;
     let stem = file_stem(path);
-    let mut dataset = QaDataset {
-        tasks: Vec::new(),
-        skipped: 0,
-    };
-    for (index, line) in BufReader::new(file).lines().enumerate() {
-        if options
-            .limit
-            .is_some_and(|limit| dataset.tasks.len() >= limit)
-        {
-            break;
-        }
-        let line = line.map_err(io_error)?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let line_number = index + 1;
-        match parse_task(&line, &stem, line_number) {
-            Ok(task) => dataset.tasks.push(task),
-            Err(_) if options.skip_malformed => dataset.skipped += 1,
-            Err(reason) => {
-                return Err(DatasetError::Malformed {
-                    path: path.to_owned(),
-                    line: line_number,
-                    reason,
-                })
-            }
-        }
-    }
-    Ok(dataset)
+    drmas_formats::load_jsonl(path, options, |line, line_number| {
+        parse_task(line, &stem, line_number).map_err(|reason| {
+            format!(
+                "not a QA task ({reason}); each line must be a JSON object with \"question\" \
+                 (string) and \"golden_answers\" (non-empty list of strings)"
+            )
+        })
+    })
 }
 
 /// Parses and checks one line.

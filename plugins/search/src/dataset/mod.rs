@@ -10,10 +10,10 @@
 //! - [`Split`]: `train` / `test` subsets of a file that has no splits (one task in ten, by the
 //!   hash of its id, is `test`), applied by the search environment before its `limit`.
 //!
-//! [`load_qa`] picks the reader by the file's extension. Both readers build their tasks through
-//! the same checks, so a JSONL file and a parquet file with the same records give equal tasks.
+//! [`load_qa`] picks the reader by the file's extension. The files are read by [`drmas_formats`];
+//! both readers build their tasks through the same checks, so a JSONL file and a parquet file with
+//! the same records give equal tasks.
 
-mod error;
 mod jsonl;
 mod parquet;
 mod record;
@@ -21,7 +21,7 @@ mod split;
 
 use std::path::Path;
 
-pub use error::DatasetError;
+pub use drmas_formats::{is_parquet, DatasetError, LoadOptions};
 pub use jsonl::load_qa_jsonl;
 pub use parquet::load_qa_parquet;
 pub use split::Split;
@@ -42,23 +42,8 @@ pub struct QaTask {
     pub gold_doc_ids: Vec<String>,
 }
 
-/// How to load a QA file.
-#[derive(Debug, Clone, Default)]
-pub struct LoadOptions {
-    /// Keep at most this many tasks (the first ones in file order).
-    pub limit: Option<usize>,
-    /// Skip (and count) malformed lines or rows instead of failing on the first one.
-    pub skip_malformed: bool,
-}
-
-/// The tasks read from a file.
-#[derive(Debug, Clone)]
-pub struct QaDataset {
-    /// The tasks, in file order.
-    pub tasks: Vec<QaTask>,
-    /// Malformed lines or rows skipped (always 0 unless [`LoadOptions::skip_malformed`]).
-    pub skipped: usize,
-}
+/// The tasks read from a QA file, and how many malformed lines or rows were skipped.
+pub type QaDataset = drmas_formats::Loaded<QaTask>;
 
 /// Loads QA tasks from `path`: parquet when the name ends in `.parquet`, JSONL otherwise.
 pub fn load_qa(path: &Path, options: &LoadOptions) -> Result<QaDataset, DatasetError> {
@@ -67,12 +52,6 @@ pub fn load_qa(path: &Path, options: &LoadOptions) -> Result<QaDataset, DatasetE
     } else {
         load_qa_jsonl(path, options)
     }
-}
-
-/// Whether `path` names a parquet file (by its extension, case-insensitively).
-pub fn is_parquet(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|ext| ext.eq_ignore_ascii_case("parquet"))
 }
 
 /// The file's stem, which prefixes the ids of records that have none.

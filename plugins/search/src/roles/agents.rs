@@ -1,7 +1,7 @@
 //! The three agents of Dr.MAS's search workflow. Each checks its own output format: a valid
 //! call is what the orchestra and environment can act on; an invalid one can be penalised.
 
-use drmas_sdk::{parse_config, Agent, AgentContext, ChatMessage, Component, Parsed, Result, Turn};
+use drmas_sdk::{parse_config, Agent, AgentContext, ChatMessage, Component, Parsed, Result};
 use serde::Deserialize;
 
 use crate::tags::{extract_answer, extract_last, extract_search};
@@ -57,14 +57,6 @@ fn yes() -> String {
     "yes".into()
 }
 
-/// The team's history as text: agents' outputs and retrieved information, oldest first.
-fn team_text(history: &[Turn]) -> String {
-    history
-        .iter()
-        .map(|t| format!("The output of \"{}\": {}\n\n", t.role, t.text.trim()))
-        .collect()
-}
-
 /// What a role shows the model: an optional system message, the user template and a reply prefix.
 struct Prompt {
     system: Option<String>,
@@ -93,7 +85,7 @@ impl Prompt {
         let user = self
             .template
             .replace("{question}", &context.question)
-            .replace("{team}", &team_text(&context.history));
+            .replace("{team}", &context.team_context());
         self.system
             .iter()
             .map(|s| ChatMessage::system(s.clone()))

@@ -1,24 +1,21 @@
-//! Why a QA file could not be loaded.
+//! Why a dataset could not be loaded.
 
 use std::path::PathBuf;
 
-/// A QA file that could not be loaded.
+/// A dataset file that could not be loaded; every variant names the file, and a malformed record
+/// its line or row.
 #[derive(Debug, thiserror::Error)]
 pub enum DatasetError {
     /// The file could not be opened or read.
-    #[error("cannot read QA dataset {path}: {source}; check the dataset path")]
+    #[error("cannot read dataset {path}: {source}")]
     Io {
         /// The dataset file.
         path: PathBuf,
         /// The I/O error.
         source: std::io::Error,
     },
-    /// A JSONL line is not a valid QA task.
-    #[error(
-        "{path}:{line}: not a QA task ({reason}); each line must be a JSON object with \
-         \"question\" (string) and \"golden_answers\" (non-empty list of strings), or load with \
-         skip_malformed to skip such lines"
-    )]
+    /// A JSONL line is not a valid record.
+    #[error("{path}:{line}: {reason}; load with skip_malformed to skip such lines")]
     Malformed {
         /// The dataset file.
         path: PathBuf,
@@ -28,23 +25,19 @@ pub enum DatasetError {
         reason: String,
     },
     /// The file is not readable as parquet (not one row: the file itself).
-    #[error("cannot read parquet QA dataset {path}: {reason}")]
+    #[error("cannot read parquet file {path}: {reason}")]
     Parquet {
         /// The dataset file.
         path: PathBuf,
         /// The parquet library's message.
         reason: String,
     },
-    /// The parquet file has no column to take a task's question or answers from.
-    #[error(
-        "{path}: no column {column}; a parquet QA dataset needs a question (`question`, \
-         `extra_info.question` or `prompt`) and answers (`golden_answers` or \
-         `reward_model.ground_truth.target`)"
-    )]
+    /// The parquet file has none of the columns a record's field may be taken from.
+    #[error("{path}: no column {column}")]
     MissingColumn {
         /// The dataset file.
         path: PathBuf,
-        /// The column (or the alternatives) looked for.
+        /// The column looked for, with its alternatives.
         column: String,
     },
     /// A parquet column has a type the reader cannot use.
@@ -59,10 +52,8 @@ pub enum DatasetError {
         /// What the file has.
         found: String,
     },
-    /// A parquet row is not a valid QA task.
-    #[error(
-        "{path}: row {row}: not a QA task ({reason}); load with skip_malformed to skip such rows"
-    )]
+    /// A parquet row is not a valid record.
+    #[error("{path}: row {row}: {reason}; load with skip_malformed to skip such rows")]
     MalformedRow {
         /// The dataset file.
         path: PathBuf,

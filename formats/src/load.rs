@@ -1,0 +1,51 @@
+//! What every reader is asked ([`LoadOptions`]) and gives back ([`Loaded`]).
+
+/// How a dataset is read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Keep at most this many records, the first ones in file order (`None`: all).
+    pub limit: Option<usize>,
+    /// Skip (and count) malformed lines or rows instead of failing on the first one.
+    pub skip_malformed: bool,
+}
+
+/// The records read from a dataset, and how many malformed ones were skipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loaded<T> {
+    /// The records, in file order.
+    pub tasks: Vec<T>,
+    /// Malformed lines or rows skipped (always 0 unless [`LoadOptions::skip_malformed`]).
+    pub skipped: usize,
+}
+
+impl<T> Default for Loaded<T> {
+    fn default() -> Self {
+        Self {
+            tasks: Vec::new(),
+            skipped: 0,
+        }
+    }
+}
+
+impl<T> Loaded<T> {
+    /// Whether the limit is reached, so no further record is to be read.
+    pub(crate) fn is_full(&self, options: &LoadOptions) -> bool {
+        options.limit.is_some_and(|limit| self.tasks.len() >= limit)
+    }
+
+    /// Adds one record's outcome: a record, or a malformed one that is counted (when skipping) or
+    /// else becomes the error `malformed(reason)`.
+    pub(crate) fn push<E>(
+        &mut self,
+        record: Result<T, String>,
+        options: &LoadOptions,
+        malformed: impl FnOnce(String) -> E,
+    ) -> Result<(), E> {
+        match record {
+            Ok(record) => self.tasks.push(record),
+            Err(_) if options.skip_malformed => self.skipped += 1,
+            Err(reason) => return Err(malformed(reason)),
+        }
+        Ok(())
+    }
+}

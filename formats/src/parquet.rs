@@ -1,0 +1,88 @@
+//! Parquet datasets as verl and pandas write them: opened once, optionally checked column by
+//! column, then read row by row.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use parquet::errors::ParquetError;
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::record::Row;
+
+use crate::schema::{check_columns, Expect};
+use crate::{DatasetError, LoadOptions, Loaded};
+
+/// Whether `path` names a parquet file (by its extension, case-insensitively).
+pub fn is_parquet(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|ext| ext.eq_ignore_ascii_case("parquet"))
+}
+
+/// An open parquet dataset file.
+pub struct ParquetFile {
+    path: PathBuf,
+    reader: SerializedFileReader<File>,
+}
+
+impl ParquetFile {
+    /// Opens `path` and reads its metadata; a file that is not parquet is a
+    /// [`DatasetError::Parquet`].
+    pub fn open(path: &Path) -> Result<Self, DatasetError> {
+        let file = File::open(path).map_err(|source| DatasetError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        let reader = SerializedFileReader::new(file).map_err(|e| parquet_error(path, e))?;
+        Ok(Self {
+            path: path.to_owned(),
+            reader,
+        })
+    }
+
+    /// Checks the schema before any row is read, so a file that cannot give any record fails once
+    /// with the column named, whatever `skip_malformed` says: each column of `known` the file has
+    /// must be of its [`Expect`]ed type, and each entry of `required` must have at least one of
+    /// its alternative columns in the file. Columns are paths: a top-level column, then struct
+    /// fields (`["reward_model", "ground_truth"]`).
+    pub fn check_columns(
+        &self,
+        known: &[(&[&str], Expect)],
+        required: &[&[&[&str]]],
+    ) -> Result<(), DatasetError> {
+        let schema = self.reader.metadata().file_metadata().schema();
+        check_columns(schema, known, required, &self.path)
+    }
+
+    /// Reads the rows in file order: `parse` turns each row, with its 1-based number, into a
+    /// record or says why it is malformed.
+    pub fn load<T>(
+        &self,
+        options: &LoadOptions,
+        mut parse: impl FnMut(&Row, usize) -> Result<T, String>,
+    ) -> Result<Loaded<T>, DatasetError> {
+        let error = |e| parquet_error(&self.path, e);
+        let mut loaded = Loaded::default();
+        for (index, row) in self.reader.get_row_iter(None).map_err(error)?.enumerate() {
+            if loaded.is_full(options) {
+                break;
+            }
+            let row = row.map_err(error)?;
+            let number = index + 1;
+            loaded.push(parse(&row, number), options, |reason| {
+                DatasetError::MalformedRow {
+                    path: self.path.clone(),
+                    row: number,
+                    reason,
+                }
+            })?;
+        }
+        Ok(loaded)
+    }
+}
+
+/// The file-level error of a parquet failure.
+fn parquet_error(path: &Path, error: ParquetError) -> DatasetError {
+    DatasetError::Parquet {
+        path: path.to_owned(),
+        reason: error.to_string(),
+    }
+}
