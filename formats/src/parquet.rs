@@ -2,6 +2,7 @@
 //! column, then read row by row.
 
 use std::fs::File;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 use parquet::errors::ParquetError;
@@ -31,7 +32,7 @@ impl ParquetFile {
             path: path.to_owned(),
             source,
         })?;
-        let reader = SerializedFileReader::new(file).map_err(|e| parquet_error(path, e))?;
+        let reader = decoding(path, || SerializedFileReader::new(file))?;
         Ok(Self {
             path: path.to_owned(),
             reader,
@@ -59,14 +60,15 @@ impl ParquetFile {
         options: &LoadOptions,
         mut parse: impl FnMut(&Row, usize) -> Result<T, String>,
     ) -> Result<Loaded<T>, DatasetError> {
-        let error = |e| parquet_error(&self.path, e);
         let mut loaded = Loaded::default();
-        for (index, row) in self.reader.get_row_iter(None).map_err(error)?.enumerate() {
+        let mut rows = decoding(&self.path, || self.reader.get_row_iter(None))?;
+        for number in 1.. {
             if loaded.is_full(options) {
                 break;
             }
-            let row = row.map_err(error)?;
-            let number = index + 1;
+            let Some(row) = decoding(&self.path, || rows.next().transpose())? else {
+                break;
+            };
             loaded.push(parse(&row, number), options, |reason| {
                 DatasetError::MalformedRow {
                     path: self.path.clone(),
@@ -76,6 +78,31 @@ impl ParquetFile {
             })?;
         }
         Ok(loaded)
+    }
+}
+
+/// Runs one decoding step of the parquet crate on the file at `path`. Its error, and a panic —
+/// the crate panics on some corrupt files instead of failing (bad page headers, levels or
+/// metadata) — become a file-level [`DatasetError::Parquet`]: a damaged dataset is the user's to
+/// replace, never a crash of the run. Only the crate's own work runs inside, so a panic here is
+/// the file's, not a plugin's.
+fn decoding<T>(
+    path: &Path,
+    step: impl FnOnce() -> Result<T, ParquetError>,
+) -> Result<T, DatasetError> {
+    match catch_unwind(AssertUnwindSafe(step)) {
+        Ok(result) => result.map_err(|e| parquet_error(path, e)),
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(DatasetError::Parquet {
+                path: path.to_owned(),
+                reason: format!("corrupt file, the reader stopped: {message}"),
+            })
+        }
     }
 }
 
