@@ -10,12 +10,16 @@
 //! sampling group: prefilled once) and for distinct prompts the tokens generated and tokens per
 //! second over the whole `generate` call (prefill included).
 //!
-//! `DRMAS_BENCH_KERNEL` = `on` (default), `off` or `both` runs generation with the generation
-//! matmul kernel, with libtorch's matmuls, or both interleaved per batch.
+//! `DRMAS_BENCH_KERNELS` lists the backends to compare, interleaved per batch: `avx512`,
+//! `avx2`, `portable` (the CPU kernels of that version on the products where they beat
+//! libtorch on this CPU, as a worker group builds them), the same with `:all` (every product
+//! on the kernels), and `libtorch`. By default: every version the CPU runs, then `libtorch`.
+//! The CPU (model name and vector extensions) and the load average before and after are
+//! printed with the results: the machine may be shared.
 //!
 //! When the Python peer is installed (`scripts/bench/peer-venv.sh`, or `$DRMAS_PEER_PYTHON`), the
 //! distinct prompts of each batch also go through HF transformers `generate` on the same model
-//! (converted to an HF folder), right after ours, and the ratio ours / HF (the last mode run) is
+//! (converted to an HF folder), right after ours, and the ratio ours / HF of each backend is
 //! printed.
 
 #[path = "common/peer.rs"]
@@ -23,11 +27,13 @@ mod peer;
 #[path = "common/settings.rs"]
 mod settings;
 
+use std::sync::Arc;
 use std::time::Instant;
 
+use drmas_host::engine::cpu::{CpuKernels, Isa, Routes};
 use drmas_host::engine::{generate, GenerationRequest, SamplingParams};
+use drmas_host::model::backend::{self, Backend};
 use drmas_host::model::gguf::GgufModel;
-use drmas_host::model::kernels;
 use drmas_host::model::llama::Llama;
 use drmas_host::rng::SeededRng;
 use peer::Peer;
@@ -41,21 +47,28 @@ fn main() {
     drmas_host::allocator::keep_freed_memory();
     let threads: i32 = setting("DRMAS_BENCH_THREADS", 2);
     let batches: Vec<usize> = setting_list("DRMAS_BENCH_BATCHES", &[1, 16, 64]);
-    let modes: Vec<(&str, bool)> = match setting("DRMAS_BENCH_KERNEL", String::from("on")).as_str()
-    {
-        "on" => vec![("kernel", true)],
-        "off" => vec![("libtorch", false)],
-        "both" => vec![("kernel", true), ("libtorch", false)],
-        other => {
-            eprintln!("DRMAS_BENCH_KERNEL is on, off or both, not {other:?}");
-            std::process::exit(2)
-        }
-    };
+    let default_modes: Vec<String> = Isa::supported()
+        .iter()
+        .map(|isa| isa.name().to_owned())
+        .chain(["libtorch".to_owned()])
+        .collect();
+    let modes: Vec<(String, Arc<dyn Backend>)> =
+        setting_list("DRMAS_BENCH_KERNELS", &default_modes)
+            .into_iter()
+            .map(|name: String| {
+                let backend = backend_named(&name);
+                (name, backend)
+            })
+            .collect();
+    print_cpu();
+    for (name, backend) in &modes {
+        println!("{name:<12} = {}", backend.name());
+    }
     tch::set_num_threads(threads);
     let path = drmas_host::model::default_model_path();
     let gguf = GgufModel::open(&path).expect("the model file opens (scripts/install-model.sh)");
     let tokenizer = gguf.tokenizer().expect("the tokenizer loads");
-    let llama = Llama::from_gguf(&gguf, Device::Cpu).expect("the model loads");
+    let mut llama = Llama::from_gguf(&gguf, Device::Cpu).expect("the model loads");
     let text =
         "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging \
                 Face<|im_end|>\n<|im_start|>user\nA farmer has 17 sheep, 3 cows and twice as many \
@@ -122,11 +135,11 @@ fn main() {
         );
         let hidden = Tensor::randn([batch as i64, 1, 576], (tch::Kind::Float, Device::Cpu));
         let next = Tensor::zeros([batch as i64, 1], (tch::Kind::Int64, Device::Cpu));
-        for &(mode, enabled) in &modes {
-            kernels::set_enabled(enabled);
-            // What `generate` runs, in its scope: the prefill of distinct prompts, the LM head
-            // of one position per row, decode steps each adding one token to the cache.
-            let (prefill, head, step) = kernels::while_generating(|| {
+        for (mode, backend) in &modes {
+            llama.set_backend(backend.clone());
+            // What `generate` runs: the prefill of distinct prompts, the LM head of one position
+            // per row, decode steps each adding one token to the cache.
+            let (prefill, head, step) = {
                 let mut cache = llama
                     .new_cache(batch as i64, longest as i64 + 6)
                     .expect("a cache");
@@ -142,9 +155,9 @@ fn main() {
                         .expect("decode step");
                 });
                 (prefill, head, step)
-            });
+            };
             println!(
-                "batch {batch:>3} {mode:<9} prefill of {batch} distinct prompts {prefill:>7.1} \
+                "batch {batch:>3} {mode:<12} prefill of {batch} distinct prompts {prefill:>7.1} \
                  ms, decode step {step:>7.1} ms, LM head alone {head:>6.2} ms"
             );
         }
@@ -162,10 +175,10 @@ fn main() {
                     .collect(),
             ),
         ];
-        let mut ours = 0.0;
+        let mut ours = Vec::new();
         for (name, requests) in runs {
-            for &(mode, enabled) in &modes {
-                kernels::set_enabled(enabled);
+            for (mode, backend) in &modes {
+                llama.set_backend(backend.clone());
                 let start = Instant::now();
                 let generations = generate(&llama, &tokenizer, &requests, &mut SeededRng::new(1))
                     .expect("generates");
@@ -177,11 +190,13 @@ fn main() {
                     .max()
                     .unwrap_or(0);
                 println!(
-                    "  {mode:<9} {name:<16}: {tokens:>5} tokens (longest {longest}) in \
+                    "  {mode:<12} {name:<16}: {tokens:>5} tokens (longest {longest}) in \
                  {elapsed:>6.2} s = {:>7.1} tokens/s",
                     tokens as f64 / elapsed,
                 );
-                ours = tokens as f64 / elapsed;
+                if name == "distinct prompts" {
+                    ours.push((mode, tokens as f64 / elapsed));
+                }
             }
         }
         if let Some(p) = peer.as_mut() {
@@ -193,18 +208,92 @@ fn main() {
                         Peer::number(&answer, "tokens"),
                         Peer::number(&answer, "seconds"),
                     );
+                    let hf = tokens / seconds;
+                    let ratios: Vec<String> = ours
+                        .iter()
+                        .map(|(mode, ours)| format!("{mode} {:.2}", ours / hf))
+                        .collect();
                     println!(
                         "  {:<16}: {tokens:>5} tokens (longest {}) in {seconds:>6.2} s = \
-                         {:>7.1} tokens/s; ours / HF = {:.2}",
+                         {hf:>7.1} tokens/s; ours / HF: {}",
                         "HF transformers",
                         Peer::number(&answer, "longest"),
-                        tokens / seconds,
-                        ours / (tokens / seconds),
+                        ratios.join(", "),
                     );
                 }
                 Err(error) => println!("  HF transformers: {error}"),
             }
         }
+    }
+    print_load();
+}
+
+/// The backend a `DRMAS_BENCH_KERNELS` item names (see the header comment); exits on a name
+/// it does not know or a version this CPU does not run.
+fn backend_named(name: &str) -> Arc<dyn Backend> {
+    if name == "libtorch" {
+        return backend::libtorch();
+    }
+    let (isa, all) = match name.strip_suffix(":all") {
+        Some(isa) => (isa, true),
+        None => (name, false),
+    };
+    let kernels = Isa::from_name(isa).and_then(|isa| {
+        let routes = if all {
+            Routes::ALL
+        } else {
+            Routes::for_this_cpu(isa)
+        };
+        CpuKernels::new(isa, routes)
+    });
+    match kernels {
+        Some(kernels) => Arc::new(kernels),
+        None => {
+            eprintln!(
+                "DRMAS_BENCH_KERNELS: {name:?} is not avx512, avx2, portable (each optionally \
+                 with :all) or libtorch, or this CPU does not run it"
+            );
+            std::process::exit(2)
+        }
+    }
+}
+
+/// Prints the CPU's model name, the vector extensions the kernels care about, the cores and
+/// the load average (from `/proc`; skipped where there is none).
+fn print_cpu() {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |name: &str| {
+        info.lines()
+            .find(|line| line.starts_with(name))
+            .and_then(|line| line.split_once(':'))
+            .map(|(_, value)| value.trim().to_owned())
+            .unwrap_or_else(|| "unknown".to_owned())
+    };
+    let flags = field("flags");
+    let vector: Vec<&str> = flags
+        .split_whitespace()
+        .filter(|flag| ["avx2", "fma", "avx512f", "avx512bw", "avx512vl"].contains(flag))
+        .collect();
+    println!(
+        "CPU: {} ({}), {} logical cores, flags: {}; supported kernels: {}",
+        field("model name"),
+        field("vendor_id"),
+        std::thread::available_parallelism().map_or(0, usize::from),
+        vector.join(" "),
+        Isa::supported()
+            .iter()
+            .map(|isa| isa.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    print_load();
+}
+
+/// Prints the 1, 5 and 15-minute load averages.
+fn print_load() {
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
+        let averages: Vec<&str> = load.split_whitespace().take(3).collect();
+        println!("load average: {}", averages.join(" "));
     }
 }
 

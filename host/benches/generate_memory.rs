@@ -16,6 +16,7 @@ mod settings;
 
 use std::time::Instant;
 
+use drmas_host::engine::cpu::backend_for;
 use drmas_host::engine::{generate, GenerationRequest, SamplingParams};
 use drmas_host::model::gguf::GgufModel;
 use drmas_host::model::llama::Llama;
@@ -37,7 +38,9 @@ fn main() {
     let path = drmas_host::model::default_model_path();
     let gguf = GgufModel::open(&path).expect("the model file opens (scripts/install-model.sh)");
     let tokenizer = gguf.tokenizer().expect("the tokenizer loads");
-    let llama = Llama::from_gguf(&gguf, Device::Cpu).expect("the model loads");
+    let mut llama = Llama::from_gguf(&gguf, Device::Cpu).expect("the model loads");
+    // The CPU kernels, as a worker group builds the model.
+    llama.set_backend(backend_for(Device::Cpu).expect("the CPU kernels"));
     drop(gguf);
     let loaded_peak = peak_rss();
     let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();

@@ -1,9 +1,10 @@
-//! The decode matmul kernel inside the model (tiny random Llama fixture): a decode step gives
-//! the logits of libtorch's training forward, before and after the weights change in place
-//! (an optimizer step, a checkpoint load), so the kernel's packed weights are never stale.
+//! The CPU kernels inside the model (tiny random Llama fixture on the CPU backend): a decode
+//! step gives the logits of libtorch's training forward, before and after the weights change
+//! in place (an optimizer step, a checkpoint load), so the kernels never read stale weights.
 
 use std::path::{Path, PathBuf};
 
+use drmas_host::engine::cpu::backend_for;
 use drmas_host::model::llama::Llama;
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::model::safetensors_io::load_checkpoint;
@@ -58,7 +59,10 @@ fn assert_decode_matches(model: &Llama, when: &str) -> Tensor {
 
 #[test]
 fn decode_steps_follow_optimizer_steps_and_loads() {
-    let pretrained = Pretrained::load(&fixture(), Device::Cpu, Kind::Float).expect("loads");
+    let mut pretrained = Pretrained::load(&fixture(), Device::Cpu, Kind::Float).expect("loads");
+    pretrained
+        .model
+        .set_backend(backend_for(Device::Cpu).expect("the CPU kernels"));
     let model = &pretrained.model;
     let original = assert_decode_matches(model, "as loaded");
 

@@ -6,6 +6,7 @@ mod common;
 
 use std::sync::{Mutex, OnceLock};
 
+use drmas_host::engine::cpu::backend_for;
 use drmas_host::engine::{
     generate, FinishReason, Generation, GenerationRequest, Sampler, SamplingParams,
 };
@@ -26,7 +27,9 @@ fn with_model<R>(f: impl FnOnce(&Tokenizer, &Llama) -> R) -> R {
         tch::set_num_threads(1);
         let gguf = GgufModel::open(common::model_path()).expect("the GGUF opens");
         let tokenizer = gguf.tokenizer().expect("the tokenizer loads");
-        let llama = Llama::from_gguf(&gguf, Device::Cpu).expect("the model loads");
+        let mut llama = Llama::from_gguf(&gguf, Device::Cpu).expect("the model loads");
+        // The CPU kernels, as worker groups build it: generation runs on them.
+        llama.set_backend(backend_for(Device::Cpu).expect("the CPU kernels"));
         Mutex::new((tokenizer, llama))
     });
     let guard = model

@@ -6,7 +6,9 @@ mod common;
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
+use drmas_host::engine::cpu::backend_for;
 use drmas_host::engine::{generate, GenerationRequest, SamplingParams};
+use drmas_host::model::backend;
 use drmas_host::model::error::ModelError;
 use drmas_host::model::gguf::model::HfTensor;
 use drmas_host::model::gguf::GgufModel;
@@ -15,21 +17,24 @@ use drmas_host::model::weights::load_into;
 use drmas_host::rng::SeededRng;
 use tch::{nn::VarStore, Device, Kind, Tensor};
 
-/// Runs `f` with the GGUF file and the model loaded from it, loaded once and shared by the
-/// tests (behind a lock: libtorch tensors are not `Sync`).
-fn with_model<R>(f: impl FnOnce(&GgufModel, &Llama) -> R) -> R {
+/// Runs `f` with the GGUF file and the model loaded from it (on the CPU backend, as worker
+/// groups build it), loaded once and shared by the tests (behind a lock: libtorch tensors are
+/// not `Sync`).
+fn with_model<R>(f: impl FnOnce(&GgufModel, &mut Llama) -> R) -> R {
     static MODEL: OnceLock<Mutex<(GgufModel, Llama)>> = OnceLock::new();
     let model = MODEL.get_or_init(|| {
         let gguf = GgufModel::open(common::model_path()).expect("the GGUF opens");
         let start = Instant::now();
-        let llama = Llama::from_gguf(&gguf, Device::Cpu).expect("the model loads");
+        let mut llama = Llama::from_gguf(&gguf, Device::Cpu).expect("the model loads");
+        llama.set_backend(backend_for(Device::Cpu).expect("the CPU kernels"));
         eprintln!("loaded in {:.2?}", start.elapsed());
         Mutex::new((gguf, llama))
     });
-    let guard = model
+    let mut guard = model
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    f(&guard.0, &guard.1)
+    let (gguf, llama) = &mut *guard;
+    f(gguf, llama)
 }
 
 fn chatml(question: &str) -> String {
@@ -96,26 +101,26 @@ fn greedy_answers_the_capital_of_france() {
     });
 }
 
-/// With libtorch's products and with the generation kernels (which the engine's prefills and
-/// decode steps use: in-place matmuls of 1, 5 and 1 rows and the decode attention).
+/// With libtorch's products and with the CPU kernels (which the engine's prefills and decode
+/// steps use: in-place matmuls of 1, 5 and 1 rows and the decode attention), against
+/// libtorch's full forward.
 #[test]
 fn cached_decoding_matches_full_recompute() {
     with_model(|gguf, llama| {
         let tokens = encode(gguf, &chatml("Name a colour."));
         let n = tokens.len() as i64;
+        llama.set_backend(backend::libtorch());
         let full = tch::no_grad(|| llama.forward(&ids(&tokens), None, None)).expect("forward");
 
         for kernels in [false, true] {
+            if kernels {
+                llama.set_backend(backend_for(Device::Cpu).expect("the CPU kernels"));
+            }
             let prefill = 5;
             let mut cache = llama.new_cache(1, n).expect("a cache");
             let mut forward = |range: std::ops::Range<usize>| {
                 let step = || llama.forward(&ids(&tokens[range]), None, Some(&mut cache));
-                let logits = if kernels {
-                    drmas_host::model::kernels::while_generating(|| tch::no_grad(step))
-                } else {
-                    tch::no_grad(step)
-                };
-                logits.expect("a cached forward")
+                tch::no_grad(step).expect("a cached forward")
             };
             let mut steps = vec![forward(0..prefill)];
             for t in prefill..tokens.len() {

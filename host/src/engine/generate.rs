@@ -9,7 +9,6 @@ use tokenizers::Tokenizer;
 use super::sampling::{Sampler, SamplingParams};
 use super::stop::StopStrings;
 use crate::model::error::ModelError;
-use crate::model::kernels::while_generating;
 use crate::model::layers::AdapterRows;
 use crate::model::llama::Llama;
 use crate::rng::SeededRng;
@@ -53,13 +52,12 @@ pub struct Generation {
     pub finish: FinishReason,
 }
 
-/// When to drop finished rows from the batch. Dropping them copies the live rows' cache
-/// (measured with SmolLM2 at batch 64 and ~110 cached tokens: ~30 ms against ~360 ms per decode
-/// step, i.e. about a tenth of a row's decode step per live row, more with long contexts); a
-/// finished row left in costs one row's decode step per step. So, ski-rental style, the batch
-/// is compacted once the finished rows have wasted `COMPACT_AFTER` × (live rows) row-steps
-/// since the last compaction: at once when many finish together, a few steps later when one of
-/// many does.
+/// When to drop finished rows from the batch. Dropping them copies the live rows' cache (about
+/// a tenth of a row's decode step per live row, more with long contexts; measured in
+/// docs/benchmarks.md); a finished row left in costs one row's decode step per step. So,
+/// ski-rental style, the batch is compacted once the finished rows have wasted `COMPACT_AFTER`
+/// × (live rows) row-steps since the last compaction: at once when many finish together, a few
+/// steps later when one of many does.
 const COMPACT_AFTER: f64 = 0.5;
 
 /// Continues every request, all in one batch: prompts are left-padded and prefilled in one
@@ -123,9 +121,8 @@ pub fn generate(
     let mut cache = model.new_cache(unique.len() as i64, (longest + most_new) as i64)?;
     let (ids, mask) = left_pad(&unique, longest, device);
     let mut adapters = AdapterRows::new(&unique_adapters, device, false);
-    let mut logits = while_generating(|| {
-        tch::no_grad(|| model.forward_last_with(&ids, Some(&mask), Some(&mut cache), &adapters))
-    })?;
+    let mut logits =
+        tch::no_grad(|| model.forward_last_with(&ids, Some(&mask), Some(&mut cache), &adapters))?;
     if unique.len() < active.len() {
         let index = Tensor::from_slice(&prompt_of.iter().map(|&u| u as i64).collect::<Vec<_>>())
             .to_device(device);
@@ -185,9 +182,8 @@ pub fn generate(
             live.fill(true);
             dead_steps = 0.0;
         }
-        logits = while_generating(|| {
-            tch::no_grad(|| model.forward_last_with(&next, None, Some(&mut cache), &adapters))
-        })?;
+        logits =
+            tch::no_grad(|| model.forward_last_with(&next, None, Some(&mut cache), &adapters))?;
     }
     Ok(outputs)
 }

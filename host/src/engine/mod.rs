@@ -3,6 +3,7 @@
 //! sampled token (what the PPO ratio starts from); [`Generator`] is the seam the rollout
 //! generates through.
 
+pub mod cpu;
 pub mod generate;
 pub mod generator;
 pub mod sampling;

@@ -3,14 +3,15 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
+use super::backend::{self, Backend};
 use super::config::LlamaConfig;
 use super::error::ModelError;
 use super::gguf::GgufModel;
-use super::kernels::generation_linear;
 use super::layers::{
     AdapterRows, AttentionConfig, AttentionContext, DecoderLayer, KvCache, LoraLinear, Past,
     Projection, PromptPrefix, RmsNorm, Rotary,
@@ -26,6 +27,10 @@ use crate::rng::SeededRng;
 /// One network implements the three supported architectures (see
 /// [`super::architecture::Architecture`]): Qwen2 is Llama with q/k/v projection biases, Qwen3
 /// is Llama with per-head q/k RMSNorm; [`LlamaConfig`] switches them on.
+///
+/// Its dense products and decode attention run on a [`Backend`] chosen when the model is built
+/// ([`Self::set_backend`]; libtorch unless set), falling back to libtorch for whatever the
+/// backend declines.
 #[derive(Debug)]
 pub struct Llama {
     vs: VarStore,
@@ -36,6 +41,7 @@ pub struct Llama {
     lm_head: Tensor,
     rotary: Rotary,
     adapters: Option<Adapters>,
+    backend: Arc<dyn Backend>,
 }
 
 impl Llama {
@@ -96,6 +102,7 @@ impl Llama {
             lm_head,
             rotary,
             adapters: None,
+            backend: backend::libtorch(),
         }
     }
 
@@ -110,6 +117,16 @@ impl Llama {
         let model = Self::new(config, device);
         load_into(&model.vs, gguf.tensors())?;
         Ok(model)
+    }
+
+    /// Runs the model's products on `backend` from now on (see [`Backend`]).
+    pub fn set_backend(&mut self, backend: Arc<dyn Backend>) {
+        self.backend = backend;
+    }
+
+    /// The backend the model's products run on.
+    pub fn backend(&self) -> &dyn Backend {
+        &*self.backend
     }
 
     /// The configuration.
@@ -228,10 +245,11 @@ impl Llama {
     }
 
     /// The LM head: logits `[…, vocab]` of final hidden states `[…, hidden]`. Training applies
-    /// it to the response positions only, which saves most of the head's cost. Generation
-    /// runs it on the kernel (see [`super::kernels::while_generating`]).
+    /// it to the response positions only, which saves most of the head's cost. Runs on the
+    /// model's backend where it takes the product.
     pub fn logits(&self, hidden: &Tensor) -> Tensor {
-        generation_linear(hidden, &self.lm_head, None)
+        self.backend
+            .linear(hidden, &self.lm_head, None)
             .unwrap_or_else(|| hidden.linear::<Tensor>(&self.lm_head, None))
     }
 
@@ -443,7 +461,7 @@ impl Llama {
     ) -> Tensor {
         let mut x = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
         for (i, layer) in self.layers.iter().enumerate() {
-            x = layer.forward(&x, &self.rotary, context, (past, i), rows);
+            x = layer.forward(&x, &self.rotary, context, (past, i), rows, &*self.backend);
         }
         self.norm.forward(&x)
     }

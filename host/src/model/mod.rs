@@ -2,13 +2,13 @@
 
 pub mod architecture;
 pub mod atomic_dir;
+pub mod backend;
 pub mod chat_codec;
 pub mod chat_template;
 pub mod config;
 pub mod error;
 pub mod gguf;
 pub mod hf_folder;
-pub mod kernels;
 pub mod layers;
 pub mod llama;
 pub mod lora;

@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::Context;
 
 use crate::config;
+use crate::engine::cpu::backend_for;
 use crate::model::lora::LoraSettings;
 use crate::model::pretrained::Pretrained;
 use crate::update::AdamW;
@@ -49,6 +50,9 @@ impl WorkerGroup {
         let kind = tch_kind(section.dtype);
         let mut pretrained = Pretrained::load(model, device, kind)
             .with_context(|| format!("worker group `{name}`: loading {}", model.display()))?;
+        let backend = backend_for(device)
+            .with_context(|| format!("worker group `{name}`: choosing the CPU kernels"))?;
+        pretrained.model.set_backend(backend.clone());
         let adapter_names = match lora {
             Some((settings, names)) => {
                 pretrained
@@ -72,6 +76,7 @@ impl WorkerGroup {
                     )
                 })?;
                 reference.model.freeze();
+                reference.model.set_backend(backend.clone());
                 anyhow::Ok(reference)
             })
             .transpose()?;

@@ -3,9 +3,8 @@
 
 use tch::{nn, Tensor};
 
-use crate::model::kernels;
-
 use super::{AdapterRows, AttentionContext, Past, Projection, RmsNorm, Rotary};
+use crate::model::backend::Backend;
 
 /// The sizes and options of one attention block.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -88,7 +87,8 @@ impl Attention {
 
     /// Attends from `x` `[B, T, hidden]` to the earlier tokens `past` holds for this block
     /// (layer `layer`) and to the new ones, as `context` allows; each row's projections go
-    /// through the LoRA adapter `rows` gives it.
+    /// through the LoRA adapter `rows` gives it; products and decode attention on `backend`
+    /// where it takes them.
     pub fn forward(
         &self,
         x: &Tensor,
@@ -96,6 +96,7 @@ impl Attention {
         context: &AttentionContext,
         (past, layer): (&mut Past<'_>, usize),
         rows: &AdapterRows,
+        backend: &dyn Backend,
     ) -> Tensor {
         let c = &self.config;
         let size = x.size();
@@ -108,27 +109,34 @@ impl Attention {
             };
             y.transpose(1, 2)
         };
-        let q = heads(self.q_proj.forward(x, rows), c.heads, &self.q_norm);
-        let k = heads(self.k_proj.forward(x, rows), c.kv_heads, &self.k_norm);
-        let v = heads(self.v_proj.forward(x, rows), c.kv_heads, &None);
+        let q = heads(self.q_proj.forward(x, rows, backend), c.heads, &self.q_norm);
+        let k = heads(
+            self.k_proj.forward(x, rows, backend),
+            c.kv_heads,
+            &self.k_norm,
+        );
+        let v = heads(self.v_proj.forward(x, rows, backend), c.kv_heads, &None);
         let q = rotary.apply(&q, &context.positions);
         let k = rotary.apply(&k, &context.positions);
         let (k, v) = past.keys_values(layer, context.offset, k, v);
-        let y = kernels::decode_attention(&q, &k, &v, &context.mask).unwrap_or_else(|| {
-            Tensor::scaled_dot_product_attention(
-                &q,
-                &k,
-                &v,
-                Some(&context.mask),
-                0.0,
-                false,
-                None,
-                c.kv_heads != c.heads,
-            )
-        });
+        let y = backend
+            .decode_attention(&q, &k, &v, &context.mask)
+            .unwrap_or_else(|| {
+                Tensor::scaled_dot_product_attention(
+                    &q,
+                    &k,
+                    &v,
+                    Some(&context.mask),
+                    0.0,
+                    false,
+                    None,
+                    c.kv_heads != c.heads,
+                )
+            });
         self.o_proj.forward(
             &y.transpose(1, 2).reshape([b, t, c.heads * c.head_dim]),
             rows,
+            backend,
         )
     }
 }

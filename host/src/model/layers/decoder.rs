@@ -6,6 +6,7 @@ use super::{
     AdapterRows, Attention, AttentionConfig, AttentionContext, Mlp, Past, Projection, RmsNorm,
     Rotary,
 };
+use crate::model::backend::Backend;
 
 /// `model.layers.N`: `input_layernorm`, `self_attn`, `post_attention_layernorm`, `mlp`.
 #[derive(Debug)]
@@ -53,7 +54,8 @@ impl DecoderLayer {
     }
 
     /// Applies the layer to `x` `[B, T, hidden]`, each row through the LoRA adapter `rows`
-    /// gives it; `past` holds the earlier tokens (with this layer's index).
+    /// gives it; `past` holds the earlier tokens (with this layer's index); products and
+    /// decode attention on `backend` where it takes them.
     pub fn forward(
         &self,
         x: &Tensor,
@@ -61,6 +63,7 @@ impl DecoderLayer {
         context: &AttentionContext,
         past: (&mut Past<'_>, usize),
         rows: &AdapterRows,
+        backend: &dyn Backend,
     ) -> Tensor {
         let h = x + self.self_attn.forward(
             &self.input_layernorm.forward(x),
@@ -68,10 +71,11 @@ impl DecoderLayer {
             context,
             past,
             rows,
+            backend,
         );
         let out = self
             .mlp
-            .forward(&self.post_attention_layernorm.forward(&h), rows);
+            .forward(&self.post_attention_layernorm.forward(&h), rows, backend);
         h + out
     }
 }

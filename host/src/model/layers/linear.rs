@@ -2,7 +2,7 @@
 
 use tch::{nn, Tensor};
 
-use crate::model::kernels::generation_linear;
+use crate::model::backend::Backend;
 
 /// A dense layer whose `weight` (and optional `bias`) are variables of its path.
 #[derive(Debug)]
@@ -21,9 +21,12 @@ impl Linear {
         }
     }
 
-    /// Applies the layer to the last dimension of `x` (through the kernel while generating).
-    pub fn forward(&self, x: &Tensor) -> Tensor {
+    /// Applies the layer to the last dimension of `x`, on `backend` where it takes the product
+    /// and on libtorch otherwise.
+    pub fn forward(&self, x: &Tensor, backend: &dyn Backend) -> Tensor {
         let bias = self.bias.as_ref();
-        generation_linear(x, &self.weight, bias).unwrap_or_else(|| x.linear(&self.weight, bias))
+        backend
+            .linear(x, &self.weight, bias)
+            .unwrap_or_else(|| x.linear(&self.weight, bias))
     }
 }

@@ -3,6 +3,7 @@
 use tch::{nn, Tensor};
 
 use super::{AdapterRows, Projection};
+use crate::model::backend::Backend;
 
 /// The gated MLP of Llama-family decoders (`mlp.gate_proj`, `mlp.up_proj`, `mlp.down_proj`).
 #[derive(Debug)]
@@ -40,11 +41,10 @@ impl Mlp {
         ]
     }
 
-    /// Applies the block to `x` `[.., hidden]`, each row through the adapter `rows` gives it.
-    pub fn forward(&self, x: &Tensor, rows: &AdapterRows) -> Tensor {
-        self.down.forward(
-            &(self.gate.forward(x, rows).silu() * self.up.forward(x, rows)),
-            rows,
-        )
+    /// Applies the block to `x` `[.., hidden]`, each row through the adapter `rows` gives it,
+    /// the products on `backend`.
+    pub fn forward(&self, x: &Tensor, rows: &AdapterRows, backend: &dyn Backend) -> Tensor {
+        let gated = self.gate.forward(x, rows, backend).silu() * self.up.forward(x, rows, backend);
+        self.down.forward(&gated, rows, backend)
     }
 }

@@ -5,6 +5,7 @@ use tch::{nn, Kind, Tensor};
 
 use super::adapter_rows::Routing;
 use super::{AdapterRows, Linear};
+use crate::model::backend::Backend;
 
 /// LoRA's low-rank update of one projection for several adapters ("slots"), as PEFT computes
 /// it: `y = base(x) + (alpha / r) · B(A(dropout(x)))`, `A` `[r, in]`, `B` `[out, r]`.
@@ -108,9 +109,10 @@ impl Projection {
         self.lora.as_ref()
     }
 
-    /// The base layer's output for `x`, plus the adapter update of each row `rows` selects.
-    pub fn forward(&self, x: &Tensor, rows: &AdapterRows) -> Tensor {
-        let y = self.base.forward(x);
+    /// The base layer's output for `x` (on `backend`), plus the adapter update of each row
+    /// `rows` selects (on libtorch).
+    pub fn forward(&self, x: &Tensor, rows: &AdapterRows, backend: &dyn Backend) -> Tensor {
+        let y = self.base.forward(x, backend);
         match &self.lora {
             Some(lora) if !rows.is_base() => lora.add_to(y, x, rows),
             _ => y,

@@ -3,17 +3,18 @@
 //! [`super::pool`]).
 //!
 //! Products of at most [`dot::MAX_ROWS`] rows run the [`dot`] kernel on the calling thread
-//! alone: they are bound by reading the weights, which one core does as fast as two (SmolLM2's
-//! LM head at batch 1: 26 GB/s on one thread, 25 on two). Wider ones are bound by arithmetic
+//! alone: they are bound by reading the weights, which one core does about as fast as two.
+//! Wider ones are bound by arithmetic
 //! and split into one contiguous range of outputs per thread: decode steps of up to
 //! [`DECODE_ROWS`] rows transpose `x` once ([`TransposedRows`]) and run
 //! [`broadcast_weights`] tiles of 16 rows × 24 outputs; prefills transpose each panel of 32
 //! outputs once per block of rows ([`PanelBuffer`]) and run [`broadcast_inputs`] tiles of up
-//! to 12 rows × 32 outputs.
+//! to 12 rows × 32 outputs. Every kernel runs the version of one [`Isa`].
 
 use super::broadcast_inputs::{self, MAX_ROWS};
 use super::broadcast_weights::{self, OUTPUTS};
 use super::dot;
+use super::isa::Isa;
 use super::panel::{PanelBuffer, PANEL};
 use super::pool;
 use super::transpose::{TransposedRows, GROUP};
@@ -22,7 +23,7 @@ use super::transpose::{TransposedRows, GROUP};
 pub const DECODE_ROWS: usize = 64;
 
 /// Input bytes per row block of a prefill: a block's rows are read once per panel, so they
-/// should stay in the core's L2 cache (1 MB on the Zen 5 this was tuned on) beside the panel.
+/// should stay in the core's L2 cache beside the panel (half of a 1 MiB L2).
 const ROW_BLOCK_BYTES: usize = 512 * 1024;
 
 /// `W [N, K]` as libtorch (and HF's `Linear`) store it: row `n` holds output `n`'s weights.
@@ -53,30 +54,38 @@ impl<'a> Weights<'a> {
 /// transposed, and meets every tile of the block from cache.
 ///
 /// # Panics
-/// When the slice lengths do not match `rows`, `K` and `N`.
-pub fn matmul(x: &[f32], rows: usize, weights: Weights<'_>, bias: Option<&[f32]>, out: &mut [f32]) {
+/// When the slice lengths do not match `rows`, `K` and `N`, or the CPU does not support `isa`.
+pub fn matmul(
+    x: &[f32],
+    rows: usize,
+    weights: Weights<'_>,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    isa: Isa,
+) {
     let (n, k) = (weights.outputs, weights.inputs);
     assert_eq!(weights.data.len(), n * k, "W is N × K");
     assert_eq!(x.len(), rows * k, "x is rows × K");
     assert_eq!(out.len(), rows * n, "out is rows × N");
     assert!(bias.is_none_or(|b| b.len() == n), "bias has N values");
+    isa.assert_supported();
     if rows == 0 || n == 0 {
         return;
     }
     if rows <= dot::MAX_ROWS {
-        few_rows(x, rows, weights, bias, out);
+        few_rows(x, rows, weights, bias, out, isa);
         return;
     }
     let out = OutPtr(out.as_mut_ptr());
     if rows <= DECODE_ROWS {
         let runs = n.div_ceil(OUTPUTS);
         let parts = pool::parts().min(runs);
-        TransposedRows::with(x, rows, k, |x_t| {
+        TransposedRows::with(x, rows, k, isa, |x_t| {
             pool::run_parts(parts, &|part| {
                 let outputs = outputs_of(pool::share(part, parts, runs), OUTPUTS, n);
                 // SAFETY: every part writes the columns of its own outputs only, the ranges
                 // are disjoint, and `out` (rows × N floats) is borrowed mutably for the call.
-                unsafe { run_decode(x_t, rows, weights, bias, out, outputs) };
+                unsafe { run_decode(x_t, rows, weights, bias, out, outputs, isa) };
             });
         });
     } else {
@@ -85,7 +94,7 @@ pub fn matmul(x: &[f32], rows: usize, weights: Weights<'_>, bias: Option<&[f32]>
         pool::run_parts(parts, &|part| {
             let outputs = outputs_of(pool::share(part, parts, panels), PANEL, n);
             // SAFETY: as above.
-            unsafe { run_prefill(x, rows, weights, bias, out, outputs) };
+            unsafe { run_prefill(x, rows, weights, bias, out, outputs, isa) };
         });
     }
 }
@@ -97,7 +106,14 @@ fn outputs_of(runs: std::ops::Range<usize>, width: usize, n: usize) -> std::ops:
 
 /// Products of at most [`dot::MAX_ROWS`] rows, on this thread: one [`dot`] tile per
 /// [`dot::OUTPUTS`] outputs, each prefetching the next one's weights.
-fn few_rows(x: &[f32], rows: usize, weights: Weights<'_>, bias: Option<&[f32]>, out: &mut [f32]) {
+fn few_rows(
+    x: &[f32],
+    rows: usize,
+    weights: Weights<'_>,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    isa: Isa,
+) {
     let (n, k) = (weights.outputs, weights.inputs);
     for column in (0..n).step_by(dot::OUTPUTS) {
         let columns = dot::OUTPUTS.min(n - column);
@@ -115,7 +131,7 @@ fn few_rows(x: &[f32], rows: usize, weights: Weights<'_>, bias: Option<&[f32]>, 
         };
         // SAFETY: the tile writes rows `0..rows`, columns `column..column + columns` of
         // `out`, all inside it and borrowed mutably here.
-        unsafe { dot::run(&tile) };
+        unsafe { dot::run(&tile, isa) };
     }
 }
 
@@ -138,6 +154,7 @@ unsafe fn run_decode(
     bias: Option<&[f32]>,
     out: OutPtr,
     outputs: std::ops::Range<usize>,
+    isa: Isa,
 ) {
     let (n, k) = (weights.outputs, weights.inputs);
     let (floats, x_stride) = (x_t.floats(), x_t.stride());
@@ -165,7 +182,7 @@ unsafe fn run_decode(
             };
             // SAFETY: the tile writes rows `row..row + tile.rows`, columns
             // `column..column + columns` of `out`, inside it and in this call's outputs.
-            unsafe { broadcast_weights::run(&tile) };
+            unsafe { broadcast_weights::run(&tile, isa) };
         }
     }
 }
@@ -183,6 +200,7 @@ unsafe fn run_prefill(
     bias: Option<&[f32]>,
     out: OutPtr,
     outputs: std::ops::Range<usize>,
+    isa: Isa,
 ) {
     let (n, k) = (weights.outputs, weights.inputs);
     let block_rows = (ROW_BLOCK_BYTES / (4 * k.max(1))).max(MAX_ROWS) / MAX_ROWS * MAX_ROWS;
@@ -193,7 +211,7 @@ unsafe fn run_prefill(
             for column in outputs.clone().step_by(PANEL) {
                 let columns = PANEL.min(outputs.end - column);
                 let next = column + columns..(column + columns + PANEL).min(outputs.end);
-                panel.load(weights.data, column, columns);
+                panel.load(weights.data, column, columns, isa);
                 let mut row = block;
                 for t in 0..tiles {
                     // Balanced tile sizes: the first `block_height % tiles` get one row more.
@@ -213,7 +231,7 @@ unsafe fn run_prefill(
                     // SAFETY: the tile writes rows `row..row + height`, columns
                     // `column..column + columns` of `out`, inside it and in this call's
                     // outputs.
-                    unsafe { broadcast_inputs::run(&tile) };
+                    unsafe { broadcast_inputs::run(&tile, isa) };
                     row += height;
                 }
             }
@@ -254,35 +272,37 @@ mod tests {
     }
 
     #[test]
-    fn matches_a_float64_reference_on_odd_shapes() {
-        for (rows, n, k) in [
-            (1, 1, 1),
-            (3, 17, 5),
-            (17, 33, 64),
-            (64, 100, 3),
-            (13, 32, 40),
-            // Decode steps: partial tiles, output ranges with short runs at their ends.
-            (64, 161, 1536),
-            // Prefills: several row blocks (84 rows each for K = 1536), panel ranges of
-            // unequal size.
-            (65, 161, 1536),
-            (200, 161, 1536),
-            (1000, 70, 64),
-        ] {
-            let (x, w, b) = (values(rows * k, 1), values(n * k, 2), values(n, 3));
-            let weights = Weights {
-                data: &w,
-                outputs: n,
-                inputs: k,
-            };
-            let mut out = vec![f32::NAN; rows * n];
-            matmul(&x, rows, weights, Some(&b), &mut out);
-            let expected = reference(&x, &w, Some(&b), rows, n);
-            for (i, (&got, &want)) in out.iter().zip(&expected).enumerate() {
-                assert!(
-                    (f64::from(got) - want).abs() <= 1e-5 * (1.0 + want.abs()),
-                    "rows {rows} n {n} k {k} at {i}: {got} vs {want}"
-                );
+    fn matches_a_float64_reference_on_odd_shapes_in_every_supported_isa() {
+        for isa in Isa::supported() {
+            for (rows, n, k) in [
+                (1, 1, 1),
+                (3, 17, 5),
+                (17, 33, 64),
+                (64, 100, 3),
+                (13, 32, 40),
+                // Decode steps: partial tiles, output ranges with short runs at their ends.
+                (64, 161, 1536),
+                // Prefills: several row blocks (84 rows each for K = 1536), panel ranges of
+                // unequal size.
+                (65, 161, 1536),
+                (200, 161, 1536),
+                (1000, 70, 64),
+            ] {
+                let (x, w, b) = (values(rows * k, 1), values(n * k, 2), values(n, 3));
+                let weights = Weights {
+                    data: &w,
+                    outputs: n,
+                    inputs: k,
+                };
+                let mut out = vec![f32::NAN; rows * n];
+                matmul(&x, rows, weights, Some(&b), &mut out, isa);
+                let expected = reference(&x, &w, Some(&b), rows, n);
+                for (i, (&got, &want)) in out.iter().zip(&expected).enumerate() {
+                    assert!(
+                        (f64::from(got) - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                        "{isa}: rows {rows} n {n} k {k} at {i}: {got} vs {want}"
+                    );
+                }
             }
         }
     }

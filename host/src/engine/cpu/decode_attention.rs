@@ -2,8 +2,7 @@
 //! for generation's decode steps.
 //!
 //! libtorch's CPU flash attention handles a one-token query as one pair of `sgemv` calls per
-//! row and query head (~20 % of a batch-64 generation's time, most of it call overhead on
-//! products of ~140 × 64). Here each row's key/value head is read once for all the query heads
+//! row and query head, most of it call overhead on products of a few hundred × 64. Here each row's key/value head is read once for all the query heads
 //! that share it (grouped-query attention), the scores, a vectorised `exp` and the weighted sum
 //! of values in one pass per head, and the rows and key/value heads are split over the threads
 //! of libtorch's OpenMP team.
@@ -12,14 +11,20 @@ use std::cell::RefCell;
 
 use tch::{Device, Kind, Tensor};
 
-use super::generation::{grad_enabled, kernels_apply, on_cpu_f32};
+use super::backend::{grad_enabled, on_cpu_f32};
+use super::isa::Isa;
 use super::pool;
 
-/// Floats per AVX-512 vector.
+/// Floats per AVX-512 vector: heads are a whole number of them, and the scores are padded to
+/// a multiple of them.
 const LANES: usize = 16;
 
-/// The widest head the kernel takes, in vectors (256 floats): the query stays in registers.
+/// The widest head the kernel takes, in AVX-512 vectors (256 floats): the query stays in
+/// registers.
 const MAX_VECTORS: usize = 16;
+
+/// Floats per AVX2 vector.
+const AVX2_LANES: usize = 8;
 
 thread_local! {
     /// This thread's scores of one key/value head (grown to the longest cache seen).
@@ -29,11 +34,20 @@ thread_local! {
 /// `softmax(q kᵀ / √d + mask) v` for `q` `[B, H, 1, D]` and `k`, `v` `[B, H_kv, S, D]` (any
 /// strides but a unit one along `D`) with `mask` `[B, 1, 1, S]` bool (true = attend) — what
 /// `scaled_dot_product_attention` with `enable_gqa` computes for a decode step — or `None`
-/// when libtorch should do it: outside [`super::while_generating`], more than one query
-/// position, not f32 on the CPU, `D` not a multiple of 16 or above 256, or a result autograd
-/// would track.
-pub fn decode_attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Option<Tensor> {
-    if !kernels_apply() {
+/// when libtorch should do it: grad mode on, more than one query position, not f32 on the
+/// CPU, or `D` not a multiple of 16 or above 256. Runs the `isa` version of the kernel.
+///
+/// # Panics
+/// When the CPU does not support `isa`.
+pub fn decode_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: &Tensor,
+    isa: Isa,
+) -> Option<Tensor> {
+    isa.assert_supported();
+    if grad_enabled() {
         return None;
     }
     let &[b, heads, 1, d] = q.size().as_slice() else {
@@ -57,7 +71,6 @@ pub fn decode_attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Op
         || s == 0
         || k.stride()[3] != 1
         || v.stride()[3] != 1
-        || ([q, k, v].iter().any(|t| t.requires_grad()) && grad_enabled())
     {
         return None;
     }
@@ -102,7 +115,7 @@ pub fn decode_attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Op
                 // SAFETY: `pair < B × H_kv`; the operands are the tensors checked above, alive
                 // until `run_parts` returns, and each pair writes only its own query heads of
                 // `out`.
-                unsafe { attend_pair(&operands, &shape, pair, &mut scores) };
+                unsafe { attend_pair(&operands, &shape, pair, &mut scores, isa) };
             }
         });
     });
@@ -137,8 +150,15 @@ unsafe impl Sync for Operands {}
 /// # Safety
 /// The operands hold tensors of `shape` (`q` and `out` contiguous `[B, H, 1, D]`, `mask`
 /// contiguous `[B, 1, 1, S]` bytes), `pair < B × H_kv`, nothing else writes these query heads
-/// of `out`, and `scores` holds `H / H_kv` × `S` rounded up to 16 floats.
-unsafe fn attend_pair(operands: &Operands, shape: &Shape, pair: usize, scores: &mut [f32]) {
+/// of `out`, `scores` holds `H / H_kv` × `S` rounded up to 16 floats, and the CPU supports
+/// `isa`.
+unsafe fn attend_pair(
+    operands: &Operands,
+    shape: &Shape,
+    pair: usize,
+    scores: &mut [f32],
+    isa: Isa,
+) {
     let (row, head) = (pair / shape.kv_heads, pair % shape.kv_heads);
     let group = shape.heads / shape.kv_heads;
     let padded = shape.keys.next_multiple_of(LANES);
@@ -176,23 +196,45 @@ unsafe fn attend_pair(operands: &Operands, shape: &Shape, pair: usize, scores: &
             stride: shape.v_strides[2],
             dim: d,
         };
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F (just detected); `d` is a multiple of 16 of at most
-            // `V` × 16 floats and the keys and values hold `s` rows of `d` floats (the contract).
-            unsafe {
+        let operands = (q, &keys, &values, mask, scale, &mut scores[..], out);
+        match isa {
+            // SAFETY: the CPU supports AVX-512F (the contract); `d` is a multiple of 16 of at
+            // most `V` × 16 floats and the keys and values hold `s` rows of `d` floats.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe {
                 match d / LANES {
-                    0..=4 => attend_avx512::<4>(q, &keys, &values, mask, scale, scores, out),
-                    5..=8 => attend_avx512::<8>(q, &keys, &values, mask, scale, scores, out),
-                    _ => attend_avx512::<MAX_VECTORS>(q, &keys, &values, mask, scale, scores, out),
+                    0..=4 => attend_avx512::<4>(operands),
+                    5..=8 => attend_avx512::<8>(operands),
+                    _ => attend_avx512::<MAX_VECTORS>(operands),
                 }
-            };
-            continue;
+            },
+            // SAFETY: the CPU supports AVX2 and FMA (the contract); `d` is a multiple of 16 of
+            // at most `V` × 8 floats and the keys and values hold `s` rows of `d` floats.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe {
+                match d / AVX2_LANES {
+                    0..=8 => attend_avx2::<8>(operands),
+                    9..=16 => attend_avx2::<16>(operands),
+                    _ => attend_avx2::<{ 2 * MAX_VECTORS }>(operands),
+                }
+            },
+            // SAFETY: as above.
+            _ => unsafe { attend_portable(operands) },
         }
-        // SAFETY: as above.
-        unsafe { attend_portable(q, &keys, &values, mask, scale, scores, out) };
     }
 }
+
+/// One query head's operands: its query, the row's keys and values, the row's mask, the
+/// score scale, the scores buffer and the head's output.
+type Head<'a> = (
+    &'a [f32],
+    &'a Strided,
+    &'a Strided,
+    &'a [u8],
+    f32,
+    &'a mut [f32],
+    &'a mut [f32],
+);
 
 /// `S` rows of `dim` floats, `stride` floats apart.
 struct Strided {
@@ -216,15 +258,7 @@ impl Strided {
 ///
 /// # Safety
 /// `keys` and `values` hold `mask.len()` rows; `scores` holds at least `mask.len()` floats.
-unsafe fn attend_portable(
-    q: &[f32],
-    keys: &Strided,
-    values: &Strided,
-    mask: &[u8],
-    scale: f32,
-    scores: &mut [f32],
-    out: &mut [f32],
-) {
+unsafe fn attend_portable((q, keys, values, mask, scale, scores, out): Head<'_>) {
     let mut max = f32::NEG_INFINITY;
     for (t, score) in scores.iter_mut().enumerate().take(mask.len()) {
         *score = if mask[t] != 0 {
@@ -263,15 +297,7 @@ unsafe fn attend_portable(
 /// `values` hold `mask.len()` rows; `scores` holds `mask.len()` rounded up to 16 floats.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn attend_avx512<const V: usize>(
-    q: &[f32],
-    keys: &Strided,
-    values: &Strided,
-    mask: &[u8],
-    scale: f32,
-    scores: &mut [f32],
-    out: &mut [f32],
-) {
+unsafe fn attend_avx512<const V: usize>((q, keys, values, mask, scale, scores, out): Head<'_>) {
     use std::arch::x86_64::{
         _mm512_add_ps, _mm512_cmp_ps_mask, _mm512_div_ps, _mm512_fmadd_ps, _mm512_loadu_ps,
         _mm512_mask_blend_ps, _mm512_max_ps, _mm512_reduce_add_ps, _mm512_reduce_max_ps,
@@ -376,10 +402,158 @@ fn exp(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
     _mm512_scalef_ps(p, n)
 }
 
+/// [`attend_avx512`] in AVX2: 8-float vectors, [`exp_avx2`], horizontal sums and maxima by
+/// halving.
+///
+/// # Safety
+/// The CPU supports AVX2 and FMA; `D` is a multiple of 16 and at most `V` × 8; `keys` and
+/// `values` hold `mask.len()` rows; `scores` holds `mask.len()` rounded up to 16 floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn attend_avx2<const V: usize>((q, keys, values, mask, scale, scores, out): Head<'_>) {
+    use std::arch::x86_64::{
+        _mm256_add_ps, _mm256_and_ps, _mm256_cmp_ps, _mm256_div_ps, _mm256_fmadd_ps,
+        _mm256_loadu_ps, _mm256_max_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+        _mm256_sub_ps, _CMP_GT_OQ,
+    };
+    let (s, vectors) = (mask.len(), q.len() / AVX2_LANES);
+    let mut query = [_mm256_setzero_ps(); V];
+    for (i, query) in query.iter_mut().enumerate().take(vectors) {
+        // SAFETY: `q` holds `vectors × 8` floats.
+        *query = unsafe { _mm256_loadu_ps(q.as_ptr().add(i * AVX2_LANES)) };
+    }
+    let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
+    for t in 0..s {
+        scores[t] = if mask[t] != 0 {
+            // SAFETY: `t < S`; the key has `vectors × 8` floats.
+            let key = unsafe { keys.row(t) };
+            let mut acc = _mm256_setzero_ps();
+            for (i, &qv) in query.iter().enumerate().take(vectors) {
+                // SAFETY: in bounds of `key`.
+                let kv = unsafe { _mm256_loadu_ps(key.as_ptr().add(i * AVX2_LANES)) };
+                acc = _mm256_fmadd_ps(qv, kv, acc);
+            }
+            sum_avx2(acc) * scale
+        } else {
+            f32::NEG_INFINITY
+        };
+    }
+    let padded = s.next_multiple_of(LANES);
+    scores[s..padded].fill(f32::NEG_INFINITY);
+    let mut max = neg_inf;
+    for chunk in scores[..padded].chunks_exact(AVX2_LANES) {
+        // SAFETY: a chunk is 8 floats.
+        max = _mm256_max_ps(max, unsafe { _mm256_loadu_ps(chunk.as_ptr()) });
+    }
+    let max = _mm256_set1_ps(max_avx2(max));
+    // Probabilities in place of the scores; masked keys exactly 0.
+    let mut sum = _mm256_setzero_ps();
+    for chunk in scores[..padded].chunks_exact_mut(AVX2_LANES) {
+        // SAFETY: a chunk is 8 floats.
+        unsafe {
+            let score = _mm256_loadu_ps(chunk.as_ptr());
+            let valid = _mm256_cmp_ps::<_CMP_GT_OQ>(score, neg_inf);
+            let p = _mm256_and_ps(valid, exp_avx2(_mm256_sub_ps(score, max)));
+            sum = _mm256_add_ps(sum, p);
+            _mm256_storeu_ps(chunk.as_mut_ptr(), p);
+        }
+    }
+    let sum = _mm256_set1_ps(sum_avx2(sum));
+    let mut acc = [_mm256_setzero_ps(); V];
+    for (t, &p) in scores.iter().enumerate().take(s) {
+        if p != 0.0 {
+            // SAFETY: `t < S`; the value has `vectors × 8` floats.
+            let value = unsafe { values.row(t) };
+            let p = _mm256_set1_ps(p);
+            for (i, acc) in acc.iter_mut().enumerate().take(vectors) {
+                // SAFETY: in bounds of `value`.
+                let v = unsafe { _mm256_loadu_ps(value.as_ptr().add(i * AVX2_LANES)) };
+                *acc = _mm256_fmadd_ps(p, v, *acc);
+            }
+        }
+    }
+    for (i, &acc) in acc.iter().enumerate().take(vectors) {
+        // SAFETY: `out` holds `vectors × 8` floats.
+        unsafe {
+            _mm256_storeu_ps(
+                out.as_mut_ptr().add(i * AVX2_LANES),
+                _mm256_div_ps(acc, sum),
+            );
+        }
+    }
+}
+
+/// The sum of 8 lanes: halves added until one lane is left.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn sum_avx2(x: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::{
+        _mm256_castps256_ps128, _mm256_extractf128_ps, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32,
+        _mm_movehl_ps, _mm_shuffle_ps,
+    };
+    let four = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps::<1>(x));
+    let two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+    _mm_cvtss_f32(_mm_add_ss(two, _mm_shuffle_ps::<1>(two, two)))
+}
+
+/// The largest of 8 lanes: halves compared until one lane is left.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn max_avx2(x: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::{
+        _mm256_castps256_ps128, _mm256_extractf128_ps, _mm_cvtss_f32, _mm_max_ps, _mm_max_ss,
+        _mm_movehl_ps, _mm_shuffle_ps,
+    };
+    let four = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps::<1>(x));
+    let two = _mm_max_ps(four, _mm_movehl_ps(four, four));
+    _mm_cvtss_f32(_mm_max_ss(two, _mm_shuffle_ps::<1>(two, two)))
+}
+
+/// [`exp`] for 8 floats in AVX2: the same reduction and polynomial, `2ⁿ` built in the
+/// exponent bits (inputs clamped to [−87.3, 88.3], so `n` stays in the normal range).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn exp_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::{
+        _mm256_add_epi32, _mm256_castsi256_ps, _mm256_cvtps_epi32, _mm256_fmadd_ps,
+        _mm256_fnmadd_ps, _mm256_max_ps, _mm256_min_ps, _mm256_mul_ps, _mm256_round_ps,
+        _mm256_set1_epi32, _mm256_set1_ps, _mm256_slli_epi32, _MM_FROUND_NO_EXC,
+        _MM_FROUND_TO_NEAREST_INT,
+    };
+    let x = _mm256_min_ps(
+        _mm256_max_ps(x, _mm256_set1_ps(-87.3)),
+        _mm256_set1_ps(88.3),
+    );
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+        x,
+        _mm256_set1_ps(std::f32::consts::LOG2_E),
+    ));
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
+    let mut p = _mm256_set1_ps(1.0 / 5040.0);
+    for c in [
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    // `2ⁿ` for `n` in −126..=127: the biased exponent `n + 127` in bits 23..31.
+    let two_n = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+        _mm256_cvtps_epi32(n),
+        _mm256_set1_epi32(127),
+    )));
+    _mm256_mul_ps(p, two_n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::kernels::{relative_difference, while_generating};
+    use crate::engine::cpu::relative_difference;
 
     #[test]
     fn matches_scaled_dot_product_attention_with_gqa_masks_and_strided_caches() {
@@ -400,39 +574,41 @@ mod tests {
             let mask = Tensor::rand([b, 1, 1, s], cpu).gt(0.3);
             // The new token always attends to itself (the last slot).
             let _ = mask.narrow(3, s - 1, 1).fill_(1);
-            let got = tch::no_grad(|| while_generating(|| decode_attention(&q, &k, &v, &mask)))
-                .expect("a decode step");
-            let want = Tensor::scaled_dot_product_attention(
-                &q,
-                &k,
-                &v,
-                Some(&mask),
-                0.0,
-                false,
-                None,
-                kv_heads != heads,
-            );
-            let diff = relative_difference(&got, &want);
-            assert!(
-                diff < 1e-5,
-                "b {b} heads {heads}/{kv_heads} d {d} s {s}: {diff}"
-            );
+            for isa in Isa::supported() {
+                let got = tch::no_grad(|| decode_attention(&q, &k, &v, &mask, isa))
+                    .expect("a decode step");
+                let want = Tensor::scaled_dot_product_attention(
+                    &q,
+                    &k,
+                    &v,
+                    Some(&mask),
+                    0.0,
+                    false,
+                    None,
+                    kv_heads != heads,
+                );
+                let diff = relative_difference(&got, &want);
+                assert!(
+                    diff < 1e-5,
+                    "{isa}: b {b} heads {heads}/{kv_heads} d {d} s {s}: {diff}"
+                );
+            }
         }
     }
 
     #[test]
-    fn leaves_prefills_training_and_other_shapes_to_libtorch() {
+    fn leaves_prefills_forwards_with_grad_and_other_shapes_to_libtorch() {
         let cpu = (Kind::Float, Device::Cpu);
         let q = Tensor::randn([2, 4, 1, 16], cpu);
         let k = Tensor::randn([2, 2, 5, 16], cpu);
         let mask = Tensor::ones([2, 1, 1, 5], (Kind::Bool, Device::Cpu));
         let run = |q: &Tensor, k: &Tensor, mask: &Tensor| {
-            tch::no_grad(|| while_generating(|| decode_attention(q, k, k, mask))).is_some()
+            tch::no_grad(|| decode_attention(q, k, k, mask, Isa::best())).is_some()
         };
         assert!(run(&q, &k, &mask));
         assert!(
-            tch::no_grad(|| decode_attention(&q, &k, &k, &mask)).is_none(),
-            "outside generation"
+            decode_attention(&q, &k, &k, &mask, Isa::best()).is_none(),
+            "grad mode"
         );
         let prefill = Tensor::randn([2, 4, 3, 16], cpu);
         assert!(!run(
@@ -442,32 +618,40 @@ mod tests {
         ));
         let odd_width = Tensor::randn([2, 4, 1, 12], cpu);
         assert!(!run(&odd_width, &Tensor::randn([2, 2, 5, 12], cpu), &mask));
-        let tracked = q.set_requires_grad(true);
-        assert!(while_generating(|| decode_attention(&tracked, &k, &k, &mask)).is_none());
     }
 
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn the_vector_exp_is_within_two_ulp_of_libm() {
-        if !std::arch::is_x86_feature_detected!("avx512f") {
-            return;
-        }
+    fn the_vector_exps_are_within_two_ulp_of_libm() {
         let inputs: Vec<f32> = (0..4096)
             .map(|i| -87.0 + i as f32 * (87.0 + 88.0) / 4096.0)
             .collect();
-        for chunk in inputs.chunks_exact(LANES) {
-            let mut got = [0.0f32; LANES];
-            // SAFETY: AVX-512F detected above; 16 floats in and out.
-            unsafe {
-                use std::arch::x86_64::{_mm512_loadu_ps, _mm512_storeu_ps};
-                _mm512_storeu_ps(got.as_mut_ptr(), exp(_mm512_loadu_ps(chunk.as_ptr())));
-            }
-            for (&x, &got) in chunk.iter().zip(&got) {
-                let want = x.exp();
-                assert!(
-                    (got - want).abs() <= 2.5e-7 * want,
-                    "exp({x}) = {got}, libm {want}"
-                );
+        for isa in Isa::supported() {
+            for chunk in inputs.chunks_exact(LANES) {
+                let mut got = [0.0f32; LANES];
+                match isa {
+                    // SAFETY: the CPU supports the ISA; 16 floats in and out.
+                    Isa::Avx512 => unsafe {
+                        use std::arch::x86_64::{_mm512_loadu_ps, _mm512_storeu_ps};
+                        _mm512_storeu_ps(got.as_mut_ptr(), exp(_mm512_loadu_ps(chunk.as_ptr())));
+                    },
+                    // SAFETY: the CPU supports the ISA; 16 floats in and out, 8 at a time.
+                    Isa::Avx2 => unsafe {
+                        use std::arch::x86_64::{_mm256_loadu_ps, _mm256_storeu_ps};
+                        for half in 0..2 {
+                            let x = _mm256_loadu_ps(chunk.as_ptr().add(8 * half));
+                            _mm256_storeu_ps(got.as_mut_ptr().add(8 * half), exp_avx2(x));
+                        }
+                    },
+                    Isa::Portable => continue,
+                }
+                for (&x, &got) in chunk.iter().zip(&got) {
+                    let want = x.exp();
+                    assert!(
+                        (got - want).abs() <= 2.5e-7 * want,
+                        "{isa}: exp({x}) = {got}, libm {want}"
+                    );
+                }
             }
         }
     }

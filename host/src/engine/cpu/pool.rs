@@ -2,10 +2,9 @@
 //!
 //! libtorch's intra-op threads are OpenMP threads that spin for a while after each parallel
 //! region before they sleep. Threads of our own would compete with them for the cores between
-//! libtorch's operations (measured: a 30 µs-spinning helper of our own made a batch-16 decode
-//! step 45 ms, against 28 ms once the OpenMP workers were told not to spin). So the kernel's
-//! parts run as an OpenMP parallel region of the runtime libtorch loaded, found by name at
-//! run time: the threads that would spin waiting for libtorch's next region take our parts.
+//! libtorch's operations, slowing decode steps down markedly. So the kernel's parts run as an
+//! OpenMP parallel region of the runtime libtorch loaded, found by name at run time: the
+//! threads that would spin waiting for libtorch's next region take our parts.
 //! Without that runtime (a libtorch built without OpenMP), the parts run on the calling thread.
 
 use std::ffi::{c_uint, c_void, CStr};

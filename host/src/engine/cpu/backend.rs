@@ -1,0 +1,386 @@
+//! [`CpuKernels`]: the [`Backend`] of f32 models on the CPU — which products go to the
+//! kernels (by autograd, dtype, device and shape), which version of them runs, and how a
+//! libtorch tensor becomes a kernel's slice.
+
+use std::sync::Arc;
+
+use tch::{Device, Kind, Tensor};
+
+use super::decode_attention::decode_attention;
+use super::dot;
+use super::isa::Isa;
+use super::matmul::{matmul, Weights, DECODE_ROWS};
+use crate::model::backend::{self, Backend};
+use crate::model::error::ModelError;
+
+/// The environment variable that forces the CPU kernels' version: `avx512`, `avx2`,
+/// `portable`, or `libtorch` for none; unset or `auto`, the widest version the CPU runs.
+pub const KERNELS_VAR: &str = "DRMAS_CPU_KERNELS";
+
+/// The backend for a model on `device`: on the CPU, the kernels of the version
+/// [`KERNELS_VAR`] names (the widest the CPU runs by default) on the products where they
+/// beat libtorch ([`Routes::for_this_cpu`]); libtorch elsewhere. Fails when the variable names
+/// no version, or one this CPU does not run.
+pub fn backend_for(device: Device) -> Result<Arc<dyn Backend>, ModelError> {
+    if device != Device::Cpu {
+        return Ok(backend::libtorch());
+    }
+    let choice = std::env::var(KERNELS_VAR).unwrap_or_default();
+    let isa = match choice.as_str() {
+        "" | "auto" => Isa::best(),
+        "libtorch" => return Ok(backend::libtorch()),
+        name => Isa::from_name(name).ok_or_else(|| {
+            ModelError::Config(format!(
+                "{KERNELS_VAR}={name:?}: expected auto, avx512, avx2, portable or libtorch"
+            ))
+        })?,
+    };
+    let kernels = CpuKernels::tuned(isa).ok_or_else(|| {
+        ModelError::Config(format!("{KERNELS_VAR}={isa}: this CPU does not run {isa}"))
+    })?;
+    Ok(Arc::new(kernels))
+}
+
+/// Which products the kernels take, by shape; libtorch computes the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Routes {
+    /// Products of at most [`dot::MAX_ROWS`] rows (decode steps of small batches, bound by
+    /// reading the weights).
+    pub few_rows: bool,
+    /// Products of up to [`DECODE_ROWS`] rows (decode steps of a batch).
+    pub decode: bool,
+    /// Wider products (prefills, whole-sequence forwards).
+    pub prefill: bool,
+    /// Decode steps' attention.
+    pub attention: bool,
+}
+
+impl Routes {
+    /// Every product on the kernels.
+    pub const ALL: Routes = Routes {
+        few_rows: true,
+        decode: true,
+        prefill: true,
+        attention: true,
+    };
+
+    /// Where the `isa` kernels beat libtorch on this CPU, a static rule (so a model computes
+    /// the same numbers on every run of a machine): libtorch's matmuls are MKL's, which take
+    /// their AVX-512 path on Intel CPUs only and their AVX2 path on every other x86 CPU.
+    ///
+    /// - AVX-512: every product, but prefills on Intel CPUs, where MKL's AVX-512 GEMM is
+    ///   faster than the prefill kernel. Decode products are bound by reading the weights, and
+    ///   the kernels read them in one pass on every CPU.
+    /// - AVX2: every product; prefills stay on libtorch, whose GEMM is as fast at that width.
+    /// - Portable (CPUs without AVX2, other architectures): only decode attention, whose
+    ///   libtorch version is mostly call overhead; the scalar products lose to libtorch's BLAS.
+    pub fn for_this_cpu(isa: Isa) -> Routes {
+        match isa {
+            Isa::Avx512 => Routes {
+                prefill: !intel_cpu(),
+                ..Routes::ALL
+            },
+            Isa::Avx2 => Routes {
+                prefill: false,
+                ..Routes::ALL
+            },
+            Isa::Portable => Routes {
+                few_rows: false,
+                decode: false,
+                prefill: false,
+                attention: true,
+            },
+        }
+    }
+
+    /// Whether the kernels take a product of `rows` rows.
+    fn takes(&self, rows: usize) -> bool {
+        if rows <= dot::MAX_ROWS {
+            self.few_rows
+        } else if rows <= DECODE_ROWS {
+            self.decode
+        } else {
+            self.prefill
+        }
+    }
+}
+
+/// Whether the CPU is an Intel one (whose MKL path is AVX-512 where the CPU has it).
+fn intel_cpu() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let leaf = std::arch::x86_64::__cpuid(0);
+        let vendor = [leaf.ebx, leaf.edx, leaf.ecx].map(u32::to_le_bytes);
+        vendor.concat() == b"GenuineIntel"
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// The CPU kernels of one [`Isa`] as a [`Backend`]: they take the f32 CPU products of
+/// forwards without autograd (generation's prefills and decode steps, a frozen reference's
+/// forward) that their [`Routes`] give them, and leave every forward with grad mode on to
+/// libtorch.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuKernels {
+    isa: Isa,
+    routes: Routes,
+}
+
+impl CpuKernels {
+    /// The `isa` kernels on the products `routes` gives them; `None` when the CPU does not
+    /// run `isa`.
+    pub fn new(isa: Isa, routes: Routes) -> Option<Self> {
+        isa.is_supported().then_some(Self { isa, routes })
+    }
+
+    /// The `isa` kernels on the products where they beat libtorch here
+    /// ([`Routes::for_this_cpu`]); `None` when the CPU does not run `isa`.
+    pub fn tuned(isa: Isa) -> Option<Self> {
+        Self::new(isa, Routes::for_this_cpu(isa))
+    }
+
+    /// The version of the kernels.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// The products the kernels take.
+    pub fn routes(&self) -> Routes {
+        self.routes
+    }
+}
+
+impl Backend for CpuKernels {
+    fn name(&self) -> String {
+        let r = self.routes;
+        let on = |taken: bool, what: &str| {
+            if taken {
+                what.to_owned()
+            } else {
+                format!("({what})")
+            }
+        };
+        format!(
+            "cpu-{} [{} {} {} {}]",
+            self.isa,
+            on(r.few_rows, "few-rows"),
+            on(r.decode, "decode"),
+            on(r.prefill, "prefill"),
+            on(r.attention, "attention")
+        )
+    }
+
+    fn linear(&self, x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Option<Tensor> {
+        let rows = x.size().split_last()?.1.iter().product::<i64>();
+        if !self.routes.takes(usize::try_from(rows).ok()?) {
+            return None;
+        }
+        linear(x, weight, bias, self.isa)
+    }
+
+    fn decode_attention(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: &Tensor,
+    ) -> Option<Tensor> {
+        if !self.routes.attention {
+            return None;
+        }
+        decode_attention(q, k, v, mask, self.isa)
+    }
+}
+
+/// `x.linear(weight, bias)` computed by the `isa` kernels — `x` `[…, K]`, any number of rows
+/// — or `None` when libtorch should do it: grad mode on, no rows or no inputs, or `x` or
+/// `weight` not f32 on the CPU. The kernels read `weight` where libtorch keeps it, so
+/// optimizer steps and checkpoint loads are seen by the next call.
+///
+/// # Panics
+/// When the CPU does not support `isa`.
+pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, isa: Isa) -> Option<Tensor> {
+    if grad_enabled() {
+        return None;
+    }
+    let shape = x.size();
+    let (&inputs, wshape) = (shape.last()?, weight.size());
+    let &[outputs, weight_inputs] = wshape.as_slice() else {
+        return None;
+    };
+    let rows: i64 = shape[..shape.len() - 1].iter().product();
+    if !on_cpu_f32(x)
+        || !on_cpu_f32(weight)
+        || bias.is_some_and(|b| !on_cpu_f32(b) || b.size() != [outputs])
+        || weight_inputs != inputs
+        || rows == 0
+        || inputs == 0
+    {
+        return None;
+    }
+    let (x, weight, bias) = (
+        x.contiguous(),
+        weight.contiguous(),
+        bias.map(Tensor::contiguous),
+    );
+    let mut out_shape = shape;
+    *out_shape.last_mut()? = outputs;
+    let out = Tensor::empty(&out_shape, (Kind::Float, Device::Cpu));
+    let (rows, inputs, outputs) = (rows as usize, inputs as usize, outputs as usize);
+    // SAFETY: `x`, `weight`, `bias` and `out` are contiguous f32 CPU tensors of
+    // `rows × inputs`, `outputs × inputs`, `outputs` and `rows × outputs` elements (checked
+    // above or just allocated), so their data pointers address that many floats; `out` is
+    // fresh, so nothing else reads or writes it while the slice lives, and the others are only
+    // read.
+    let (x_data, weight_data, bias_data, out_data) = unsafe {
+        (
+            std::slice::from_raw_parts(x.data_ptr().cast::<f32>().cast_const(), rows * inputs),
+            std::slice::from_raw_parts(
+                weight.data_ptr().cast::<f32>().cast_const(),
+                outputs * inputs,
+            ),
+            bias.as_ref().map(|b| {
+                std::slice::from_raw_parts(b.data_ptr().cast::<f32>().cast_const(), outputs)
+            }),
+            std::slice::from_raw_parts_mut(out.data_ptr().cast::<f32>(), rows * outputs),
+        )
+    };
+    let weights = Weights {
+        data: weight_data,
+        outputs,
+        inputs,
+    };
+    matmul(x_data, rows, weights, bias_data, out_data, isa);
+    Some(out)
+}
+
+/// Whether `t` is an f32 tensor on the CPU: what the kernels compute with.
+pub(super) fn on_cpu_f32(t: &Tensor) -> bool {
+    t.device() == Device::Cpu && t.kind() == Kind::Float
+}
+
+/// Whether libtorch's grad mode is on (it is thread-local; `tch::no_grad` turns it off).
+pub(super) fn grad_enabled() -> bool {
+    // SAFETY: `at_grad_set_enabled` sets the calling thread's grad mode and returns the
+    // previous one; setting it back at once leaves the mode as it was.
+    unsafe {
+        let previous = torch_sys::at_grad_set_enabled(1);
+        torch_sys::at_grad_set_enabled(previous);
+        previous != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tch::nn::VarStore;
+
+    use super::*;
+    use crate::engine::cpu::relative_difference;
+    use crate::update::AdamW;
+
+    #[test]
+    fn matches_libtorch_linear_on_odd_shapes_in_every_supported_isa() {
+        tch::manual_seed(7);
+        for isa in Isa::supported() {
+            // Decode steps (one position per row) of few and many rows, and prefills.
+            for shape in [[1, 1], [3, 1], [5, 1], [64, 1], [2, 9], [7, 40]] {
+                for (outputs, inputs) in [(1, 1), (33, 7), (100, 65), (576, 576), (49, 1536)] {
+                    for with_bias in [false, true] {
+                        let weight = Tensor::randn([outputs, inputs], (Kind::Float, Device::Cpu));
+                        let bias =
+                            with_bias.then(|| Tensor::randn([outputs], (Kind::Float, Device::Cpu)));
+                        let x =
+                            Tensor::randn([shape[0], shape[1], inputs], (Kind::Float, Device::Cpu));
+                        let got = tch::no_grad(|| linear(&x, &weight, bias.as_ref(), isa))
+                            .expect("a kernel product");
+                        let want = x.linear(&weight, bias.as_ref());
+                        assert_eq!(got.size(), want.size());
+                        let diff = relative_difference(&got, &want);
+                        assert!(
+                            diff < 1e-5,
+                            "{isa}: x {shape:?}, {outputs}×{inputs}, bias {with_bias}: {diff}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn leaves_forwards_with_grad_and_other_dtypes_to_libtorch() {
+        let vs = VarStore::new(Device::Cpu);
+        let weight = vs.root().randn_standard("w", &[8, 4]);
+        let isa = Isa::best();
+        let taken = |x: &Tensor, w: &Tensor| tch::no_grad(|| linear(x, w, None, isa)).is_some();
+        let step = Tensor::randn([2, 1, 4], (Kind::Float, Device::Cpu));
+        assert!(linear(&step, &weight, None, isa).is_none(), "grad mode");
+        assert!(taken(&step, &weight));
+        let frozen = weight.detach();
+        assert!(
+            linear(&step, &frozen, None, isa).is_none(),
+            "grad mode, nothing tracked (LoRA's frozen base)"
+        );
+        let tracked = step.set_requires_grad(true);
+        assert!(taken(&tracked, &frozen));
+        let double = Tensor::randn([2, 1, 4], (Kind::Double, Device::Cpu));
+        assert!(!taken(&double, &weight));
+        let no_inputs = Tensor::zeros([3, 0], (Kind::Float, Device::Cpu));
+        let empty_rows = Tensor::zeros([2, 1, 0], (Kind::Float, Device::Cpu));
+        assert!(!taken(&empty_rows, &no_inputs), "K = 0");
+    }
+
+    #[test]
+    fn follows_every_in_place_change_of_the_weight() {
+        tch::manual_seed(11);
+        let vs = VarStore::new(Device::Cpu);
+        let weight = vs.root().randn_standard("w", &[40, 24]);
+        let x = Tensor::randn([4, 1, 24], (Kind::Float, Device::Cpu));
+        let check = |what: &str| {
+            let got =
+                tch::no_grad(|| linear(&x, &weight, None, Isa::best())).expect("a kernel product");
+            let want = tch::no_grad(|| x.linear::<Tensor>(&weight, None));
+            let diff = relative_difference(&got, &want);
+            assert!(diff < 1e-5, "after {what}: {diff}");
+        };
+        check("the first product");
+        // A checkpoint load copies into the variable in place.
+        let loaded = Tensor::randn([40, 24], (Kind::Float, Device::Cpu));
+        tch::no_grad(|| weight.shallow_clone().copy_(&loaded));
+        check("a load");
+        // An optimizer step updates it in place.
+        let mut optimizer = AdamW::new(vec![("w".into(), weight.shallow_clone())], 0.1);
+        x.linear::<Tensor>(&weight, None)
+            .square()
+            .sum(Kind::Float)
+            .backward();
+        optimizer.step(0.5);
+        check("an optimizer step");
+        // `set_data` swaps its storage.
+        let mut swapped = weight.shallow_clone();
+        tch::no_grad(|| swapped.set_data(&Tensor::randn([40, 24], (Kind::Float, Device::Cpu))));
+        check("set_data");
+    }
+
+    #[test]
+    fn routes_send_each_shape_where_they_say() {
+        let only_decode = Routes {
+            decode: true,
+            ..Routes::for_this_cpu(Isa::Portable)
+        };
+        let kernels = CpuKernels::new(Isa::best(), only_decode).expect("the best ISA runs");
+        let weight = Tensor::randn([8, 4], (Kind::Float, Device::Cpu));
+        let taken = |rows: i64| {
+            let x = Tensor::randn([rows, 1, 4], (Kind::Float, Device::Cpu));
+            tch::no_grad(|| kernels.linear(&x, &weight, None)).is_some()
+        };
+        assert!(!taken(1), "few rows");
+        assert!(taken(dot::MAX_ROWS as i64 + 1), "a decode batch");
+        assert!(taken(DECODE_ROWS as i64), "the widest decode batch");
+        assert!(!taken(DECODE_ROWS as i64 + 1), "a prefill");
+        assert_eq!(
+            CpuKernels::new(Isa::Portable, Routes::ALL).map(|k| k.isa()),
+            Some(Isa::Portable)
+        );
+    }
+}

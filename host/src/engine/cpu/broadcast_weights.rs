@@ -1,0 +1,366 @@
+//! The microkernel for decode steps of a batch: a tile of up to [`GROUP`] (16) input rows
+//! times [`OUTPUTS`] rows of `W`, read where libtorch keeps them, each weight broadcast.
+//!
+//! Per `k` the tile loads one vector of its sixteen rows' inputs (from [`xᵀ`]) and broadcasts
+//! each of its outputs' weights `W[n][k]`: [`OUTPUTS`] FMAs into as many accumulators. The
+//! weights of a tile are a contiguous run of `W`'s rows, streamed front to back while the next
+//! run is prefetched; nothing is copied or packed.
+//!
+//! Wider tiles (32–64 rows, fewer outputs per tile) leave too few registers for the outputs'
+//! accumulators. Prefills, where a block of ~200 rows shares each weight, go to
+//! [`super::broadcast_inputs`] instead: 24 broadcasts per vector load make this kernel
+//! load-bound there.
+//!
+//! With AVX2's sixteen 8-float registers, a tile's sixteen rows are two vectors and its
+//! outputs run [`AVX2_OUTPUTS`] at a time: 12 accumulators, the two input vectors and the
+//! broadcast weight.
+//!
+//! [`xᵀ`]: super::transpose::TransposedRows
+
+use super::isa::Isa;
+use super::transpose::GROUP;
+use super::K_BLOCK;
+
+/// Outputs per full tile: 24 accumulators of AVX-512's 32 registers, leaving room for the
+/// input vector and the broadcast weight.
+pub const OUTPUTS: usize = 24;
+
+/// Outputs per pass of the AVX2 kernel over a tile's rows.
+const AVX2_OUTPUTS: usize = 6;
+
+/// One tile's operands. `out` is a raw pointer because tiles of the same rows but different
+/// outputs are written by different threads into one row-major output.
+pub struct Tile<'a> {
+    /// `xᵀ` from the tile's first row on: float `k * x_stride + j` is input `k` of the tile's
+    /// row `j` (zero beyond `rows`), 64-byte aligned.
+    pub x_t: &'a [f32],
+    /// Floats between consecutive `k`s of `x_t`, a multiple of 16.
+    pub x_stride: usize,
+    /// Input rows in this tile, `1..=GROUP`.
+    pub rows: usize,
+    /// `K`.
+    pub inputs: usize,
+    /// `outputs × inputs` weights: the tile's rows of `W`.
+    pub weights: &'a [f32],
+    /// Outputs in this tile, `1..=OUTPUTS`; fewer than [`OUTPUTS`] (the end of a range) run
+    /// one at a time.
+    pub outputs: usize,
+    /// Weights to fetch into L2 while this tile computes (the rows of `W` the next tiles
+    /// need), spread over its `k` loop; empty for none.
+    pub prefetch: &'a [f32],
+    /// The bias of the tile's outputs, if any.
+    pub bias: Option<&'a [f32]>,
+    /// Where output `(r, o)` goes: `out + r * out_stride + o`.
+    pub out: *mut f32,
+    /// Floats between consecutive output rows.
+    pub out_stride: usize,
+}
+
+/// Computes `out[r][o] = Σ_k x[r][k] · weights[o][k] (+ bias[o])` for every row `r < rows` and
+/// output `o < outputs`: sums over blocks of [`K_BLOCK`] `k`s in order, then of the blocks'
+/// sums, then adds the bias (as `addmm` does).
+///
+/// # Safety
+/// `out + r * out_stride + o` must be valid for writes, and written by no one else during the
+/// call, for every `r < rows` and `o < outputs`.
+///
+/// # Panics
+/// When the slices are shorter than the sizes say, the counts are out of range, or the CPU
+/// does not support `isa`.
+pub unsafe fn run(tile: &Tile<'_>, isa: Isa) {
+    assert!((1..=GROUP).contains(&tile.rows), "tile rows");
+    assert!((1..=OUTPUTS).contains(&tile.outputs), "tile outputs");
+    assert_eq!(tile.x_stride % GROUP, 0, "x stride");
+    assert!(
+        tile.inputs == 0 || tile.x_t.len() >= (tile.inputs - 1) * tile.x_stride + GROUP,
+        "tile input"
+    );
+    assert!(
+        tile.weights.len() >= tile.outputs * tile.inputs,
+        "tile weights"
+    );
+    assert!(
+        tile.bias.is_none_or(|b| b.len() >= tile.outputs),
+        "tile bias"
+    );
+    assert_eq!(tile.x_t.as_ptr() as usize % 64, 0, "x alignment");
+    assert!(
+        i32::try_from(tile.out_stride * GROUP).is_ok(),
+        "output offsets fit the scatter's 32-bit indices"
+    );
+    isa.assert_supported();
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if tile.outputs == OUTPUTS => {
+            // SAFETY: the CPU supports AVX-512F (asserted above); sizes checked above and the
+            // caller vouches for `out`.
+            unsafe { avx512::<OUTPUTS>(tile) };
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => {
+            // A short run of outputs: one at a time, each its own tile.
+            for o in 0..tile.outputs {
+                // SAFETY: as above, for one output of the tile.
+                unsafe { avx512::<1>(&tile.outputs_from(o, 1, o == 0)) };
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            let passes = tile.outputs.div_ceil(AVX2_OUTPUTS);
+            for pass in 0..passes {
+                let first = pass * AVX2_OUTPUTS;
+                let count = AVX2_OUTPUTS.min(tile.outputs - first);
+                let mut part = tile.outputs_from(first, count, false);
+                // Each pass fetches its share of the next run's weights.
+                let (len, share) = (tile.prefetch.len(), pass..pass + 1);
+                part.prefetch =
+                    &tile.prefetch[share.start * len / passes..share.end * len / passes];
+                // SAFETY: the CPU supports AVX2 and FMA (asserted above); the part's outputs
+                // are columns `first..first + count` of the caller's writable range.
+                unsafe {
+                    match count {
+                        6 => avx2::<6>(&part),
+                        5 => avx2::<5>(&part),
+                        4 => avx2::<4>(&part),
+                        3 => avx2::<3>(&part),
+                        2 => avx2::<2>(&part),
+                        _ => avx2::<1>(&part),
+                    }
+                }
+            }
+        }
+        // SAFETY: as above, minus the CPU feature the portable kernel does not need.
+        _ => unsafe { portable(tile) },
+    }
+}
+
+impl<'a> Tile<'a> {
+    /// The tile of outputs `first..first + count` of this one (the same rows), prefetching
+    /// this tile's `prefetch` if `prefetch`, nothing otherwise.
+    fn outputs_from(&self, first: usize, count: usize, prefetch: bool) -> Tile<'a> {
+        Tile {
+            weights: &self.weights[first * self.inputs..],
+            outputs: count,
+            bias: self.bias.map(|b| &b[first..]),
+            // Column `first` of the caller's range: `out` stays valid for what the part writes.
+            out: self.out.wrapping_add(first),
+            prefetch: if prefetch { self.prefetch } else { &[] },
+            ..*self
+        }
+    }
+}
+
+/// The AVX-512F kernel for `C` outputs.
+///
+/// # Safety
+/// The CPU supports AVX-512F; `tile` satisfies [`run`]'s contract and checks, with
+/// `outputs == C`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn avx512<const C: usize>(tile: &Tile<'_>) {
+    use std::arch::x86_64::{
+        _mm512_add_ps, _mm512_fmadd_ps, _mm512_load_ps, _mm512_loadu_si512,
+        _mm512_mask_i32scatter_ps, _mm512_mullo_epi32, _mm512_set1_epi32, _mm512_set1_ps,
+        _mm512_setzero_ps, _mm_prefetch, _MM_HINT_T1,
+    };
+    let (k, x, w) = (tile.inputs, tile.x_t.as_ptr(), tile.weights.as_ptr());
+    let (prefetch, mut next_line) = (tile.prefetch, 0);
+    let mut total = [_mm512_setzero_ps(); C];
+    for block in (0..k).step_by(K_BLOCK) {
+        let mut acc = [_mm512_setzero_ps(); C];
+        for kk in block..k.min(block + K_BLOCK) {
+            // SAFETY (loads): `kk < k`; `x_t` holds an aligned vector at `kk * x_stride`
+            // (checked by `run`; `x_stride` is a multiple of 16 and `x_t` 64-byte aligned),
+            // and weight row `c < C` holds `k` floats from `c * k`. Prefetches stay inside
+            // `prefetch`.
+            unsafe {
+                for _ in 0..C.div_ceil(16) {
+                    if next_line < prefetch.len() {
+                        _mm_prefetch::<_MM_HINT_T1>(prefetch.as_ptr().add(next_line).cast());
+                        next_line += 16;
+                    }
+                }
+                let xv = _mm512_load_ps(x.add(kk * tile.x_stride));
+                for (c, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm512_fmadd_ps(_mm512_set1_ps(*w.add(c * k + kk)), xv, *acc);
+                }
+            }
+        }
+        for (total, &acc) in total.iter_mut().zip(&acc) {
+            *total = _mm512_add_ps(*total, acc);
+        }
+    }
+    let lanes: [i32; 16] = std::array::from_fn(|lane| lane as i32);
+    // SAFETY: sixteen `i32`s on the stack; unaligned load.
+    let lanes = unsafe { _mm512_loadu_si512(lanes.as_ptr().cast()) };
+    let row_offsets = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(tile.out_stride as i32));
+    let mask = ((1u32 << tile.rows) - 1) as u16;
+    for (c, &sums) in total.iter().enumerate() {
+        let bias = _mm512_set1_ps(tile.bias.map_or(0.0, |b| b[c]));
+        // SAFETY: lane `i` writes `out + i * out_stride + c` for rows `i < rows` only (the
+        // mask), writable per `run`'s contract; the offsets fit `i32` (checked by `run`).
+        unsafe {
+            _mm512_mask_i32scatter_ps::<4>(
+                tile.out.add(c).cast(),
+                mask,
+                row_offsets,
+                _mm512_add_ps(sums, bias),
+            );
+        }
+    }
+}
+
+/// The AVX2 kernel for `C` outputs (at most [`AVX2_OUTPUTS`]): the sixteen rows as two
+/// vectors, the same summation order as [`avx512`], the sums written row by row.
+///
+/// # Safety
+/// The CPU supports AVX2 and FMA; `tile` satisfies [`run`]'s contract and checks, with
+/// `outputs == C`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2<const C: usize>(tile: &Tile<'_>) {
+    use std::arch::x86_64::{
+        _mm256_add_ps, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_load_ps, _mm256_setzero_ps,
+        _mm256_storeu_ps, _mm_prefetch, _MM_HINT_T1,
+    };
+    let (k, x, w) = (tile.inputs, tile.x_t.as_ptr(), tile.weights.as_ptr());
+    let (prefetch, mut next_line) = (tile.prefetch, 0);
+    let mut total = [[_mm256_setzero_ps(); C]; 2];
+    for block in (0..k).step_by(K_BLOCK) {
+        let mut acc = [[_mm256_setzero_ps(); C]; 2];
+        for kk in block..k.min(block + K_BLOCK) {
+            // SAFETY (loads): `kk < k`; `x_t` holds an aligned line of 16 floats at
+            // `kk * x_stride` (checked by `run`), and weight row `c < C` holds `k` floats from
+            // `c * k`. Prefetches stay inside `prefetch`.
+            unsafe {
+                if next_line < prefetch.len() {
+                    _mm_prefetch::<_MM_HINT_T1>(prefetch.as_ptr().add(next_line).cast());
+                    next_line += 16;
+                }
+                let line = x.add(kk * tile.x_stride);
+                let (x0, x1) = (_mm256_load_ps(line), _mm256_load_ps(line.add(8)));
+                for c in 0..C {
+                    let wv = _mm256_broadcast_ss(&*w.add(c * k + kk));
+                    acc[0][c] = _mm256_fmadd_ps(wv, x0, acc[0][c]);
+                    acc[1][c] = _mm256_fmadd_ps(wv, x1, acc[1][c]);
+                }
+            }
+        }
+        for (total, acc) in total.iter_mut().zip(&acc) {
+            for (total, &acc) in total.iter_mut().zip(acc) {
+                *total = _mm256_add_ps(*total, acc);
+            }
+        }
+    }
+    let mut sums = [[0.0f32; GROUP]; C];
+    for (c, sums) in sums.iter_mut().enumerate() {
+        // SAFETY: sixteen floats on the stack, written as two halves of eight.
+        unsafe {
+            _mm256_storeu_ps(sums.as_mut_ptr(), total[0][c]);
+            _mm256_storeu_ps(sums.as_mut_ptr().add(8), total[1][c]);
+        }
+    }
+    for r in 0..tile.rows {
+        for (c, sums) in sums.iter().enumerate() {
+            let value = sums[r] + tile.bias.map_or(0.0, |b| b[c]);
+            // SAFETY: `r < rows`, `c < outputs`: writable per `run`'s contract.
+            unsafe { *tile.out.add(r * tile.out_stride + c) = value };
+        }
+    }
+}
+
+/// The same tile in plain Rust, for any CPU (same summation order).
+///
+/// # Safety
+/// `tile` satisfies [`run`]'s contract and checks.
+unsafe fn portable(tile: &Tile<'_>) {
+    let k = tile.inputs;
+    for r in 0..tile.rows {
+        for o in 0..tile.outputs {
+            let w = &tile.weights[o * k..][..k];
+            let mut total = 0.0f32;
+            for block in (0..k).step_by(K_BLOCK) {
+                let mut acc = 0.0f32;
+                for (kk, &w) in w
+                    .iter()
+                    .enumerate()
+                    .take(k.min(block + K_BLOCK))
+                    .skip(block)
+                {
+                    acc = w.mul_add(tile.x_t[kk * tile.x_stride + r], acc);
+                }
+                total += acc;
+            }
+            let value = total + tile.bias.map_or(0.0, |b| b[o]);
+            // SAFETY: `r < rows`, `o < outputs`: writable per `run`'s contract.
+            unsafe { *tile.out.add(r * tile.out_stride + o) = value };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::cpu::transpose::TransposedRows;
+
+    /// Every row count and the full and one-at-a-time output paths, against a float64
+    /// reference, with nothing written outside the tile.
+    #[test]
+    fn every_tile_shape_of_every_supported_isa_matches_a_float64_reference() {
+        for isa in Isa::supported() {
+            for k in [1, 15, 16, 37, 300] {
+                let max_rows = GROUP;
+                let x: Vec<f32> = (0..max_rows * k)
+                    .map(|i| ((i * 7) % 13) as f32 / 6.5 - 1.0)
+                    .collect();
+                let max_outputs = OUTPUTS;
+                let w: Vec<f32> = (0..max_outputs * k)
+                    .map(|i| ((i * 5) % 11) as f32 / 5.5 - 1.0)
+                    .collect();
+                let bias: Vec<f32> = (0..max_outputs).map(|i| i as f32 / 7.0 - 0.2).collect();
+                for rows in [1, 5, 15, 16] {
+                    for outputs in [1, 3, 7, OUTPUTS - 1, OUTPUTS] {
+                        let stride = max_outputs + 1;
+                        let mut got = vec![f32::NAN; (max_rows + 1) * stride];
+                        TransposedRows::with(&x[..rows * k], rows, k, isa, |x_t| {
+                            {
+                                let out = &mut got;
+                                let tile = Tile {
+                                    x_t: x_t.floats(),
+                                    x_stride: x_t.stride(),
+                                    rows,
+                                    inputs: k,
+                                    weights: &w,
+                                    outputs,
+                                    prefetch: &w,
+                                    bias: Some(&bias),
+                                    out: out.as_mut_ptr(),
+                                    out_stride: stride,
+                                };
+                                // SAFETY: `out` holds `max_rows + 1` rows of `stride` floats.
+                                unsafe { run(&tile, isa) };
+                            }
+                        });
+                        for r in 0..=max_rows {
+                            for o in 0..stride {
+                                let got = got[r * stride + o];
+                                if r >= rows || o >= outputs {
+                                    assert!(got.is_nan(), "{isa}: written outside");
+                                    continue;
+                                }
+                                let want = (0..k)
+                                    .map(|i| f64::from(x[r * k + i]) * f64::from(w[o * k + i]))
+                                    .sum::<f64>()
+                                    + f64::from(bias[o]);
+                                assert!(
+                                (f64::from(got) - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                                "{isa}: k {k}, {rows} rows × {outputs}, ({r}, {o}): {got} vs {want}"
+                            );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

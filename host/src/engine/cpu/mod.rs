@@ -1,0 +1,40 @@
+//! The CPU backend: kernels of our own for the dense products and decode attention of f32
+//! models on the CPU, where libtorch's bundled MKL may not take the CPU's widest vector path
+//! and its one-token attention is mostly call overhead.
+//!
+//! [`CpuKernels`] is the [`Backend`](crate::model::backend::Backend) a CPU model is built with
+//! (see [`backend_for`]); it takes only f32 CPU products under `no_grad`, so training forwards
+//! (with autograd) always stay on libtorch. It hands the kernels the weights where libtorch
+//! keeps them: no copy is made. [`matmul`] picks a kernel by row count — [`dot`] products for
+//! a few rows (bound by reading the weights), [`broadcast_weights`] over the input rows
+//! [`transpose`]d for decode steps of a batch, [`broadcast_inputs`] over weight [`panel`]s
+//! transposed per block of rows for prefills — and splits the outputs over the threads of
+//! libtorch's OpenMP team ([`pool`]). Decode steps' attention runs on [`decode_attention()`].
+//! Every kernel has an AVX-512 version and a portable one.
+
+pub mod backend;
+pub mod broadcast_inputs;
+pub mod broadcast_weights;
+pub mod decode_attention;
+pub mod dot;
+pub mod isa;
+pub mod matmul;
+pub mod panel;
+pub mod pool;
+pub mod transpose;
+
+pub use backend::{backend_for, CpuKernels, Routes, KERNELS_VAR};
+pub use decode_attention::decode_attention;
+pub use isa::Isa;
+
+/// Inputs summed in one run before a partial sum is added to the total: rounding error grows
+/// with the block length plus the number of blocks instead of with `K`, as in BLAS kernels
+/// (whose depth blocking does the same), so decode logits stay within 1e-4 of libtorch's.
+pub const K_BLOCK: usize = 128;
+
+/// The largest difference between `a` and `b` relative to `b`'s largest magnitude (tests).
+#[cfg(test)]
+pub(crate) fn relative_difference(a: &tch::Tensor, b: &tch::Tensor) -> f64 {
+    let scale = b.abs().max().double_value(&[]).max(1e-30);
+    (a - b).abs().max().double_value(&[]) / scale
+}

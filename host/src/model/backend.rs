@@ -1,0 +1,55 @@
+//! [`Backend`]: who computes a model's dense products and decode attention — libtorch, or
+//! kernels of another layer of the crate (the engine's CPU kernels) — chosen when the model is
+//! built and held by it.
+//!
+//! The model asks its backend first and falls back to libtorch when the backend declines
+//! (returns `None`), so a backend only takes the products it is faster or better at and never
+//! has to implement the rest. The model knows nothing of any backend but [`Libtorch`]: the
+//! others are defined where they run (e.g. `crate::engine::cpu`) and handed to
+//! [`crate::model::llama::Llama::set_backend`].
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use tch::Tensor;
+
+/// The products a backend may compute in libtorch's place. Every method returns `None` to
+/// leave the product to libtorch (the default), and must otherwise return what libtorch
+/// would, to within rounding.
+pub trait Backend: Debug + Send + Sync {
+    /// A short name for logs and benchmarks (`libtorch`, `cpu-avx512`, …).
+    fn name(&self) -> String;
+
+    /// `x.linear(weight, bias)` for `x` `[…, K]`, `weight` `[N, K]`, `bias` `[N]`.
+    fn linear(&self, _x: &Tensor, _weight: &Tensor, _bias: Option<&Tensor>) -> Option<Tensor> {
+        None
+    }
+
+    /// `softmax(q kᵀ / √d + mask) v` of one new token per row: `q` `[B, H, 1, D]`, `k`, `v`
+    /// `[B, H_kv, S, D]` (grouped-query attention when `H_kv < H`), `mask` `[B, 1, 1, S]` bool
+    /// (true = attend).
+    fn decode_attention(
+        &self,
+        _q: &Tensor,
+        _k: &Tensor,
+        _v: &Tensor,
+        _mask: &Tensor,
+    ) -> Option<Tensor> {
+        None
+    }
+}
+
+/// libtorch for everything: the default of every model, and what CUDA models use.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Libtorch;
+
+impl Backend for Libtorch {
+    fn name(&self) -> String {
+        "libtorch".to_owned()
+    }
+}
+
+/// The [`Libtorch`] backend, shared.
+pub fn libtorch() -> Arc<dyn Backend> {
+    Arc::new(Libtorch)
+}
