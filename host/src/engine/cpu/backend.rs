@@ -71,9 +71,11 @@ impl Routes {
     /// - AVX-512: every product, but prefills on Intel CPUs, where MKL's AVX-512 GEMM is
     ///   faster than the prefill kernel. Decode products are bound by reading the weights, and
     ///   the kernels read them in one pass on every CPU.
-    /// - AVX2: every product; prefills stay on libtorch, whose GEMM is as fast at that width.
+    /// - AVX2: every product but prefills, which stay on libtorch: MKL's AVX2 GEMM is as fast
+    ///   as the kernel at that width.
     /// - Portable (CPUs without AVX2, other architectures): only decode attention, whose
-    ///   libtorch version is mostly call overhead; the scalar products lose to libtorch's BLAS.
+    ///   libtorch version is mostly call overhead; libtorch's vectorised BLAS keeps the
+    ///   products.
     pub fn for_this_cpu(isa: Isa) -> Routes {
         match isa {
             Isa::Avx512 => Routes {

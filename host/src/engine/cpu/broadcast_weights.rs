@@ -112,9 +112,8 @@ pub unsafe fn run(tile: &Tile<'_>, isa: Isa) {
                 let count = AVX2_OUTPUTS.min(tile.outputs - first);
                 let mut part = tile.outputs_from(first, count, false);
                 // Each pass fetches its share of the next run's weights.
-                let (len, share) = (tile.prefetch.len(), pass..pass + 1);
-                part.prefetch =
-                    &tile.prefetch[share.start * len / passes..share.end * len / passes];
+                let len = tile.prefetch.len();
+                part.prefetch = &tile.prefetch[pass * len / passes..(pass + 1) * len / passes];
                 // SAFETY: the CPU supports AVX2 and FMA (asserted above); the part's outputs
                 // are columns `first..first + count` of the caller's writable range.
                 unsafe {
@@ -225,9 +224,10 @@ unsafe fn avx2<const C: usize>(tile: &Tile<'_>) {
     };
     let (k, x, w) = (tile.inputs, tile.x_t.as_ptr(), tile.weights.as_ptr());
     let (prefetch, mut next_line) = (tile.prefetch, 0);
-    let mut total = [[_mm256_setzero_ps(); C]; 2];
+    // Per output, the sums of the tile's rows `0..8` and `8..16`.
+    let mut total = [[_mm256_setzero_ps(); 2]; C];
     for block in (0..k).step_by(K_BLOCK) {
-        let mut acc = [[_mm256_setzero_ps(); C]; 2];
+        let mut acc = [[_mm256_setzero_ps(); 2]; C];
         for kk in block..k.min(block + K_BLOCK) {
             // SAFETY (loads): `kk < k`; `x_t` holds an aligned line of 16 floats at
             // `kk * x_stride` (checked by `run`), and weight row `c < C` holds `k` floats from
@@ -239,25 +239,24 @@ unsafe fn avx2<const C: usize>(tile: &Tile<'_>) {
                 }
                 let line = x.add(kk * tile.x_stride);
                 let (x0, x1) = (_mm256_load_ps(line), _mm256_load_ps(line.add(8)));
-                for c in 0..C {
+                for (c, acc) in acc.iter_mut().enumerate() {
                     let wv = _mm256_broadcast_ss(&*w.add(c * k + kk));
-                    acc[0][c] = _mm256_fmadd_ps(wv, x0, acc[0][c]);
-                    acc[1][c] = _mm256_fmadd_ps(wv, x1, acc[1][c]);
+                    acc[0] = _mm256_fmadd_ps(wv, x0, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(wv, x1, acc[1]);
                 }
             }
         }
         for (total, acc) in total.iter_mut().zip(&acc) {
-            for (total, &acc) in total.iter_mut().zip(acc) {
-                *total = _mm256_add_ps(*total, acc);
-            }
+            total[0] = _mm256_add_ps(total[0], acc[0]);
+            total[1] = _mm256_add_ps(total[1], acc[1]);
         }
     }
     let mut sums = [[0.0f32; GROUP]; C];
-    for (c, sums) in sums.iter_mut().enumerate() {
+    for (sums, total) in sums.iter_mut().zip(&total) {
         // SAFETY: sixteen floats on the stack, written as two halves of eight.
         unsafe {
-            _mm256_storeu_ps(sums.as_mut_ptr(), total[0][c]);
-            _mm256_storeu_ps(sums.as_mut_ptr().add(8), total[1][c]);
+            _mm256_storeu_ps(sums.as_mut_ptr(), total[0]);
+            _mm256_storeu_ps(sums.as_mut_ptr().add(8), total[1]);
         }
     }
     for r in 0..tile.rows {
