@@ -23,6 +23,9 @@ const SCHEMA: &str = "message qa {
   }
 }";
 
+/// One leaf column: its values, definition levels and repetition levels (`None`: required).
+type Column<'a> = (&'a [&'a str], Option<&'a [i16]>, Option<&'a [i16]>);
+
 /// Three questions with one or two golden answers each, in one row group.
 fn write_qa(path: &Path) {
     let schema = Arc::new(parse_message_type(SCHEMA).expect("schema"));
@@ -30,7 +33,7 @@ fn write_qa(path: &Path) {
     let properties = Arc::new(WriterProperties::builder().build());
     let mut writer = SerializedFileWriter::new(file, schema, properties).expect("writer");
     let mut group = writer.next_row_group().expect("row group");
-    let columns: [(&[&str], Option<&[i16]>, Option<&[i16]>); 2] = [
+    let columns: [Column<'_>; 2] = [
         (
             &["who wrote hamlet", "capital of france", "2+2"],
             None,
