@@ -131,22 +131,22 @@ fn no_tracked_file_refers_to_a_path_outside_the_repository() {
 fn the_check_finds_a_path_that_climbs_out_of_a_crate() {
     let root = common::repo();
     let test_file = Path::new("plugins/math/tests/dataset.rs");
-    let text = "let d = Path::new(env!(\"CARGO_MANIFEST_DIR\")).join(\"../../../shared/data\");\n\
+    let text = "let d = Path::new(env!(\"CARGO_MANIFEST_DIR\")).join(\"../../../outside/data\");\n\
                 let ok = Path::new(env!(\"CARGO_MANIFEST_DIR\")).join(\"../../data\");";
     assert_eq!(
         escaping_paths(text, &root, test_file),
-        [(1, "../../../shared/data".to_owned())]
+        [(1, "../../../outside/data".to_owned())]
     );
     let run_file = Path::new("configs/search.toml");
-    let text = "a = \"../../shared/data/nq/questions.jsonl\"\nb = \"../data/nq/questions.jsonl\"";
+    let text = "a = \"../../outside/nq/questions.jsonl\"\nb = \"../data/nq/questions.jsonl\"";
     assert_eq!(
         escaping_paths(text, &root, run_file),
-        [(1, "../../shared/data/nq/questions.jsonl".to_owned())]
+        [(1, "../../outside/nq/questions.jsonl".to_owned())]
     );
     let doc = Path::new("docs/architecture.md");
-    let text = "The map is `../shared/ARCHITECTURE.md`; see [the guide](../README.md).";
+    let text = "The map is `../outside/ARCHITECTURE.md`; see [the guide](../README.md).";
     assert_eq!(
         escaping_paths(text, &root, doc),
-        [(1, "../shared/ARCHITECTURE.md".to_owned())]
+        [(1, "../outside/ARCHITECTURE.md".to_owned())]
     );
 }
