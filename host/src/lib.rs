@@ -16,6 +16,7 @@ pub mod plugins;
 pub mod preflight;
 pub mod rng;
 pub mod rollout;
+pub mod serve;
 pub mod suggest;
 pub mod trainer;
 pub mod update;
@@ -35,6 +36,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
             merge_adapter,
         } => convert(&model, &out, dtype, merge_adapter.as_deref()),
         cli::Command::Experiment(args) => experiment::run(&cli.common, &args),
+        cli::Command::Serve(args) => serve::serve(args.options()),
         cli::Command::Plot { run_dir } => {
             for path in plot::plot_run(&run_dir)? {
                 println!("{}", path.display());
