@@ -53,7 +53,11 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
         }
         cli::Command::Check => {
             let (config, file, plan) = prepare(&cli.common)?;
+            let servers = trainer::probe_servers(&config, &file)?;
             println!("{}: ready\n{}", file.origin, plan.summary(&config));
+            for line in servers {
+                println!("{line}");
+            }
             Ok(())
         }
         cli::Command::Train(args) => {
