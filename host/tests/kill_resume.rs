@@ -22,10 +22,6 @@ const GROUP: &str = "shared";
 /// How long one process may take to reach the moment it is killed at.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-fn repo() -> PathBuf {
-    common::repo()
-}
-
 /// A fresh folder under the test target dir.
 fn scratch(name: &str) -> PathBuf {
     common::scratch(&format!("kill-resume-{name}"))
@@ -38,54 +34,7 @@ fn plugins() -> &'static Path {
 
 /// A two-agent run on one worker group (tiny random Llama), checkpointed every iteration.
 fn run_file() -> String {
-    let model = repo().join("host/tests/fixtures/hf/llama");
-    format!(
-        r#"
-[run]
-output_dir = "run"
-seed = 5
-iterations = {ITERATIONS}
-save_every = 1
-
-[environment]
-name = "parity"
-train_data = {{ path = "alpha, beta, gamma, delta, epsilon" }}
-eval_data = {{ path = "alpha, beta" }}
-
-[orchestra]
-name = "pair"
-
-[[agents]]
-role = "first"
-agent = "Shout Agent"
-worker_group = "{GROUP}"
-max_new_tokens = 6
-
-[[agents]]
-role = "second"
-agent = "Shout Agent"
-worker_group = "{GROUP}"
-max_new_tokens = 5
-
-[worker_groups.{GROUP}]
-model = "{}"
-learning_rate = 1e-3
-micro_batch_size = 3
-
-[algorithm]
-estimator = "drmas"
-invalid_action_penalty = 0.1
-
-[rollout]
-prompts_per_batch = 2
-group_size = 4
-max_response_tokens = 8
-
-[eval]
-k = 2
-"#,
-        model.display()
-    )
+    common::pair_run_file(ITERATIONS, 1, "")
 }
 
 /// A run folder `dir/run` with its run file `dir/run.toml`.

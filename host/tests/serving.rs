@@ -75,57 +75,13 @@ impl Drop for Served {
     }
 }
 
-/// The two-agent fixture run (as in kill_resume.rs) with `rollout` as the group's
-/// `[worker_groups.shared.rollout]` body (empty: local).
+/// The two-agent fixture run (see `common::pair_run_file`) with `rollout` as the body of
+/// `[worker_groups.shared.rollout]` (empty: local).
 fn run_file(iterations: u32, rollout: &str) -> String {
-    format!(
-        r#"
-[run]
-output_dir = "run"
-seed = 5
-iterations = {iterations}
-
-[environment]
-name = "parity"
-train_data = {{ path = "alpha, beta, gamma, delta, epsilon" }}
-eval_data = {{ path = "alpha, beta" }}
-
-[orchestra]
-name = "pair"
-
-[[agents]]
-role = "first"
-agent = "Shout Agent"
-worker_group = "{GROUP}"
-max_new_tokens = 6
-
-[[agents]]
-role = "second"
-agent = "Shout Agent"
-worker_group = "{GROUP}"
-max_new_tokens = 5
-
-[worker_groups.{GROUP}]
-model = "{}"
-learning_rate = 1e-3
-micro_batch_size = 3
-
-[worker_groups.{GROUP}.rollout]
-{rollout}
-
-[algorithm]
-estimator = "drmas"
-invalid_action_penalty = 0.1
-
-[rollout]
-prompts_per_batch = 2
-group_size = 4
-max_response_tokens = 8
-
-[eval]
-k = 2
-"#,
-        tiny_model("llama").display()
+    common::pair_run_file(
+        iterations,
+        0,
+        &format!("[worker_groups.{GROUP}.rollout]\n{rollout}"),
     )
 }
 
@@ -138,17 +94,24 @@ fn on_servers(urls: &[&str]) -> String {
     )
 }
 
-/// Writes `text` as `dir/run.toml` and runs `drmas-host COMMAND` on it.
-fn drmas(dir: &Path, command: &str, text: &str) -> Output {
+/// `drmas-host COMMAND` on `text`, written as `dir/run.toml`, with the fixture plugin.
+fn drmas_command(dir: &Path, command: &str, text: &str) -> Command {
     std::fs::write(dir.join("run.toml"), text).expect("write the run file");
-    Command::new(env!("CARGO_BIN_EXE_drmas-host"))
+    let mut drmas = Command::new(env!("CARGO_BIN_EXE_drmas-host"));
+    drmas
         .arg(command)
         .arg("--plugins")
         .arg(common::fixture_plugins())
         .arg("--config")
         .arg(dir.join("run.toml"))
         .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
+        .stdin(Stdio::null());
+    drmas
+}
+
+/// Runs `drmas-host COMMAND` on `text` to its end.
+fn drmas(dir: &Path, command: &str, text: &str) -> Output {
+    drmas_command(dir, command, text)
         .output()
         .expect("run drmas-host")
 }
@@ -224,19 +187,8 @@ fn a_server_killed_mid_run_leaves_its_requests_to_the_other() {
     const ITERATIONS: usize = 4;
     let (mut a, b) = (Served::start("llama"), Served::start("llama"));
     let dir = common::scratch("serving-killed");
-    std::fs::write(
-        dir.join("run.toml"),
-        run_file(ITERATIONS as u32, &on_servers(&[&a.url, &b.url])),
-    )
-    .expect("write the run file");
-    let mut trainer = Command::new(env!("CARGO_BIN_EXE_drmas-host"))
-        .arg("train")
-        .arg("--plugins")
-        .arg(common::fixture_plugins())
-        .arg("--config")
-        .arg(dir.join("run.toml"))
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
+    let text = run_file(ITERATIONS as u32, &on_servers(&[&a.url, &b.url]));
+    let mut trainer = drmas_command(&dir, "train", &text)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -290,7 +242,7 @@ fn check_refuses_bad_servers_before_any_work() {
     // Not a URL: the file's line and column.
     fails(
         "backend = \"sglang\"\nurls = [\"ftp://somewhere\"]",
-        "run.toml:34:9: [worker_groups.shared.rollout]: url `ftp://somewhere` is not an http:// URL",
+        "run.toml:35:9: [worker_groups.shared.rollout]: url `ftp://somewhere` is not an http:// URL",
     );
     // Nobody listens.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");

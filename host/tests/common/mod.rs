@@ -75,3 +75,60 @@ pub fn fixture_plugins() -> &'static Path {
         folder
     })
 }
+
+/// A two-agent run (`first` and `second`, Shout agents of the fixture plugin, in a `pair` on
+/// `parity`) on one worker group `shared` (the tiny random Llama), `iterations` long, saved
+/// every `save_every` iterations (0: at the end); `group_tables` (TOML) follows the group's
+/// section, e.g. its `[worker_groups.shared.rollout]`.
+pub fn pair_run_file(iterations: u32, save_every: u32, group_tables: &str) -> String {
+    let model = repo().join("host/tests/fixtures/hf/llama");
+    format!(
+        r#"
+[run]
+output_dir = "run"
+seed = 5
+iterations = {iterations}
+save_every = {save_every}
+
+[environment]
+name = "parity"
+train_data = {{ path = "alpha, beta, gamma, delta, epsilon" }}
+eval_data = {{ path = "alpha, beta" }}
+
+[orchestra]
+name = "pair"
+
+[[agents]]
+role = "first"
+agent = "Shout Agent"
+worker_group = "shared"
+max_new_tokens = 6
+
+[[agents]]
+role = "second"
+agent = "Shout Agent"
+worker_group = "shared"
+max_new_tokens = 5
+
+[worker_groups.shared]
+model = "{}"
+learning_rate = 1e-3
+micro_batch_size = 3
+
+{group_tables}
+
+[algorithm]
+estimator = "drmas"
+invalid_action_penalty = 0.1
+
+[rollout]
+prompts_per_batch = 2
+group_size = 4
+max_response_tokens = 8
+
+[eval]
+k = 2
+"#,
+        model.display()
+    )
+}
