@@ -312,8 +312,12 @@ pub struct LossSection {
     pub clip_high: f64,
     /// Dual-clip constant c for negative advantages (0 disables it).
     pub dual_clip: f64,
-    /// How per-token losses are averaged.
+    /// How per-token losses are averaged (over the whole mini-batch, see
+    /// [`crate::update::Aggregation`]).
     pub aggregation: LossAggregation,
+    /// The constant `seq-mean-token-sum-norm` divides by (verl's `loss_scale_factor`); left out,
+    /// each agent's `max_new_tokens`.
+    pub loss_scale_factor: Option<f64>,
     /// Entropy bonus coefficient.
     pub entropy_coef: f64,
     /// KL-to-reference coefficient (needs a `reference_model`).
@@ -335,6 +339,7 @@ impl Default for LossSection {
             clip_high: 0.28,
             dual_clip: 3.0,
             aggregation: LossAggregation::TokenMean,
+            loss_scale_factor: None,
             entropy_coef: 0.0,
             kl_coef: 0.0,
             kl_type: KlType::LowVarKl,
@@ -355,6 +360,20 @@ pub enum LossAggregation {
     SeqMeanTokenSum,
     /// Mean over a sequence's tokens, mean over sequences.
     SeqMeanTokenMean,
+    /// Sum over a sequence's tokens divided by a fixed constant, mean over sequences (Dr. GRPO).
+    SeqMeanTokenSumNorm,
+}
+
+impl LossAggregation {
+    /// The name the run file uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::TokenMean => "token-mean",
+            Self::SeqMeanTokenSum => "seq-mean-token-sum",
+            Self::SeqMeanTokenMean => "seq-mean-token-mean",
+            Self::SeqMeanTokenSumNorm => "seq-mean-token-sum-norm",
+        }
+    }
 }
 
 /// KL estimators between policy and reference (Schulman's k1/k2/k3).

@@ -111,6 +111,31 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
         &config.algorithm.params,
     )
     .map_err(|e| file.invalid(config.algorithm.estimator.span().start, e.to_string()))?;
+    if let Some(required) = estimator.loss_aggregation() {
+        let chosen = config.algorithm.loss.aggregation;
+        if chosen != required {
+            return Err(file.invalid(
+                config.algorithm.estimator.span().start,
+                format!(
+                    "estimator `{}` is defined with the loss aggregation `{}`, but [algorithm.loss] \
+                     aggregation is `{}`: set `aggregation = \"{}\"` there",
+                    estimator.name(),
+                    required.name(),
+                    chosen.name(),
+                    required.name()
+                ),
+            )
+            .into());
+        }
+    }
+    if let Some(factor) = config.algorithm.loss.loss_scale_factor {
+        if !(factor.is_finite() && factor > 0.0) {
+            bail!(
+                "{}: [algorithm.loss] loss_scale_factor must be finite and > 0, got {factor}",
+                file.origin
+            );
+        }
+    }
 
     let mut models = Vec::new();
     for (name, group) in &config.worker_groups {

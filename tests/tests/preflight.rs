@@ -93,6 +93,22 @@ fn an_unknown_estimator_lists_the_valid_ones_with_its_location() {
 }
 
 #[test]
+fn dr_grpo_is_refused_without_its_loss_aggregation() {
+    let text = demo_text().replace("estimator = \"drmas\"", "estimator = \"dr_grpo\"");
+    let error = prepare(&text).expect_err("token-mean with dr_grpo");
+    assert!(
+        error.contains("set `aggregation = \"seq-mean-token-sum-norm\"`"),
+        "{error}"
+    );
+    let text = text.replace(
+        "[algorithm.loss]\n",
+        "[algorithm.loss]\naggregation = \"seq-mean-token-sum-norm\"\n",
+    );
+    let summary = prepare(&text).expect("dr_grpo with its aggregation");
+    assert!(summary.contains("estimator    dr_grpo"), "{summary}");
+}
+
+#[test]
 fn a_missing_model_file_is_named() {
     let error = prepare(&demo_text().replace("builtin:smollm2-135m", "models/missing.gguf"))
         .expect_err("no model");

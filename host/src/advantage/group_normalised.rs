@@ -1,4 +1,4 @@
-//! The group-normalising family — `grpo`, `grpo_step`, `drmas`, `drmas_traj` and the
+//! The group-normalising family — `grpo`, `grpo_step`, `drmas`, `drmas_traj`, `dr_grpo` and the
 //! first-call variants — as one estimator described by its statistics group and its scores.
 
 use super::estimator::{assert_aligned, Estimator};
@@ -6,6 +6,7 @@ use super::grouping::{GroupBy, Scores};
 use super::normalise::{group_normalise, NormParams};
 use super::trajectory_mean::trajectory_means;
 use super::Sample;
+use crate::config::LossAggregation;
 
 /// Which values a group's statistics run over, and which value each call is normalised with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +34,8 @@ pub(super) struct GroupNormalised {
     pub score: Score,
     /// Standard-deviation switch and ε.
     pub params: NormParams,
+    /// The loss aggregation the method requires, if any.
+    pub loss_aggregation: Option<LossAggregation>,
 }
 
 impl Estimator for GroupNormalised {
@@ -61,5 +64,9 @@ impl Estimator for GroupNormalised {
                 &self.params,
             ),
         }
+    }
+
+    fn loss_aggregation(&self) -> Option<LossAggregation> {
+        self.loss_aggregation
     }
 }

@@ -5,6 +5,7 @@ use std::fmt;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
+use crate::config::LossAggregation;
 use crate::suggest::similar;
 
 use super::group_normalised::{GroupNormalised, Score};
@@ -76,6 +77,26 @@ const REGISTRY: &[(&str, Constructor)] = &[
     }),
     ("drmas_traj", |t| {
         group_normalised("drmas_traj", GroupBy::PromptAgent, Score::TrajectoryMean, t)
+    }),
+    ("dr_grpo", |t| {
+        let NormParams { epsilon, .. } = norm_params(t)?;
+        if t.contains_key("norm_by_std") {
+            return Err(
+                "`norm_by_std` is not a parameter of dr_grpo: Dr. GRPO never divides \
+                 by σ (use `grpo` to choose)"
+                    .to_owned(),
+            );
+        }
+        Ok(Box::new(GroupNormalised {
+            name: "dr_grpo",
+            by: GroupBy::Prompt,
+            score: Score::TrajectoryMean,
+            params: NormParams {
+                norm_by_std: false,
+                epsilon,
+            },
+            loss_aggregation: Some(LossAggregation::SeqMeanTokenSumNorm),
+        }))
     }),
     ("grpo_first_call", |t| {
         group_normalised(
@@ -149,6 +170,7 @@ fn group_normalised(
         by,
         score,
         params: norm_params(table)?,
+        loss_aggregation: None,
     }))
 }
 

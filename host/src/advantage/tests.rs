@@ -200,6 +200,25 @@ fn grpo_scores_a_trajectory_by_the_mean_of_its_calls_and_shares_the_advantage() 
 }
 
 #[test]
+fn dr_grpo_centres_the_trajectory_mean_and_needs_its_aggregation() {
+    // The batch of the trajectory-mean test: scores {0.75, 0}, μ = 0.375, no σ division.
+    let samples = [call(0, 0, 0, 1.0), call(0, 0, 1, 1.0), call(0, 1, 0, 0.0)];
+    let rewards = [1.0, 0.5, 0.0];
+    let dr_grpo = estimator("dr_grpo");
+    assert_close(
+        &dr_grpo.advantages(&samples, &rewards),
+        &[0.375, 0.375, -0.375],
+    );
+    assert_eq!(
+        dr_grpo.loss_aggregation(),
+        Some(crate::config::LossAggregation::SeqMeanTokenSumNorm)
+    );
+    assert_eq!(estimator("grpo").loss_aggregation(), None);
+    let err = build("dr_grpo", &toml::from_str("norm_by_std = true").unwrap()).unwrap_err();
+    assert!(err.to_string().contains("never divides"), "{err}");
+}
+
+#[test]
 fn first_call_statistics_normalise_each_calls_own_reward() {
     // grpo_first_call: the group's scores are the first calls' {1, 0} (μ = 1/2, σ = 1/√2), but
     // the penalised call is normalised with its own 0.5.
@@ -466,6 +485,7 @@ fn registry_lists_every_builtin_and_builds_it_under_its_name() {
             "grpo_step",
             "drmas",
             "drmas_traj",
+            "dr_grpo",
             "grpo_first_call",
             "drmas_traj_first_call",
             "rloo",
@@ -678,6 +698,7 @@ proptest! {
         close("reinforce_pp_baseline_agent", reference::reinforce_pp_baseline(&samples, &rewards, true))?;
         close("grpo_passk", reference::grpo_passk(&samples, &rewards, false, true, EPS))?;
         close("grpo_passk_agent", reference::grpo_passk(&samples, &rewards, true, true, EPS))?;
+        close("dr_grpo", reference::grpo(&samples, &rewards, false, false, false, EPS))?;
         let got = estimator_with("grpo", "norm_by_std = false").advantages(&samples, &rewards);
         let expected = reference::grpo(&samples, &rewards, false, false, false, EPS);
         prop_assert!(got.iter().zip(&expected).all(|(g, e)| (g - e).abs() < 1e-9));

@@ -10,7 +10,7 @@ mod loss;
 mod step;
 
 pub use adamw::{warmup_lr, AdamW};
-pub use aggregate::aggregate;
+pub use aggregate::{Aggregation, BatchTotals};
 pub use batch::TrainingBatch;
 pub use grad_norm::{global_norm, GradientLedger};
 pub use kl::kl_penalty;
