@@ -289,6 +289,9 @@ pub struct AlgorithmSection {
     /// The policy loss.
     #[serde(default)]
     pub loss: LossSection,
+    /// DAPO's dynamic sampling of prompt groups.
+    #[serde(default)]
+    pub dynamic_sampling: DynamicSamplingSection,
 }
 
 impl Default for AlgorithmSection {
@@ -298,6 +301,29 @@ impl Default for AlgorithmSection {
             params: toml::Table::new(),
             invalid_action_penalty: 0.0,
             loss: LossSection::default(),
+            dynamic_sampling: DynamicSamplingSection::default(),
+        }
+    }
+}
+
+/// `[algorithm.dynamic_sampling]`: DAPO's dynamic sampling — prompt groups whose episodes all
+/// earned the same reward are dropped and replaced by groups from further rollouts.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DynamicSamplingSection {
+    /// Drop groups without reward spread and roll out more to replace them.
+    pub enabled: bool,
+    /// The most rollouts of `prompts_per_batch` prompts one iteration runs (the first one
+    /// included; DAPO's `max_num_gen_batches`). Past it, the iteration trains on the groups
+    /// it kept.
+    pub max_rollout_batches: usize,
+}
+
+impl Default for DynamicSamplingSection {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            max_rollout_batches: 4,
         }
     }
 }

@@ -128,6 +128,14 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
             .into());
         }
     }
+    let dynamic = &config.algorithm.dynamic_sampling;
+    if dynamic.enabled && dynamic.max_rollout_batches == 0 {
+        bail!(
+            "{}: [algorithm.dynamic_sampling] max_rollout_batches must be ≥ 1 (the first \
+             rollout counts)",
+            file.origin
+        );
+    }
     if let Some(factor) = config.algorithm.loss.loss_scale_factor {
         if !(factor.is_finite() && factor > 0.0) {
             bail!(

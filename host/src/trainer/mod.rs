@@ -3,6 +3,7 @@
 //! metrics and checkpoints along the way.
 
 mod checkpoint;
+mod dynamic_sampling;
 mod eval;
 mod metrics;
 mod setup;
@@ -17,10 +18,11 @@ use drmas_sdk::{Environment, Orchestra, Task};
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub use checkpoint::Checkpoint;
+use dynamic_sampling::{append, groups_with_spread, keep_groups};
 pub use eval::{score, EvalReport, SourceScore, SOLVED_REWARD};
 use metrics::{
-    iteration_line, record_advantages, record_eval, record_rollout, record_update,
-    record_update_time,
+    iteration_line, record_advantages, record_dynamic_sampling, record_eval, record_rollout,
+    record_update, record_update_time,
 };
 pub use metrics::{Metrics, MetricsLog};
 pub use setup::Phase;
@@ -292,24 +294,22 @@ impl Trainer {
     fn train_iteration(&mut self) -> anyhow::Result<Metrics> {
         let mut metrics = Metrics::new(self.iteration);
         let group_size = self.config.rollout.group_size;
-        let picks = self.order.next_batch(self.config.rollout.prompts_per_batch);
-        let batch: Vec<Task> = picks.iter().map(|&i| self.train_tasks[i].clone()).collect();
-        let tasks: Vec<&Task> = batch
-            .iter()
-            .flat_map(|task| std::iter::repeat_n(task, group_size))
-            .collect();
 
         let started = Instant::now();
-        let rollout = self.rollout(&tasks, "rollout")?;
+        let sampled = self.sample_groups()?;
         record_rollout(
             &mut metrics,
-            &rollout,
+            &sampled.generated,
             &self.team,
             started.elapsed().as_secs_f64(),
         );
-        self.write_samples(&rollout, &batch, group_size)?;
+        if let Some(kept) = &sampled.kept {
+            record_dynamic_sampling(&mut metrics, &sampled.generated, kept, group_size);
+        }
+        self.write_samples(&sampled.generated, &sampled.tasks, group_size)?;
+        let rollout = sampled.batch();
 
-        let samples = self.samples(&rollout);
+        let samples = self.samples(rollout);
         let rewards = self.penalty.apply(&samples);
         let advantages = self.estimator.advantages(&samples, &rewards);
         record_advantages(&mut metrics, &samples, &rewards, &advantages, &self.team);
@@ -318,7 +318,7 @@ impl Trainer {
         let bar = phase_bar(self.groups.len() as u64, "update");
         let mut trained_tokens = 0;
         for index in 0..self.groups.len() {
-            let (report, lr) = self.update(index, &rollout, &advantages)?;
+            let (report, lr) = self.update(index, rollout, &advantages)?;
             trained_tokens += report.forward_tokens;
             record_update(&mut metrics, &self.groups[index], &report, lr, &self.team);
             bar.inc(1);
@@ -331,6 +331,53 @@ impl Trainer {
             self.skipped_steps,
         );
         Ok(metrics)
+    }
+
+    /// The iteration's rollouts: the next `prompts_per_batch` prompts, each `group_size` times;
+    /// with dynamic sampling, as many such rollouts as it takes (up to its cap) to fill the batch
+    /// with prompt groups whose episode rewards differ.
+    fn sample_groups(&mut self) -> anyhow::Result<SampledGroups> {
+        let prompts = self.config.rollout.prompts_per_batch;
+        let group_size = self.config.rollout.group_size;
+        let dynamic = self.config.algorithm.dynamic_sampling;
+        let mut sampled = SampledGroups::default();
+        let mut keep = Vec::new();
+        let mut kept_groups = 0;
+        let rounds = if dynamic.enabled {
+            dynamic.max_rollout_batches.max(1)
+        } else {
+            1
+        };
+        for _ in 0..rounds {
+            let picks = self.order.next_batch(prompts);
+            let batch: Vec<Task> = picks.iter().map(|&i| self.train_tasks[i].clone()).collect();
+            let tasks: Vec<&Task> = batch
+                .iter()
+                .flat_map(|task| std::iter::repeat_n(task, group_size))
+                .collect();
+            let rollout = self.rollout(&tasks, "rollout")?;
+            for spread in groups_with_spread(&rollout, group_size) {
+                let take = spread && kept_groups < prompts;
+                kept_groups += usize::from(take);
+                keep.push(take);
+            }
+            append(&mut sampled.generated, rollout);
+            sampled.tasks.extend(batch);
+            if kept_groups == prompts {
+                break;
+            }
+        }
+        if dynamic.enabled {
+            sampled.kept = Some(keep_groups(sampled.generated.clone(), &keep, group_size));
+            if kept_groups < prompts {
+                tracing::warn!(
+                    "dynamic sampling: {kept_groups} of {prompts} prompt groups with reward \
+                     spread after {rounds} rollouts ([algorithm.dynamic_sampling] \
+                     max_rollout_batches); training on those"
+                );
+            }
+        }
+        Ok(sampled)
     }
 
     /// One training sample per agent call of `rollout`, for the estimator.
@@ -536,6 +583,24 @@ impl Trainer {
 }
 
 /// A progress bar on stderr for one phase (drawn only when stderr is a terminal).
+/// What an iteration rolled out, and what it trains on.
+#[derive(Debug, Default)]
+struct SampledGroups {
+    /// Every episode rolled out, in prompt groups of `group_size`.
+    generated: Rollout,
+    /// The task of each prompt group of `generated`.
+    tasks: Vec<Task>,
+    /// Under dynamic sampling, the groups of `generated` kept for training.
+    kept: Option<Rollout>,
+}
+
+impl SampledGroups {
+    /// The rollout the iteration trains on.
+    fn batch(&self) -> &Rollout {
+        self.kept.as_ref().unwrap_or(&self.generated)
+    }
+}
+
 fn phase_bar(len: u64, label: &str) -> ProgressBar {
     let bar = ProgressBar::new(len);
     if let Ok(style) =
