@@ -292,6 +292,9 @@ pub struct AlgorithmSection {
     /// DAPO's dynamic sampling of prompt groups.
     #[serde(default)]
     pub dynamic_sampling: DynamicSamplingSection,
+    /// DAPO's overlong reward shaping.
+    #[serde(default)]
+    pub overlong_penalty: crate::advantage::OverlongPenalty,
 }
 
 impl Default for AlgorithmSection {
@@ -302,6 +305,7 @@ impl Default for AlgorithmSection {
             invalid_action_penalty: 0.0,
             loss: LossSection::default(),
             dynamic_sampling: DynamicSamplingSection::default(),
+            overlong_penalty: crate::advantage::OverlongPenalty::default(),
         }
     }
 }

@@ -136,6 +136,9 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
             file.origin
         );
     }
+    if let Err(e) = config.algorithm.overlong_penalty.validate() {
+        bail!("{}: [algorithm.overlong_penalty] {e}", file.origin);
+    }
     if let Some(factor) = config.algorithm.loss.loss_scale_factor {
         if !(factor.is_finite() && factor > 0.0) {
             bail!(

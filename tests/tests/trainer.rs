@@ -182,6 +182,27 @@ fn dynamic_sampling_fills_the_batch_with_groups_that_have_reward_spread() {
 }
 
 #[test]
+fn overlong_responses_lose_reward_in_proportion() {
+    let dir = common::scratch(&format!("trainer-overlong-{}", std::process::id()));
+    // Budgets of 6 and 5 tokens with a buffer of 4: a response of L tokens loses
+    // (L − (budget − 4)) / 4 × 0.5 once past budget − 4.
+    let text = run_file("shared", "shared", &group("shared", "llama"), 1).replace(
+        "[rollout]",
+        "[algorithm.overlong_penalty]\nbuffer = 4\nfactor = 0.5\n\n[rollout]",
+    );
+    trainer(&dir, &text)
+        .expect("trainer")
+        .train()
+        .expect("one iteration");
+    let lines = metrics(&dir);
+    let penalty = lines[1]["reward/overlong_penalty_mean"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no overlong metric in {}", lines[1]));
+    // The tiny random model rarely stops early: most responses use their budget.
+    assert!((-0.5..0.0).contains(&penalty), "{penalty}");
+}
+
+#[test]
 fn a_response_prefix_is_continued_and_parsed_with_the_reply() {
     let dir = common::scratch(&format!("trainer-prefix-{}", std::process::id()));
     let text = run_file("shared", "shared", &group("shared", "qwen2"), 1).replacen(

@@ -310,7 +310,8 @@ impl Trainer {
         let rollout = sampled.batch();
 
         let samples = self.samples(rollout);
-        let rewards = self.penalty.apply(&samples);
+        let mut rewards = self.penalty.apply(&samples);
+        self.shape_overlong(rollout, &mut rewards, &mut metrics);
         let advantages = self.estimator.advantages(&samples, &rewards);
         record_advantages(&mut metrics, &samples, &rewards, &advantages, &self.team);
 
@@ -378,6 +379,26 @@ impl Trainer {
             }
         }
         Ok(sampled)
+    }
+
+    /// Adds DAPO's overlong penalty to each call's reward (`rewards` is aligned with
+    /// `rollout.calls`) and records its mean, when `[algorithm.overlong_penalty]` is on.
+    fn shape_overlong(&self, rollout: &Rollout, rewards: &mut [f64], metrics: &mut Metrics) {
+        let shaping = self.config.algorithm.overlong_penalty;
+        if shaping.buffer == 0 {
+            return;
+        }
+        let mut total = 0.0;
+        for (call, reward) in rollout.calls.iter().zip(rewards.iter_mut()) {
+            let penalty =
+                shaping.penalty(call.response.len(), self.team[call.agent].max_new_tokens);
+            *reward += penalty;
+            total += penalty;
+        }
+        metrics.set(
+            "reward/overlong_penalty_mean",
+            total / rewards.len().max(1) as f64,
+        );
     }
 
     /// One training sample per agent call of `rollout`, for the estimator.
