@@ -13,6 +13,7 @@
 
 mod diagnostics;
 mod estimator;
+mod gigpo;
 mod group_normalised;
 mod grouping;
 mod grpo_passk;

@@ -217,3 +217,100 @@ pub(super) fn grpo_passk(
     }
     advantages
 }
+
+/// verl-agent's `compute_step_discounted_returns`: per trajectory, the calls of each step (in
+/// step order) take G_k = r_k + γ·G_{k+1} over the steps that have calls.
+fn step_returns(samples: &[Sample], gamma: f64) -> Vec<f64> {
+    let mut returns = vec![0.0; samples.len()];
+    let live = live(samples);
+    let mut trajectories: Vec<(u32, u32)> = live
+        .iter()
+        .map(|&i| (samples[i].uid, samples[i].trajectory))
+        .collect();
+    trajectories.sort_unstable();
+    trajectories.dedup();
+    for (uid, trajectory) in trajectories {
+        let mut calls: Vec<usize> = live
+            .iter()
+            .copied()
+            .filter(|&i| samples[i].uid == uid && samples[i].trajectory == trajectory)
+            .collect();
+        calls.sort_by_key(|&i| samples[i].step);
+        let mut steps: Vec<u16> = calls.iter().map(|&i| samples[i].step).collect();
+        steps.dedup();
+        let mut running = 0.0;
+        for &step in steps.iter().rev() {
+            let first = calls
+                .iter()
+                .find(|&&i| samples[i].step == step)
+                .copied()
+                .unwrap_or_default();
+            running = samples[first].step_reward + gamma * running;
+            for &i in calls.iter().filter(|&&i| samples[i].step == step) {
+                returns[i] = running;
+            }
+        }
+    }
+    returns
+}
+
+/// `compute_gigpo_outcome_advantage` with exact-match anchor states (`build_step_group` without
+/// similarity): `episode_norm_reward` + ω·`step_norm_reward` over (index, state) groups.
+/// `episode_mean` replaces the episode level's first-call scores by `grpo`'s trajectory means
+/// (drmas's default; Dr. MAS's code has first-call scores).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn gigpo(
+    samples: &[Sample],
+    rewards: &[f64],
+    by_agent: bool,
+    episode_mean: bool,
+    omega: f64,
+    gamma: f64,
+    norm_by_std: bool,
+    epsilon: f64,
+) -> Vec<f64> {
+    let episode = if episode_mean && !by_agent {
+        grpo(samples, rewards, false, false, norm_by_std, epsilon)
+    } else {
+        let id2score = scores_by_index(samples, rewards, by_agent, by_agent);
+        let mut advantages = vec![0.0; samples.len()];
+        for i in live(samples) {
+            let scores: Vec<f64> = id2score[&index(&samples[i], by_agent)]
+                .iter()
+                .map(|s| s.1)
+                .collect();
+            let (mean, std) = mean_std(&scores);
+            advantages[i] = if norm_by_std {
+                (rewards[i] - mean) / (std + epsilon)
+            } else {
+                rewards[i] - mean
+            };
+        }
+        advantages
+    };
+    let returns = step_returns(samples, gamma);
+    let mut step_groups: HashMap<(Index, u64), Vec<f64>> = HashMap::new();
+    for i in live(samples) {
+        step_groups
+            .entry((index(&samples[i], by_agent), samples[i].state))
+            .or_default()
+            .push(returns[i]);
+    }
+    let mut advantages = vec![0.0; samples.len()];
+    for i in live(samples) {
+        let scores = &step_groups[&(index(&samples[i], by_agent), samples[i].state)];
+        // `step_norm_reward`: a group of one has μ = its score, σ = 1.
+        let (mean, std) = if scores.len() == 1 {
+            (scores[0], 1.0)
+        } else {
+            mean_std(scores)
+        };
+        let step = if norm_by_std {
+            (returns[i] - mean) / (std + epsilon)
+        } else {
+            returns[i] - mean
+        };
+        advantages[i] = episode[i] + omega * step;
+    }
+    advantages
+}

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use crate::config::LossAggregation;
 use crate::suggest::similar;
 
+use super::gigpo::{Gigpo, GigpoParams};
 use super::group_normalised::{GroupNormalised, Score};
 use super::grouping::GroupBy;
 use super::grpo_passk::GrpoPassk;
@@ -150,7 +151,26 @@ const REGISTRY: &[(&str, Constructor)] = &[
             params: norm_params(t)?,
         }))
     }),
+    ("gigpo", |t| {
+        Ok(Box::new(Gigpo {
+            by: GroupBy::Prompt,
+            params: gigpo_params(t)?,
+        }))
+    }),
+    ("gigpo_drmas", |t| {
+        Ok(Box::new(Gigpo {
+            by: GroupBy::PromptAgent,
+            params: gigpo_params(t)?,
+        }))
+    }),
 ];
+
+/// Parses and checks [`GigpoParams`].
+fn gigpo_params(table: &toml::Table) -> Result<GigpoParams, String> {
+    let params: GigpoParams = parse(table)?;
+    params.validate()?;
+    Ok(params)
+}
 
 /// The params of an estimator that takes none (verl's unused `epsilon` arguments included):
 /// the empty strict struct makes any key an error.

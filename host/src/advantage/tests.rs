@@ -18,6 +18,7 @@ fn call(uid: u32, trajectory: u32, agent: u16, reward: f64) -> Sample {
         reward,
         step: 0,
         step_reward: reward,
+        state: 0,
         valid: true,
         padding: false,
     }
@@ -216,6 +217,54 @@ fn dr_grpo_centres_the_trajectory_mean_and_needs_its_aggregation() {
     assert_eq!(estimator("grpo").loss_aggregation(), None);
     let err = build("dr_grpo", &toml::from_str("norm_by_std = true").unwrap()).unwrap_err();
     assert!(err.to_string().contains("never divides"), "{err}");
+}
+
+/// A call of a multi-step trajectory: its step, that step's reward and state key.
+fn step_call(
+    uid: u32,
+    trajectory: u32,
+    agent: u16,
+    reward: f64,
+    step: u16,
+    step_reward: f64,
+    state: u64,
+) -> Sample {
+    Sample {
+        step,
+        step_reward,
+        state,
+        ..call(uid, trajectory, agent, reward)
+    }
+}
+
+#[test]
+fn gigpo_adds_the_anchor_state_advantage_of_discounted_step_returns() {
+    // Trajectory 0: state 10 (reward 0) then state 11 (reward 1); trajectory 1: state 10
+    // (reward 0) then state 12 (reward 0). γ = 0.5, ω = 1, no σ division.
+    // Episode: scores {1, 0} → ±0.5. Step returns: t0 {0.5, 1}, t1 {0, 0}; state 10 holds
+    // {0.5, 0} → ±0.25; states 11 and 12 are groups of one → 0.
+    let samples = [
+        step_call(0, 0, 0, 1.0, 0, 0.0, 10),
+        step_call(0, 0, 0, 1.0, 1, 1.0, 11),
+        step_call(0, 1, 0, 0.0, 0, 0.0, 10),
+        step_call(0, 1, 0, 0.0, 1, 0.0, 12),
+    ];
+    let gigpo = estimator_with("gigpo", "gamma = 0.5\nnorm_by_std = false");
+    assert_close(
+        &gigpo.advantages(&samples, &raw(&samples)),
+        &[0.75, 0.5, -0.75, -0.5],
+    );
+    // ω scales the step level only.
+    let half = estimator_with(
+        "gigpo",
+        "gamma = 0.5\nnorm_by_std = false\nstep_advantage_w = 0.5",
+    );
+    assert_close(
+        &half.advantages(&samples, &raw(&samples)),
+        &[0.625, 0.5, -0.625, -0.5],
+    );
+    let err = build("gigpo", &toml::from_str("gamma = 1.5").unwrap()).unwrap_err();
+    assert!(err.to_string().contains("gamma"), "{err}");
 }
 
 #[test]
@@ -494,6 +543,8 @@ fn registry_lists_every_builtin_and_builds_it_under_its_name() {
             "reinforce_pp_baseline_agent",
             "grpo_passk",
             "grpo_passk_agent",
+            "gigpo",
+            "gigpo_drmas",
         ]
     );
     for name in all {
@@ -615,7 +666,72 @@ fn once_batches() -> impl Strategy<Value = Vec<Sample>> {
     })
 }
 
+/// A random batch of multi-step episodes: prompt groups of trajectories of 1–3 steps, each
+/// step 1–2 calls of agents 0–2, a step reward from a small set (so groups tie) and a state key
+/// from three (so anchor-state groups form across trajectories); the episode reward is the sum
+/// of the step rewards.
+fn multi_step_batches() -> impl Strategy<Value = Vec<Sample>> {
+    let step = (
+        proptest::collection::vec(0..3u16, 1..=2),
+        prop_oneof![Just(0.0), Just(1.0), -1.0..1.0f64],
+        0..3u64,
+    );
+    let trajectory = proptest::collection::vec(step, 1..=3);
+    let group = proptest::collection::vec(trajectory, 1..=5);
+    proptest::collection::vec(group, 1..=3).prop_map(|groups| {
+        let mut samples = Vec::new();
+        let mut next_trajectory = 0;
+        for (uid, group) in groups.into_iter().enumerate() {
+            for steps in group {
+                let reward: f64 = steps.iter().map(|s| s.1).sum();
+                for (index, (agents, step_reward, state)) in steps.into_iter().enumerate() {
+                    for agent in agents {
+                        samples.push(step_call(
+                            uid as u32,
+                            next_trajectory,
+                            agent,
+                            reward,
+                            index as u16,
+                            step_reward,
+                            state,
+                        ));
+                    }
+                }
+                next_trajectory += 1;
+            }
+        }
+        samples
+    })
+}
+
 proptest! {
+    #[test]
+    fn gigpo_equals_the_dr_mas_reference(
+        samples in multi_step_batches().prop_shuffle(),
+        noise in proptest::collection::vec(prop_oneof![Just(0.0), Just(-0.1)], 100),
+    ) {
+        let rewards: Vec<f64> =
+            samples.iter().zip(noise.iter().cycle()).map(|(s, n)| s.reward + n).collect();
+        for (name, by_agent) in [("gigpo", false), ("gigpo_drmas", true)] {
+            for (params, mean, gamma, norm) in [
+                ("", true, 0.95, true),
+                ("episode_score = \"first_call\"\ngamma = 0.8", false, 0.8, true),
+                ("norm_by_std = false\nstep_advantage_w = 0.3", true, 0.95, false),
+            ] {
+                let omega = if params.contains("0.3") { 0.3 } else { 1.0 };
+                let got = estimator_with(name, params).advantages(&samples, &rewards);
+                let expected =
+                    reference::gigpo(&samples, &rewards, by_agent, mean, omega, gamma, norm, EPS);
+                for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+                    prop_assert!(
+                        (g - e).abs() <= 1e-9 * e.abs().max(1.0),
+                        "{name} [{params}] sample {i}: {g} vs {e}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn drmas_groups_have_mean_zero_and_unit_std(
         samples in batches().prop_shuffle(),

@@ -105,6 +105,7 @@ mod tests {
                 .iter()
                 .map(|&r| EpisodeOutcome {
                     step_rewards: vec![r],
+                    step_states: vec![0],
                     metrics: Vec::new(),
                     steps: 1,
                     calls: 2,

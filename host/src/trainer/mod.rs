@@ -415,6 +415,7 @@ impl Trainer {
                 reward: rollout.episodes[call.episode].reward(),
                 step: call.step as u16,
                 step_reward: rollout.episodes[call.episode].step_reward(call.step),
+                state: rollout.episodes[call.episode].step_state(call.step),
                 valid: call.valid,
                 padding: false,
             })
