@@ -71,7 +71,9 @@ step() {
   return 0
 }
 
-# A one-iteration run file: the math Solver and Verifier sharing MODEL on $device in DTYPE.
+# A one-iteration run file: the math Solver and Verifier sharing MODEL on $device in DTYPE. The
+# random models earn equal rewards, so every advantage is 0: the entropy bonus gives the update a
+# gradient to compute and apply.
 run_file() {
   local model="$1" dtype="$2" dir="$3"
   cat <<EOF
@@ -112,6 +114,9 @@ micro_batch_size = 8
 
 [algorithm]
 estimator = "drmas"
+
+[algorithm.loss]
+entropy_coef = 0.01
 
 [rollout]
 prompts_per_batch = 8
