@@ -8,6 +8,7 @@ pub mod advantage;
 pub mod allocator;
 pub mod cli;
 pub mod config;
+pub mod devices;
 pub mod engine;
 pub mod experiment;
 pub mod model;
@@ -34,6 +35,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
             dtype,
             merge_adapter,
         } => convert(&model, &out, dtype, merge_adapter.as_deref()),
+        cli::Command::Devices(args) => devices_command(&args),
         cli::Command::Experiment(args) => experiment::run(&cli.common, &args),
         cli::Command::Plot { run_dir } => {
             for path in plot::plot_run(&run_dir)? {
@@ -92,6 +94,45 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `devices`: prints what [`devices::DeviceReport`] detects and, for each model to compare,
+/// its [`devices::Comparison`], as one JSON object; fails when a comparison is outside its
+/// tolerance.
+pub fn devices_command(args: &cli::DevicesArgs) -> anyhow::Result<()> {
+    let report = devices::DeviceReport::detect();
+    let mut comparisons = Vec::new();
+    if !args.compare.is_empty() {
+        devices::check_available(args.device).map_err(|e| anyhow::anyhow!("--device {e}"))?;
+    }
+    let device = trainer::tch_device(args.device);
+    let kind = args.dtype.kind();
+    for model in &args.compare {
+        let tolerance = devices::Tolerance::for_kind(kind);
+        comparisons.push(devices::compare(
+            model,
+            device,
+            kind,
+            usize::from(args.new_tokens),
+            tolerance,
+        )?);
+    }
+    let out = serde_json::json!({ "devices": report, "comparisons": comparisons });
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    let failed: Vec<&str> = comparisons
+        .iter()
+        .filter(|c| !c.pass)
+        .map(|c| c.model.as_str())
+        .collect();
+    if !failed.is_empty() {
+        anyhow::bail!(
+            "{} on {} in {:?} outside the tolerance against the CPU (see the JSON above)",
+            failed.join(", "),
+            args.device,
+            args.dtype
+        );
+    }
+    Ok(())
 }
 
 /// `convert`: loads `model` (GGUF file or HF folder) on the CPU in `dtype`, merges the PEFT

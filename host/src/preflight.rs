@@ -157,6 +157,9 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
                 file.origin
             );
         }
+        if let Err(e) = crate::devices::check_available(group.device) {
+            bail!("{}: [worker_groups.{name}] {e}", file.origin);
+        }
         if let Some(lora) = &group.lora {
             if let Err(e) = lora_settings(lora).check() {
                 bail!("{}: [worker_groups.{name}.lora] {e}", file.origin);
