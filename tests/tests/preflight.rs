@@ -45,6 +45,31 @@ fn the_demo_config_resolves_every_part() {
 }
 
 #[test]
+fn every_run_file_in_configs_is_ready() {
+    // Component params (the search corpus and index) still resolve against the working
+    // directory, not the run file's folder: check them as `drmas-host` runs from the root.
+    std::env::set_current_dir(common::repo()).expect("cd to the repository");
+    let dir = common::repo().join("configs");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).expect("configs/") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("run file");
+        let file = RunFile::from_text(&path.display().to_string(), &text, dir.clone());
+        let config = RunConfig::parse(&file).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        drmas_host::preflight::prepare(&config, &file, registry())
+            .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+        checked += 1;
+    }
+    assert!(
+        checked >= 4,
+        "the demo, search and experiment run files at least"
+    );
+}
+
+#[test]
 fn an_unknown_agent_is_named_with_suggestions() {
     let error = prepare(&demo_text().replace("agent = \"Solver Agent\"", "agent = \"Solver\""))
         .expect_err("bad agent");
