@@ -34,6 +34,21 @@ pub enum Reference<'a> {
     Base,
 }
 
+/// The first value that was not finite in a skipped step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NonFinite {
+    /// The policy loss of a micro-batch of this agent's calls (agent index).
+    Loss {
+        /// The agent (index in the team).
+        agent: usize,
+    },
+    /// The gradient of this parameter (its name in the model or adapter store).
+    Gradient {
+        /// The parameter's name.
+        parameter: String,
+    },
+}
+
 /// What one update did.
 #[derive(Debug, Clone, Default)]
 pub struct UpdateReport {
@@ -43,8 +58,8 @@ pub struct UpdateReport {
     pub agent_grad_norms: BTreeMap<usize, f64>,
     /// Loss parts, averaged over micro-batches weighted by their calls.
     pub stats: LossStats,
-    /// Whether the step was skipped because the loss or a gradient was not finite.
-    pub skipped: bool,
+    /// Why the step was skipped, when the loss or a gradient was not finite.
+    pub skipped: Option<NonFinite>,
     /// Calls trained on.
     pub calls: usize,
     /// Response tokens trained on.
@@ -89,7 +104,7 @@ pub fn update_group(
     let several_agents = by_agent.len() > 1;
     optimizer.zero_grad();
     let mut ledger = GradientLedger::new(optimizer.params().map(Tensor::shallow_clone).collect());
-    let mut finite_loss = true;
+    let mut non_finite = None;
     for (&agent, indices) in &mut by_agent {
         let settings = &agents[agent];
         // Calls with the same prompt side by side, so a micro-batch trains their prompt once;
@@ -113,7 +128,9 @@ pub fn update_group(
             let batch = TrainingBatch::new(&micro, &micro_advantages, device);
             let weight = chunk.len() as f64 / calls.len() as f64;
             let stats = accumulate(model, reference, &batch, settings, weight)?;
-            finite_loss &= stats.policy_loss.is_finite();
+            if non_finite.is_none() && !stats.policy_loss.is_finite() {
+                non_finite = Some(NonFinite::Loss { agent });
+            }
             report.stats = add_weighted(report.stats, stats, weight);
             report.response_tokens += batch.response_tokens;
             report.forward_tokens += batch.forward_tokens;
@@ -125,8 +142,15 @@ pub fn update_group(
         };
         report.agent_grad_norms.insert(agent, norm);
     }
-    if !finite_loss || !ledger.all_finite() {
-        report.skipped = true;
+    let non_finite = non_finite.or_else(|| {
+        let index = ledger.first_non_finite()?;
+        let parameter = optimizer
+            .param_name(index)
+            .map_or_else(|| format!("parameter {index}"), str::to_owned);
+        Some(NonFinite::Gradient { parameter })
+    });
+    if non_finite.is_some() {
+        report.skipped = non_finite;
         report.grad_norm = f64::NAN;
         optimizer.zero_grad();
         return Ok(report);
