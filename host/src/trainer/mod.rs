@@ -5,6 +5,7 @@
 mod checkpoint;
 mod eval;
 mod metrics;
+pub mod run_folder;
 mod setup;
 mod task_order;
 mod worker_group;
