@@ -520,3 +520,29 @@ fn config_sizes_are_bounded_and_checked_against_the_weights_before_allocating() 
         &["num_hidden_layers = 3, but the weights hold 2 layers"],
     );
 }
+
+#[test]
+fn a_huge_prompt_is_cut_before_tokenising_and_keeps_the_same_tail() {
+    let pretrained =
+        Pretrained::load(&fixtures().join("llama"), Device::Cpu, Kind::Float).expect("loads");
+    let prompt = |words: usize| format!("{}and that is the end.", "many words ".repeat(words));
+    let tail = |content: &str| {
+        let messages = [TemplateMessage {
+            role: "user",
+            content,
+        }];
+        pretrained
+            .codec()
+            .encode_chat_tail(&messages, 32)
+            .expect("encodes")
+    };
+    // 11 MB of text: tokenised whole this took seconds and gigabytes; cut, it takes what 32
+    // tokens' worth of it takes, and ends in the same tokens as a prompt just over the limit.
+    let (huge, huge_cut) = tail(&prompt(1_000_000));
+    let (short, short_cut) = tail(&prompt(40));
+    assert_eq!(huge.len(), 32);
+    assert!(huge_cut && short_cut);
+    assert_eq!(huge, short);
+    let (whole, cut) = tail("2 + 2?");
+    assert!(!cut && whole.len() < 32, "{whole:?}");
+}
