@@ -236,8 +236,9 @@ fn check_device(group: &str, device: Device, file: &RunFile) -> Result<(), Confi
     ))
 }
 
-/// Refuses agents of worker group `group` whose longest prompt plus response does not fit the
-/// context of its model (generation would fail on the first long prompt, mid-run).
+/// Refuses agents of worker group `group` whose response length leaves no room for a prompt in
+/// its model's context (every generation would fail), and warns about those whose longest prompt
+/// (`max_prompt_tokens`) plus response does not fit (a prompt that long would fail mid-run).
 fn check_context(
     config: &RunConfig,
     file: &RunFile,
@@ -267,16 +268,31 @@ fn check_context(
         } else {
             &[Step::Key("rollout"), Step::Key("max_response_tokens")]
         };
-        return Err(file.invalid_at(
-            at,
-            format!(
-                "role `{}`: [rollout] max_prompt_tokens = {prompt} plus {response} new tokens is \
-                 {total} tokens, more than the {context} positions of {} \
-                 (max_position_embeddings); lower max_prompt_tokens or the response length",
-                agent.role.get_ref(),
-                model.display()
-            ),
-        ));
+        let role = agent.role.get_ref();
+        if response >= context {
+            return Err(file.invalid_at(
+                at,
+                format!(
+                    "role `{role}`: {response} new tokens leave no room for a prompt in the \
+                     {context} positions of {} (max_position_embeddings); lower the response \
+                     length",
+                    model.display()
+                ),
+            ));
+        }
+        tracing::warn!(
+            "{}",
+            file.invalid_at(
+                at,
+                format!(
+                    "role `{role}`: [rollout] max_prompt_tokens = {prompt} plus {response} new \
+                     tokens is {total} tokens, more than the {context} positions of {}; a prompt \
+                     longer than {} tokens will fail its generation",
+                    model.display(),
+                    context - response
+                ),
+            )
+        );
     }
     Ok(())
 }

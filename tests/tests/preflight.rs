@@ -144,18 +144,20 @@ fn sampling_settings_out_of_range_name_the_agent_and_line() {
 }
 
 #[test]
-fn a_response_longer_than_the_model_context_is_refused_from_the_header() {
-    let text = demo_text().replace("max_new_tokens = 48", "max_new_tokens = 8000");
+fn a_response_that_leaves_no_room_in_the_model_context_is_refused_from_the_header() {
+    let text = demo_text().replace("max_new_tokens = 48", "max_new_tokens = 8192");
     let error = prepare(&text).expect_err("too long");
-    let line = demo_line(&text, "max_new_tokens = 8000");
+    let line = demo_line(&text, "max_new_tokens = 8192");
     assert!(
         error.starts_with(&format!("run.toml:{line}:18: role `solver`: ")),
         "{error}"
     );
     assert!(
-        error.contains("max_prompt_tokens = 512 plus 8000 new tokens is 8512 tokens, more than the 8192 positions"),
+        error.contains("8192 new tokens leave no room for a prompt in the 8192 positions"),
         "{error}"
     );
+    let fits = demo_text().replace("max_new_tokens = 48", "max_new_tokens = 8000");
+    prepare(&fits).expect("prompts of up to 192 tokens fit: a warning, not an error");
 }
 
 #[test]
