@@ -45,8 +45,8 @@ pub enum Command {
     Eval,
     /// List every component the plugins folder offers.
     Plugins,
-    /// Check a run file without doing any work.
-    Check,
+    /// Check a run file without doing any work: everything `train` would refuse.
+    Check(TrainArgs),
     /// Compare advantage estimators: train the base run file once per (estimator, seed) and
     /// write a report with gradient-norm spikes, rewards, evals and charts.
     Experiment(ExperimentArgs),
@@ -98,7 +98,7 @@ impl Dtype {
     }
 }
 
-/// Options of `train`.
+/// Options of `train` (and of `check`, which checks what `train` with them would do).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Args)]
 pub struct TrainArgs {
     /// Continue from the newest checkpoint in the run folder instead of starting over.

@@ -44,6 +44,9 @@ pub enum ConfigError {
         /// What is wrong and what to do.
         message: String,
     },
+    /// Several values are wrong; one error per line, in file order of the checks.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Several(Vec<ConfigError>),
 }
 
 /// A whole run: what to train, with which models, by which algorithm.
@@ -585,50 +588,7 @@ impl RunConfig {
                 ));
             }
         }
-        let r = &self.rollout;
-        if r.prompts_per_batch == 0 || r.group_size == 0 {
-            return Err(file.invalid(
-                0,
-                "[rollout] prompts_per_batch and group_size must be ≥ 1".into(),
-            ));
-        }
-        if r.max_response_tokens == 0 || r.max_prompt_tokens == 0 {
-            return Err(file.invalid(
-                0,
-                "[rollout] max_prompt_tokens and max_response_tokens must be ≥ 1".into(),
-            ));
-        }
-        for agent in &self.agents {
-            if agent.max_new_tokens == Some(0) || agent.micro_batch_size == Some(0) {
-                return Err(file.invalid(
-                    agent.role.span().start,
-                    format!(
-                        "agent `{}`: max_new_tokens and micro_batch_size must be ≥ 1",
-                        agent.role.get_ref()
-                    ),
-                ));
-            }
-        }
-        for (name, group) in &self.worker_groups {
-            if group.micro_batch_size == 0
-                || group.learning_rate.is_nan()
-                || group.learning_rate <= 0.0
-            {
-                return Err(file.invalid(
-                    0,
-                    format!(
-                        "[worker_groups.{name}] needs micro_batch_size ≥ 1 and learning_rate > 0"
-                    ),
-                ));
-            }
-        }
-        if !(r.temperature >= 0.0 && r.top_p > 0.0 && r.top_p <= 1.0) {
-            return Err(file.invalid(
-                0,
-                "[rollout] needs temperature ≥ 0 and 0 < top_p ≤ 1".into(),
-            ));
-        }
-        Ok(())
+        validate::check_numbers(self, file)
     }
 }
 
@@ -672,6 +632,12 @@ impl RunFile {
         }
     }
 
+    /// An error about the value at `path` (`[worker_groups, shared, learning_rate]`), located at
+    /// its table when the file leaves the value out.
+    pub fn invalid_at(&self, path: &[Step<'_>], message: String) -> ConfigError {
+        self.invalid(locate::offset_of(&self.text, path), message)
+    }
+
     /// A path from the file made absolute against the file's folder.
     pub fn resolve(&self, path: &str) -> PathBuf {
         self.dir.join(path)
@@ -684,6 +650,11 @@ fn parent_dir(path: &Path) -> PathBuf {
         _ => PathBuf::from("."),
     }
 }
+
+mod locate;
+mod validate;
+
+pub use locate::Step;
 
 #[cfg(test)]
 mod tests;

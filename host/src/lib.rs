@@ -51,13 +51,13 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
             print!("{}", list_components(&registry));
             Ok(())
         }
-        cli::Command::Check => {
-            let (config, file, plan) = prepare(&cli.common)?;
+        cli::Command::Check(args) => {
+            let (config, file, plan) = prepare(&cli.common, train_intent(&args))?;
             println!("{}: ready\n{}", file.origin, plan.summary(&config));
             Ok(())
         }
         cli::Command::Train(args) => {
-            let (config, file, plan) = prepare(&cli.common)?;
+            let (config, file, plan) = prepare(&cli.common, train_intent(&args))?;
             println!("{}: ready\n{}", file.origin, plan.summary(&config));
             let mut trainer = trainer::Trainer::new(config, &file, plan)?;
             if args.resume {
@@ -65,12 +65,9 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
                     Some(iteration) => println!("resuming after iteration {iteration}"),
                     None => println!("no checkpoint to resume from; starting at iteration 1"),
                 }
-            } else if trainer::Checkpoint::latest(trainer.out_dir())?.is_some()
-                || trainer.out_dir().join("metrics.jsonl").exists()
-            {
-                anyhow::bail!(
-                    "the run folder {} already holds a run (checkpoints or metrics.jsonl); pass \
-                     --resume to continue it, or set another [run] output_dir",
+            } else if trainer::run_folder::clear_unfinished(trainer.out_dir())? {
+                println!(
+                    "the run folder {} holds no finished iteration; starting the run over there",
                     trainer.out_dir().display()
                 );
             }
@@ -87,7 +84,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
             Ok(())
         }
         cli::Command::Eval => {
-            let (config, file, plan) = prepare(&cli.common)?;
+            let (config, file, plan) = prepare(&cli.common, preflight::Intent::Eval)?;
             let mut trainer = trainer::Trainer::new(config, &file, plan)?;
             let report = trainer.evaluate_standalone()?;
             println!("{}", serde_json::to_string_pretty(&report)?);
@@ -181,15 +178,27 @@ pub fn convert(
     Ok(())
 }
 
-/// Reads the run file, loads the plugins and runs every pre-flight check.
+/// What `train` (or `check`) with `args` does with the run folder.
+fn train_intent(args: &cli::TrainArgs) -> preflight::Intent {
+    if args.resume {
+        preflight::Intent::Resume
+    } else {
+        preflight::Intent::Train
+    }
+}
+
+/// Reads the run file, loads the plugins and runs every pre-flight check, the run folder's for
+/// `intent` included.
 fn prepare(
     common: &cli::CommonArgs,
+    intent: preflight::Intent,
 ) -> anyhow::Result<(config::RunConfig, config::RunFile, preflight::Plan)> {
     let path = common
         .config
         .as_ref()
         .context("--config FILE is required (see docs/config.md)")?;
     let (config, file) = config::RunConfig::load(path)?;
+    preflight::check_output_dir(&config, &file, intent)?;
     let registry = plugins::Registry::load_folder(&common.plugins, plugins::BuildProfile::Release)?;
     let plan = preflight::prepare(&config, &file, &registry)?;
     Ok((config, file, plan))

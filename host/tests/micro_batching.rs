@@ -98,7 +98,7 @@ fn step(aggregation: LossAggregation, micro: usize) -> [f64; 4] {
     )
     .expect("update");
     assert!(
-        !report.skipped,
+        report.skipped.is_none(),
         "{aggregation:?}, micro {micro}: finite step"
     );
     [

@@ -479,7 +479,7 @@ fn bad_lora_sections_fail_naming_the_field() {
         .replace("rank = 4", "rank = 0");
     let error = format!("{:#}", trainer(&dir, &zero).err().expect("rank 0"));
     assert!(
-        error.contains("[worker_groups.shared.lora] rank must be at least 1"),
+        error.contains("[worker_groups.shared.lora] rank = 0 must be an integer from 1 to"),
         "{error}"
     );
 

@@ -6,6 +6,7 @@ mod checkpoint;
 mod dynamic_sampling;
 mod eval;
 mod metrics;
+pub mod run_folder;
 mod setup;
 mod task_order;
 mod worker_group;
@@ -37,7 +38,7 @@ use crate::plugins::Hosted;
 use crate::preflight::{resolve_model, Plan};
 use crate::rng::SeededRng;
 use crate::rollout::{self, Rollout, RolloutLimits, TeamMember};
-use crate::update::{update_group, warmup_lr, AgentTraining, Reference, UpdateReport};
+use crate::update::{update_group, warmup_lr, AgentTraining, NonFinite, Reference, UpdateReport};
 
 /// Sequences in one generation batch at most (bounds KV-cache memory).
 const MAX_GENERATION_BATCH: usize = 64;
@@ -463,11 +464,21 @@ impl Trainer {
             lr,
         )
         .with_context(|| format!("updating worker group `{}`", group.name))?;
-        if report.skipped {
+        if let Some(reason) = &report.skipped {
             self.skipped_steps += 1;
+            let what = match reason {
+                NonFinite::Loss { agent } => format!(
+                    "the loss of agent `{}`'s calls is not finite",
+                    self.team[*agent].role
+                ),
+                NonFinite::Gradient { parameter } => {
+                    format!("the gradient of {parameter} (the first such parameter) is not finite")
+                }
+            };
             tracing::warn!(
-                "worker group `{}`: non-finite loss or gradient at iteration {}; step skipped \
-                 ({} skipped so far)",
+                "worker group `{}`, iteration {}: {what}; the optimizer step was skipped ({} \
+                 skipped so far). Check the group's learning_rate, its model's weights and the \
+                 rewards",
                 group.name,
                 self.iteration,
                 self.skipped_steps

@@ -36,6 +36,21 @@ pub enum Reference<'a> {
     Base,
 }
 
+/// The first value that was not finite in a skipped step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NonFinite {
+    /// The policy loss of a micro-batch of this agent's calls (agent index).
+    Loss {
+        /// The agent (index in the team).
+        agent: usize,
+    },
+    /// The gradient of this parameter (its name in the model or adapter store).
+    Gradient {
+        /// The parameter's name.
+        parameter: String,
+    },
+}
+
 /// What one update did.
 #[derive(Debug, Clone, Default)]
 pub struct UpdateReport {
@@ -45,8 +60,8 @@ pub struct UpdateReport {
     pub agent_grad_norms: BTreeMap<usize, f64>,
     /// Loss parts over all the group's calls (the micro-batches' shares added up).
     pub stats: LossStats,
-    /// Whether the step was skipped because the loss or a gradient was not finite.
-    pub skipped: bool,
+    /// Why the step was skipped, when the loss or a gradient was not finite.
+    pub skipped: Option<NonFinite>,
     /// Calls trained on.
     pub calls: usize,
     /// Response tokens trained on.
@@ -96,7 +111,7 @@ pub fn update_group(
     let several_agents = by_agent.len() > 1;
     optimizer.zero_grad();
     let mut ledger = GradientLedger::new(optimizer.params().map(Tensor::shallow_clone).collect());
-    let mut finite_loss = true;
+    let mut non_finite = None;
     for (&agent, indices) in &mut by_agent {
         let settings = &agents[agent];
         // Calls with the same prompt side by side, so a micro-batch trains their prompt once;
@@ -119,7 +134,9 @@ pub fn update_group(
             let micro_advantages: Vec<f64> = chunk.iter().map(|&i| advantages[i]).collect();
             let batch = TrainingBatch::new(&micro, &micro_advantages, device);
             let stats = accumulate(model, reference, &batch, settings, totals)?;
-            finite_loss &= stats.policy_loss.is_finite();
+            if non_finite.is_none() && !stats.policy_loss.is_finite() {
+                non_finite = Some(NonFinite::Loss { agent });
+            }
             report.stats = add(report.stats, stats);
             report.response_tokens += batch.response_tokens;
             report.forward_tokens += batch.forward_tokens;
@@ -131,8 +148,15 @@ pub fn update_group(
         };
         report.agent_grad_norms.insert(agent, norm);
     }
-    if !finite_loss || !ledger.all_finite() {
-        report.skipped = true;
+    let non_finite = non_finite.or_else(|| {
+        let index = ledger.first_non_finite()?;
+        let parameter = optimizer
+            .param_name(index)
+            .map_or_else(|| format!("parameter {index}"), str::to_owned);
+        Some(NonFinite::Gradient { parameter })
+    });
+    if non_finite.is_some() {
+        report.skipped = non_finite;
         report.grad_norm = f64::NAN;
         optimizer.zero_grad();
         return Ok(report);
