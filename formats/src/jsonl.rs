@@ -1,7 +1,7 @@
 //! JSONL: one record a line.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use crate::{DatasetError, LoadOptions, Loaded};
@@ -22,8 +22,9 @@ pub fn load_jsonl<T>(
 
 /// Reads JSONL from any reader, like [`load_jsonl`]; `path` names it in errors.
 ///
-/// Blank lines are ignored but counted. A line that is not valid UTF-8 is malformed like any other,
-/// so it can be skipped.
+/// Blank lines are ignored but counted. A line that is not valid UTF-8, or longer than
+/// [`LoadOptions::max_record_bytes`], is malformed like any other, so it can be skipped; a long
+/// line is read only up to the limit and the rest passed over, never held whole.
 pub fn read_jsonl<T>(
     mut reader: impl BufRead,
     path: &Path,
@@ -35,16 +36,37 @@ pub fn read_jsonl<T>(
     let mut line_no = 0;
     while !loaded.is_full(options) {
         buf.clear();
-        let read = reader
+        let io = |source| DatasetError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        // Room for the longest allowed line, its `\r\n`, and nothing more.
+        let bound = options.max_record_bytes.saturating_add(2) as u64;
+        let read = (&mut reader)
+            .take(bound)
             .read_until(b'\n', &mut buf)
-            .map_err(|source| DatasetError::Io {
-                path: path.to_owned(),
-                source,
-            })?;
+            .map_err(io)?;
         if read == 0 {
             break;
         }
         line_no += 1;
+        let content = buf.strip_suffix(b"\n").unwrap_or(&buf);
+        let content = content.strip_suffix(b"\r").unwrap_or(content);
+        if content.len() > options.max_record_bytes {
+            if !buf.ends_with(b"\n") {
+                skip_line(&mut reader).map_err(io)?;
+            }
+            let reason = format!(
+                "the line is longer than {} bytes (max_record_bytes), too long for a task",
+                options.max_record_bytes
+            );
+            loaded.push(Err(reason), options, |reason| DatasetError::Malformed {
+                path: path.to_owned(),
+                line: line_no,
+                reason,
+            })?;
+            continue;
+        }
         let record = match std::str::from_utf8(&buf) {
             Ok(line) if line.trim().is_empty() => continue,
             Ok(line) => parse(line.trim_end_matches(['\n', '\r']), line_no),
@@ -57,6 +79,26 @@ pub fn read_jsonl<T>(
         })?;
     }
     Ok(loaded)
+}
+
+/// Passes over the rest of the current line (through its `\n`) without keeping it.
+fn skip_line(reader: &mut impl BufRead) -> std::io::Result<()> {
+    loop {
+        let available = reader.fill_buf()?;
+        if available.is_empty() {
+            return Ok(());
+        }
+        match available.iter().position(|&b| b == b'\n') {
+            Some(end) => {
+                reader.consume(end + 1);
+                return Ok(());
+            }
+            None => {
+                let len = available.len();
+                reader.consume(len);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -103,6 +145,7 @@ mod tests {
         let two = LoadOptions {
             limit: Some(2),
             skip_malformed: true,
+            ..LoadOptions::default()
         };
         let loaded = read("a\nx\nb\nx\nc\n", &two).expect("reads");
         assert_eq!(
@@ -114,5 +157,27 @@ mod tests {
             ..LoadOptions::default()
         };
         assert!(read("x\n", &none).expect("reads nothing").tasks.is_empty());
+    }
+
+    #[test]
+    fn a_line_over_the_size_limit_is_malformed_and_passed_over() {
+        let small = LoadOptions {
+            max_record_bytes: 4,
+            ..LoadOptions::default()
+        };
+        let text = format!("abcd\r\n{}\nb\n", "y".repeat(10_000));
+        let error = read(&text, &small).expect_err("line 2 is too long");
+        assert_eq!(
+            error.to_string(),
+            "t.jsonl:2: the line is longer than 4 bytes (max_record_bytes), too long for a task; \
+             load with skip_malformed to skip such lines"
+        );
+        let skipping = LoadOptions {
+            skip_malformed: true,
+            ..small
+        };
+        let loaded = read(&text, &skipping).expect("skips");
+        assert_eq!(loaded.tasks, ["1:abcd", "3:b"]);
+        assert_eq!(loaded.skipped, 1);
     }
 }

@@ -8,7 +8,7 @@
 //! - parquet as verl and pandas write it (snappy; lists and structs nested) ([`ParquetFile`]):
 //!   optional column checks before any row is read, then rows with errors naming the file and the
 //!   1-based row, read through the [`row`] accessors;
-//! - one [`DatasetError`], and the [`LoadOptions`] (`limit`, `skip_malformed`) and [`Loaded`]
+//! - one [`DatasetError`], and the [`LoadOptions`] (`limit`, `skip_malformed`, `max_record_bytes`) and [`Loaded`]
 //!   result every reader shares.
 //!
 //! A plugin hands a reader a function that turns one line or row into its record, or says why the
@@ -27,6 +27,6 @@ mod schema;
 
 pub use error::DatasetError;
 pub use jsonl::{load_jsonl, read_jsonl};
-pub use load::{LoadOptions, Loaded};
+pub use load::{LoadOptions, Loaded, DEFAULT_MAX_RECORD_BYTES};
 pub use parquet::{is_parquet, ParquetFile};
 pub use schema::Expect;

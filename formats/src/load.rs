@@ -1,12 +1,28 @@
 //! What every reader is asked ([`LoadOptions`]) and gives back ([`Loaded`]).
 
+/// The longest JSONL line read by default: 1 MiB, far beyond any task's text, far below what
+/// tokenising a runaway record would cost.
+pub const DEFAULT_MAX_RECORD_BYTES: usize = 1 << 20;
+
 /// How a dataset is read.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadOptions {
     /// Keep at most this many records, the first ones in file order (`None`: all).
     pub limit: Option<usize>,
     /// Skip (and count) malformed lines or rows instead of failing on the first one.
     pub skip_malformed: bool,
+    /// A JSONL line longer than this many bytes is malformed, and is never held in memory whole.
+    pub max_record_bytes: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            limit: None,
+            skip_malformed: false,
+            max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
+        }
+    }
 }
 
 /// The records read from a dataset, and how many malformed ones were skipped.

@@ -7,38 +7,35 @@
 //! advantages; [`Diagnostics`] summarises the per-agent reward statistics that decide how much
 //! a shared (global) normalisation distorts each agent's gradient (Dr. MAS, Lemma 4.2).
 //!
-//! The estimators follow verl's `compute_*_outcome_advantage` family; docs/estimators.md gives
-//! each formula, its grouping and its parameters.
+//! The estimators follow the Dr. MAS code's `compute_*_outcome_advantage` family (verl's, with
+//! multi-agent grouping); docs/estimators.md gives each formula, its grouping, its parameters
+//! and its source.
 
 mod diagnostics;
-mod drmas;
-mod drmas_traj;
 mod estimator;
+mod gigpo;
+mod group_normalised;
 mod grouping;
-mod grpo;
 mod grpo_passk;
-mod grpo_step;
 mod normalise;
+mod overlong;
 mod penalty;
 mod registry;
 mod reinforce_pp_baseline;
 mod rloo;
 mod sample;
 mod stats;
+mod trajectory_mean;
 
+#[cfg(test)]
+mod reference;
 #[cfg(test)]
 mod tests;
 
 pub use diagnostics::{AgentDiagnostics, Diagnostics};
-pub use drmas::Drmas;
-pub use drmas_traj::DrmasTraj;
 pub use estimator::Estimator;
-pub use grpo::Grpo;
-pub use grpo_passk::GrpoPassk;
-pub use grpo_step::GrpoStep;
 pub use normalise::NormParams;
+pub use overlong::OverlongPenalty;
 pub use penalty::Penalty;
 pub use registry::{build, names, EstimatorError};
-pub use reinforce_pp_baseline::{ReinforcePpBaseline, ReinforcePpBaselineParams};
-pub use rloo::{Rloo, RlooParams};
 pub use sample::Sample;

@@ -1,5 +1,6 @@
 //! The command line: `drmas-host [train|eval|plugins|check] --plugins DIR --config FILE`,
-//! `drmas-host experiment --config BASE`, `drmas-host convert MODEL OUT`, `drmas-host plot RUN_DIR`.
+//! `drmas-host experiment --config BASE`, `drmas-host convert MODEL OUT`, `drmas-host plot RUN_DIR`,
+//! `drmas-host devices [--compare MODEL]`.
 
 use std::path::PathBuf;
 
@@ -44,8 +45,8 @@ pub enum Command {
     Eval,
     /// List every component the plugins folder offers.
     Plugins,
-    /// Check a run file without doing any work.
-    Check,
+    /// Check a run file without doing any work: everything `train` would refuse.
+    Check(TrainArgs),
     /// Compare advantage estimators: train the base run file once per (estimator, seed) and
     /// write a report with gradient-norm spikes, rewards, evals and charts.
     Experiment(ExperimentArgs),
@@ -57,6 +58,9 @@ pub enum Command {
         /// The run folder (the run file's `[run] output_dir`); the charts are written there.
         run_dir: PathBuf,
     },
+    /// Report the CUDA devices this build sees (JSON), and with `--compare` check that a
+    /// device computes what the CPU does (see docs/install.md).
+    Devices(DevicesArgs),
     /// Convert a model (a GGUF file or an HF folder) into a Hugging Face folder that
     /// transformers and drmas load (see docs/install.md).
     Convert {
@@ -97,12 +101,31 @@ impl Dtype {
     }
 }
 
-/// Options of `train`.
+/// Options of `train` (and of `check`, which checks what `train` with them would do).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Args)]
 pub struct TrainArgs {
     /// Continue from the newest checkpoint in the run folder instead of starting over.
     #[arg(long)]
     pub resume: bool,
+}
+
+/// Options of `devices`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct DevicesArgs {
+    /// A model (GGUF file or HF folder) whose logits and greedy generations to compare on
+    /// `--device` against the CPU in f32; repeat for several. Fails when one is outside the
+    /// tolerance.
+    #[arg(long)]
+    pub compare: Vec<PathBuf>,
+    /// The device to compare against the CPU: `cuda:N`, or `cpu` (to check a dtype there).
+    #[arg(long, default_value = "cuda:0")]
+    pub device: crate::config::Device,
+    /// The dtype of the model on `--device`.
+    #[arg(long, value_enum, default_value_t = Dtype::F32)]
+    pub dtype: Dtype,
+    /// The most new tokens of each greedy generation.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub new_tokens: u16,
 }
 
 /// Options of `experiment`; the base run file is the global `--config`.

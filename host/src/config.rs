@@ -48,6 +48,9 @@ pub enum ConfigError {
         /// What is wrong and what to do.
         message: String,
     },
+    /// Several values are wrong; one error per line, in file order of the checks.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Several(Vec<ConfigError>),
 }
 
 /// A whole run: what to train, with which models, by which algorithm.
@@ -296,6 +299,12 @@ pub struct AlgorithmSection {
     /// The policy loss.
     #[serde(default)]
     pub loss: LossSection,
+    /// DAPO's dynamic sampling of prompt groups.
+    #[serde(default)]
+    pub dynamic_sampling: DynamicSamplingSection,
+    /// DAPO's overlong reward shaping.
+    #[serde(default)]
+    pub overlong_penalty: crate::advantage::OverlongPenalty,
 }
 
 impl Default for AlgorithmSection {
@@ -305,6 +314,30 @@ impl Default for AlgorithmSection {
             params: toml::Table::new(),
             invalid_action_penalty: 0.0,
             loss: LossSection::default(),
+            dynamic_sampling: DynamicSamplingSection::default(),
+            overlong_penalty: crate::advantage::OverlongPenalty::default(),
+        }
+    }
+}
+
+/// `[algorithm.dynamic_sampling]`: DAPO's dynamic sampling — prompt groups whose episodes all
+/// earned the same reward are dropped and replaced by groups from further rollouts.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DynamicSamplingSection {
+    /// Drop groups without reward spread and roll out more to replace them.
+    pub enabled: bool,
+    /// The most rollouts of `prompts_per_batch` prompts one iteration runs (the first one
+    /// included; DAPO's `max_num_gen_batches`). Past it, the iteration trains on the groups
+    /// it kept.
+    pub max_rollout_batches: usize,
+}
+
+impl Default for DynamicSamplingSection {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            max_rollout_batches: 4,
         }
     }
 }
@@ -319,8 +352,12 @@ pub struct LossSection {
     pub clip_high: f64,
     /// Dual-clip constant c for negative advantages (0 disables it).
     pub dual_clip: f64,
-    /// How per-token losses are averaged.
+    /// How per-token losses are averaged (over the whole mini-batch, see
+    /// [`crate::update::Aggregation`]).
     pub aggregation: LossAggregation,
+    /// The constant `seq-mean-token-sum-norm` divides by (verl's `loss_scale_factor`); left out,
+    /// each agent's `max_new_tokens`.
+    pub loss_scale_factor: Option<f64>,
     /// Entropy bonus coefficient.
     pub entropy_coef: f64,
     /// KL-to-reference coefficient (needs a `reference_model`).
@@ -342,6 +379,7 @@ impl Default for LossSection {
             clip_high: 0.28,
             dual_clip: 3.0,
             aggregation: LossAggregation::TokenMean,
+            loss_scale_factor: None,
             entropy_coef: 0.0,
             kl_coef: 0.0,
             kl_type: KlType::LowVarKl,
@@ -362,6 +400,20 @@ pub enum LossAggregation {
     SeqMeanTokenSum,
     /// Mean over a sequence's tokens, mean over sequences.
     SeqMeanTokenMean,
+    /// Sum over a sequence's tokens divided by a fixed constant, mean over sequences (Dr. GRPO).
+    SeqMeanTokenSumNorm,
+}
+
+impl LossAggregation {
+    /// The name the run file uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::TokenMean => "token-mean",
+            Self::SeqMeanTokenSum => "seq-mean-token-sum",
+            Self::SeqMeanTokenMean => "seq-mean-token-mean",
+            Self::SeqMeanTokenSumNorm => "seq-mean-token-sum-norm",
+        }
+    }
 }
 
 /// KL estimators between policy and reference (Schulman's k1/k2/k3).
@@ -543,51 +595,10 @@ impl RunConfig {
                 ));
             }
         }
-        let r = &self.rollout;
-        if r.prompts_per_batch == 0 || r.group_size == 0 {
-            return Err(file.invalid(
-                0,
-                "[rollout] prompts_per_batch and group_size must be ≥ 1".into(),
-            ));
-        }
-        if r.max_response_tokens == 0 || r.max_prompt_tokens == 0 {
-            return Err(file.invalid(
-                0,
-                "[rollout] max_prompt_tokens and max_response_tokens must be ≥ 1".into(),
-            ));
-        }
-        for agent in &self.agents {
-            if agent.max_new_tokens == Some(0) || agent.micro_batch_size == Some(0) {
-                return Err(file.invalid(
-                    agent.role.span().start,
-                    format!(
-                        "agent `{}`: max_new_tokens and micro_batch_size must be ≥ 1",
-                        agent.role.get_ref()
-                    ),
-                ));
-            }
-        }
         for (name, group) in &self.worker_groups {
-            if group.micro_batch_size == 0
-                || group.learning_rate.is_nan()
-                || group.learning_rate <= 0.0
-            {
-                return Err(file.invalid(
-                    0,
-                    format!(
-                        "[worker_groups.{name}] needs micro_batch_size ≥ 1 and learning_rate > 0"
-                    ),
-                ));
-            }
             rollout_backend::check(name, group, file)?;
         }
-        if !(r.temperature >= 0.0 && r.top_p > 0.0 && r.top_p <= 1.0) {
-            return Err(file.invalid(
-                0,
-                "[rollout] needs temperature ≥ 0 and 0 < top_p ≤ 1".into(),
-            ));
-        }
-        Ok(())
+        validate::check_numbers(self, file)
     }
 }
 
@@ -631,6 +642,12 @@ impl RunFile {
         }
     }
 
+    /// An error about the value at `path` (`[worker_groups, shared, learning_rate]`), located at
+    /// its table when the file leaves the value out.
+    pub fn invalid_at(&self, path: &[Step<'_>], message: String) -> ConfigError {
+        self.invalid(locate::offset_of(&self.text, path), message)
+    }
+
     /// A path from the file made absolute against the file's folder.
     pub fn resolve(&self, path: &str) -> PathBuf {
         self.dir.join(path)
@@ -643,6 +660,11 @@ fn parent_dir(path: &Path) -> PathBuf {
         _ => PathBuf::from("."),
     }
 }
+
+mod locate;
+mod validate;
+
+pub use locate::Step;
 
 #[cfg(test)]
 mod tests;

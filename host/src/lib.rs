@@ -8,6 +8,7 @@ pub mod advantage;
 pub mod allocator;
 pub mod cli;
 pub mod config;
+pub mod devices;
 pub mod engine;
 pub mod experiment;
 pub mod model;
@@ -35,6 +36,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
             dtype,
             merge_adapter,
         } => convert(&model, &out, dtype, merge_adapter.as_deref()),
+        cli::Command::Devices(args) => devices_command(&args),
         cli::Command::Experiment(args) => experiment::run(&cli.common, &args),
         cli::Command::Serve(args) => serve::serve(args.options()),
         cli::Command::Plot { run_dir } => {
@@ -51,8 +53,8 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
             print!("{}", list_components(&registry));
             Ok(())
         }
-        cli::Command::Check => {
-            let (config, file, plan) = prepare(&cli.common)?;
+        cli::Command::Check(args) => {
+            let (config, file, plan) = prepare(&cli.common, train_intent(&args))?;
             let servers = trainer::probe_servers(&config, &file)?;
             println!("{}: ready\n{}", file.origin, plan.summary(&config));
             for line in servers {
@@ -61,7 +63,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
             Ok(())
         }
         cli::Command::Train(args) => {
-            let (config, file, plan) = prepare(&cli.common)?;
+            let (config, file, plan) = prepare(&cli.common, train_intent(&args))?;
             println!("{}: ready\n{}", file.origin, plan.summary(&config));
             let mut trainer = trainer::Trainer::new(config, &file, plan)?;
             if args.resume {
@@ -69,12 +71,9 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
                     Some(iteration) => println!("resuming after iteration {iteration}"),
                     None => println!("no checkpoint to resume from; starting at iteration 1"),
                 }
-            } else if trainer::Checkpoint::latest(trainer.out_dir())?.is_some()
-                || trainer.out_dir().join("metrics.jsonl").exists()
-            {
-                anyhow::bail!(
-                    "the run folder {} already holds a run (checkpoints or metrics.jsonl); pass \
-                     --resume to continue it, or set another [run] output_dir",
+            } else if trainer::run_folder::clear_unfinished(trainer.out_dir())? {
+                println!(
+                    "the run folder {} holds no finished iteration; starting the run over there",
                     trainer.out_dir().display()
                 );
             }
@@ -91,13 +90,52 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
             Ok(())
         }
         cli::Command::Eval => {
-            let (config, file, plan) = prepare(&cli.common)?;
+            let (config, file, plan) = prepare(&cli.common, preflight::Intent::Eval)?;
             let mut trainer = trainer::Trainer::new(config, &file, plan)?;
             let report = trainer.evaluate_standalone()?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }
     }
+}
+
+/// `devices`: prints what [`devices::DeviceReport`] detects and, for each model to compare,
+/// its [`devices::Comparison`], as one JSON object; fails when a comparison is outside its
+/// tolerance.
+pub fn devices_command(args: &cli::DevicesArgs) -> anyhow::Result<()> {
+    let report = devices::DeviceReport::detect();
+    let mut comparisons = Vec::new();
+    if !args.compare.is_empty() {
+        devices::check_available(args.device).map_err(|e| anyhow::anyhow!("--device {e}"))?;
+    }
+    let device = trainer::tch_device(args.device);
+    let kind = args.dtype.kind();
+    for model in &args.compare {
+        let tolerance = devices::Tolerance::for_kind(kind);
+        comparisons.push(devices::compare(
+            model,
+            device,
+            kind,
+            usize::from(args.new_tokens),
+            tolerance,
+        )?);
+    }
+    let out = serde_json::json!({ "devices": report, "comparisons": comparisons });
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    let failed: Vec<&str> = comparisons
+        .iter()
+        .filter(|c| !c.pass)
+        .map(|c| c.model.as_str())
+        .collect();
+    if !failed.is_empty() {
+        anyhow::bail!(
+            "{} on {} in {:?} outside the tolerance against the CPU (see the JSON above)",
+            failed.join(", "),
+            args.device,
+            args.dtype
+        );
+    }
+    Ok(())
 }
 
 /// `convert`: loads `model` (GGUF file or HF folder) on the CPU in `dtype`, merges the PEFT
@@ -146,15 +184,27 @@ pub fn convert(
     Ok(())
 }
 
-/// Reads the run file, loads the plugins and runs every pre-flight check.
+/// What `train` (or `check`) with `args` does with the run folder.
+fn train_intent(args: &cli::TrainArgs) -> preflight::Intent {
+    if args.resume {
+        preflight::Intent::Resume
+    } else {
+        preflight::Intent::Train
+    }
+}
+
+/// Reads the run file, loads the plugins and runs every pre-flight check, the run folder's for
+/// `intent` included.
 fn prepare(
     common: &cli::CommonArgs,
+    intent: preflight::Intent,
 ) -> anyhow::Result<(config::RunConfig, config::RunFile, preflight::Plan)> {
     let path = common
         .config
         .as_ref()
         .context("--config FILE is required (see docs/config.md)")?;
     let (config, file) = config::RunConfig::load(path)?;
+    preflight::check_output_dir(&config, &file, intent)?;
     let registry = plugins::Registry::load_folder(&common.plugins, plugins::BuildProfile::Release)?;
     let plan = preflight::prepare(&config, &file, &registry)?;
     Ok((config, file, plan))

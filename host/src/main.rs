@@ -6,6 +6,7 @@ use tracing_subscriber::EnvFilter;
 
 fn main() -> std::process::ExitCode {
     drmas_host::allocator::keep_freed_memory();
+    end_quietly_on_broken_pipe();
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
@@ -20,6 +21,17 @@ fn main() -> std::process::ExitCode {
             eprintln!("error: {error:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// Restores SIGPIPE's default action, which Rust's runtime sets to "ignore": when stdout's reader
+/// goes away (`drmas-host check … | head -1`) the process ends quietly, as Unix tools do, instead
+/// of panicking in `println!` on the broken pipe.
+fn end_quietly_on_broken_pipe() {
+    // SAFETY: called first thing in `main`, before any other thread exists; SIG_DFL is a valid
+    // disposition for SIGPIPE and no handler of ours is replaced.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

@@ -10,9 +10,15 @@ use anyhow::{bail, Context};
 use drmas_sdk::{Agent, DatasetSpec, Environment, Orchestra, PluginError, Task};
 
 use crate::advantage::{self, Estimator};
-use crate::config::{DatasetSection, RunConfig, RunFile};
+use crate::config::{ConfigError, DatasetSection, Device, RunConfig, RunFile, Step};
+use crate::model::config::LlamaConfig;
+use crate::model::config_fit::check_config_fits;
 use crate::model::gguf::GgufModel;
 use crate::plugins::{Hosted, Registry};
+
+mod output_dir;
+
+pub use output_dir::{check_output_dir, Intent};
 
 /// The model every run file may name as `builtin:smollm2-135m`: SmolLM2-135M-Instruct, installed
 /// from PyPI by scripts/install-model.sh.
@@ -111,7 +117,23 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
         &config.algorithm.params,
     )
     .map_err(|e| file.invalid(config.algorithm.estimator.span().start, e.to_string()))?;
-
+    if let Some(required) = estimator.loss_aggregation() {
+        let chosen = config.algorithm.loss.aggregation;
+        if chosen != required {
+            return Err(file.invalid(
+                config.algorithm.estimator.span().start,
+                format!(
+                    "estimator `{}` is defined with the loss aggregation `{}`, but [algorithm.loss] \
+                     aggregation is `{}`: set `aggregation = \"{}\"` there",
+                    estimator.name(),
+                    required.name(),
+                    chosen.name(),
+                    required.name()
+                ),
+            )
+            .into());
+        }
+    }
     let mut models = Vec::new();
     for (name, group) in &config.worker_groups {
         if group.offload {
@@ -134,9 +156,20 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
                 );
             }
         }
+        check_device(name, group.device, file)?;
         let path = resolve_model(&group.model, file)?;
-        let summary = describe_model(&path)
+        let (summary, model_config) = describe_model(&path)
             .with_context(|| format!("worker group `{name}` in {}", file.origin))?;
+        check_context(config, file, name, &path, &model_config)?;
+        if let Some(reference) = &group.reference_model {
+            let reference = resolve_model(reference, file)?;
+            describe_model(&reference).with_context(|| {
+                format!(
+                    "the reference_model of worker group `{name}` in {}",
+                    file.origin
+                )
+            })?;
+        }
         models.push((name.clone(), path, summary));
     }
 
@@ -184,14 +217,94 @@ pub fn resolve_model(model: &str, file: &RunFile) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// Refuses a CUDA device this process cannot use (libtorch would panic creating the model),
+/// at the `device` line, saying why (a CPU-only build, no device visible, an index past them).
+fn check_device(group: &str, device: Device, file: &RunFile) -> Result<(), ConfigError> {
+    crate::devices::check_available(device).map_err(|reason| {
+        file.invalid_at(
+            &[
+                Step::Key("worker_groups"),
+                Step::Key(group),
+                Step::Key("device"),
+            ],
+            format!("[worker_groups.{group}] {reason}"),
+        )
+    })
+}
+
+/// Refuses agents of worker group `group` whose response length leaves no room for a prompt in
+/// its model's context (every generation would fail), and warns about those whose longest prompt
+/// (`max_prompt_tokens`) plus response does not fit (a prompt that long would fail mid-run).
+fn check_context(
+    config: &RunConfig,
+    file: &RunFile,
+    group: &str,
+    model: &std::path::Path,
+    model_config: &LlamaConfig,
+) -> Result<(), ConfigError> {
+    let context = model_config.max_position_embeddings;
+    let prompt = config.rollout.max_prompt_tokens;
+    for (index, agent) in config.agents.iter().enumerate() {
+        if agent.worker_group.get_ref() != group {
+            continue;
+        }
+        let response = agent
+            .max_new_tokens
+            .unwrap_or(config.rollout.max_response_tokens);
+        let total = prompt.saturating_add(response);
+        if total <= context {
+            continue;
+        }
+        let at: &[Step<'_>] = if agent.max_new_tokens.is_some() {
+            &[
+                Step::Key("agents"),
+                Step::Index(index),
+                Step::Key("max_new_tokens"),
+            ]
+        } else {
+            &[Step::Key("rollout"), Step::Key("max_response_tokens")]
+        };
+        let role = agent.role.get_ref();
+        if response >= context {
+            return Err(file.invalid_at(
+                at,
+                format!(
+                    "role `{role}`: {response} new tokens leave no room for a prompt in the \
+                     {context} positions of {} (max_position_embeddings); lower the response \
+                     length",
+                    model.display()
+                ),
+            ));
+        }
+        tracing::warn!(
+            "{}",
+            file.invalid_at(
+                at,
+                format!(
+                    "role `{role}`: [rollout] max_prompt_tokens = {prompt} plus {response} new \
+                     tokens is {total} tokens, more than the {context} positions of {}; a prompt \
+                     longer than {} tokens will fail its generation",
+                    model.display(),
+                    context - response
+                ),
+            )
+        );
+    }
+    Ok(())
+}
+
 /// Opens a model (a GGUF file, or an HF folder's configuration, tokenizer and weight file
-/// list) and says what it is, without loading the weights.
-fn describe_model(path: &std::path::Path) -> anyhow::Result<String> {
+/// headers), checks that its configuration fits its weights and that every tensor type loads,
+/// and says what it is, without reading a weight.
+fn describe_model(path: &std::path::Path) -> anyhow::Result<(String, LlamaConfig)> {
     if path.is_dir() {
         let folder = crate::model::hf_folder::HfFolder::read(path)?;
-        let (files, _) = crate::model::safetensors_io::checkpoint_files(path)?;
+        let (shapes, names_file) = crate::model::safetensors_io::checkpoint_shapes(path)?;
+        check_config_fits(&folder.config, &shapes, &names_file)?;
+        let files: std::collections::BTreeSet<&std::path::Path> =
+            shapes.values().map(|d| d.file.as_path()).collect();
         let c = &folder.config;
-        return Ok(format!(
+        let summary = format!(
             "{} ({:?}, HF folder, {} weight file(s)), {} layers, hidden {}, vocab {}",
             path.file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -201,7 +314,8 @@ fn describe_model(path: &std::path::Path) -> anyhow::Result<String> {
             c.num_hidden_layers,
             c.hidden_size,
             folder.tokenizer.get_vocab_size(true)
-        ));
+        );
+        return Ok((summary, folder.config));
     }
     if path.extension().is_none_or(|e| e != "gguf") {
         bail!(
@@ -210,18 +324,21 @@ fn describe_model(path: &std::path::Path) -> anyhow::Result<String> {
         );
     }
     let model = GgufModel::open(path)?;
-    let config = model.config_json()?;
+    model.check_tensor_types()?;
+    let config = LlamaConfig::from_json(&model.config_json()?).map_err(|e| e.in_file(path))?;
+    check_config_fits(&config, &model.hf_shapes(), path)?;
     let tokenizer = model.tokenizer()?;
-    Ok(format!(
+    let summary = format!(
         "{} ({:?}), {} layers, hidden {}, vocab {}",
         path.file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default(),
         model.architecture(),
-        config["num_hidden_layers"],
-        config["hidden_size"],
+        config.num_hidden_layers,
+        config.hidden_size,
         tokenizer.get_vocab_size(true)
-    ))
+    );
+    Ok((summary, config))
 }
 
 impl Plan {

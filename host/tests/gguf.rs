@@ -405,6 +405,13 @@ fn unsupported_types_are_named_errors() {
     let file = Gguf::new().tensor("blk.0.attn_q.weight", &[256, 1], 23, vec![0; 136]);
     let file = temp_file("iq4", &file.bytes());
     let model = GgufModel::open(&file).expect("opens: only dequantising needs the type");
+    let header = model
+        .check_tensor_types()
+        .expect_err("the header check sees the type");
+    assert!(
+        header.to_string().contains("blk.0.attn_q.weight") && header.to_string().contains("IQ4_XS"),
+        "{header}"
+    );
     let err = model
         .tensors()
         .next()

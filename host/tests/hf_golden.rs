@@ -451,3 +451,98 @@ fn a_safetensors_file_declaring_more_than_it_holds_is_refused_before_allocating(
     fs::write(&file, &bytes).expect("writes");
     assert_mentions(&load_err(&dir), &["model.safetensors"]);
 }
+
+#[test]
+fn a_nan_or_infinite_weight_names_the_file_and_tensor() {
+    let root = tempfile::tempdir().expect("a temp dir");
+    let dir = copy_fixture("llama", root.path());
+    let file = dir.join("model.safetensors");
+    let mut tensors: std::collections::BTreeMap<String, Tensor> = Tensor::read_safetensors(&file)
+        .expect("reads")
+        .into_iter()
+        .collect();
+    let name = "model.layers.1.mlp.up_proj.weight";
+    let poisoned = tensors[name].copy();
+    let _ = poisoned.get(3).get(5).fill_(f64::NAN);
+    let _ = poisoned.get(0).get(0).fill_(f64::INFINITY);
+    tensors.insert(name.to_owned(), poisoned);
+    write_safetensors(&file, &tensors).expect("writes");
+    assert_mentions(
+        &load_err(&dir),
+        &[
+            "model.safetensors",
+            name,
+            "holds 2 NaN or infinite value(s)",
+        ],
+    );
+}
+
+#[test]
+fn config_sizes_are_bounded_and_checked_against_the_weights_before_allocating() {
+    let root = tempfile::tempdir().expect("a temp dir");
+    let dir = copy_fixture("llama", root.path());
+    edit_config(&dir, |c| c["hidden_size"] = 1_000_000_000_000_u64.into());
+    assert_mentions(
+        &load_err(&dir),
+        &[
+            "config.json",
+            "hidden_size = 1000000000000 is outside 1..=65536",
+        ],
+    );
+    edit_config(&dir, |c| {
+        c["hidden_size"] = 64.into();
+        c["max_position_embeddings"] = 1_000_000_000_000_u64.into();
+    });
+    assert_mentions(
+        &load_err(&dir),
+        &["config.json", "max_position_embeddings = 1000000000000"],
+    );
+    // In bounds, but not what the weights hold: the header check refuses it before the model
+    // (3 M × 64 embeddings) is allocated.
+    edit_config(&dir, |c| {
+        c["max_position_embeddings"] = 512.into();
+        c["vocab_size"] = 3_000_000.into();
+    });
+    assert_mentions(
+        &load_err(&dir),
+        &[
+            "model.safetensors",
+            "tensor model.embed_tokens.weight has shape [384, 64]",
+            "(vocab_size, hidden_size) implies [3000000, 64]",
+        ],
+    );
+    edit_config(&dir, |c| {
+        c["vocab_size"] = 384.into();
+        c["num_hidden_layers"] = 3.into();
+    });
+    assert_mentions(
+        &load_err(&dir),
+        &["num_hidden_layers = 3, but the weights hold 2 layers"],
+    );
+}
+
+#[test]
+fn a_huge_prompt_is_cut_before_tokenising_and_keeps_the_same_tail() {
+    let pretrained =
+        Pretrained::load(&fixtures().join("llama"), Device::Cpu, Kind::Float).expect("loads");
+    let prompt = |words: usize| format!("{}and that is the end.", "many words ".repeat(words));
+    let tail = |content: &str| {
+        let messages = [TemplateMessage {
+            role: "user",
+            content,
+        }];
+        pretrained
+            .codec()
+            .encode_chat_tail(&messages, 32)
+            .expect("encodes")
+    };
+    // 11 MB of text: tokenised whole this took seconds and gigabytes; cut, it takes what 32
+    // tokens' worth of it takes, and ends in the same tokens as a prompt just over the limit.
+    let (huge, huge_cut) = tail(&prompt(1_000_000));
+    let (short, short_cut) = tail(&prompt(40));
+    assert_eq!(huge.len(), 32);
+    assert!(huge_cut && short_cut);
+    assert_eq!(huge, short);
+    let (whole, cut) = tail("2 + 2?");
+    assert!(!cut && whole.len() < 32, "{whole:?}");
+}

@@ -187,3 +187,47 @@ fn four_estimators_one_seed_report_and_restart() {
     assert_eq!(again.skipped.len(), 4);
     assert_eq!(again.summaries, outcome.summaries);
 }
+
+#[test]
+fn every_registered_estimator_trains_an_iteration() {
+    let dir = common::scratch(&format!("every-estimator-{}", std::process::id()));
+    let out = dir.join("exp");
+    // One iteration each, with the loss aggregation `dr_grpo` is defined with (the others
+    // accept any).
+    let base = std::fs::read_to_string(base_file(&dir))
+        .expect("base file")
+        .replace("iterations = 2", "iterations = 1")
+        .replace(
+            "[rollout]",
+            "[algorithm.loss]\naggregation = \"seq-mean-token-sum-norm\"\n\n[rollout]",
+        );
+    std::fs::write(dir.join("base.toml"), base).expect("write base");
+    let estimators: Vec<String> = drmas_host::advantage::names().map(String::from).collect();
+    let experiment = Experiment {
+        base_config: dir.join("base.toml"),
+        estimators: estimators.clone(),
+        seeds: vec![0],
+        out_dir: out.clone(),
+        report: out.join("report.md"),
+        command_line: "drmas-host experiment --config base.toml".into(),
+        drop_checkpoints: true,
+    };
+    let outcome = experiment
+        .run(&common::fixture_registry())
+        .expect("experiment");
+    assert_eq!(outcome.trained.len(), estimators.len());
+    for estimator in &estimators {
+        let lines = lines(&experiment::runs::run_dir(&out, estimator, 0));
+        let iteration = lines
+            .iter()
+            .find(|l| l["reward/mean"].is_number())
+            .unwrap_or_else(|| panic!("{estimator}: an iteration line"));
+        for key in ["grad_norm/agent/first", "grad_norm/agent/second"] {
+            let norm = number(iteration, key);
+            assert!(
+                norm.is_finite() && norm >= 0.0,
+                "{estimator}: {key} = {norm}"
+            );
+        }
+    }
+}

@@ -45,6 +45,31 @@ fn the_demo_config_resolves_every_part() {
 }
 
 #[test]
+fn every_run_file_in_configs_is_ready() {
+    // Component params (the search corpus and index) still resolve against the working
+    // directory, not the run file's folder: check them as `drmas-host` runs from the root.
+    std::env::set_current_dir(common::repo()).expect("cd to the repository");
+    let dir = common::repo().join("configs");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).expect("configs/") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("run file");
+        let file = RunFile::from_text(path.display().to_string(), &text, dir.clone());
+        let config = RunConfig::parse(&file).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        drmas_host::preflight::prepare(&config, &file, registry())
+            .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+        checked += 1;
+    }
+    assert!(
+        checked >= 4,
+        "the demo, search and experiment run files at least"
+    );
+}
+
+#[test]
 fn an_unknown_agent_is_named_with_suggestions() {
     let error = prepare(&demo_text().replace("agent = \"Solver Agent\"", "agent = \"Solver\""))
         .expect_err("bad agent");
@@ -93,6 +118,22 @@ fn an_unknown_estimator_lists_the_valid_ones_with_its_location() {
 }
 
 #[test]
+fn dr_grpo_is_refused_without_its_loss_aggregation() {
+    let text = demo_text().replace("estimator = \"drmas\"", "estimator = \"dr_grpo\"");
+    let error = prepare(&text).expect_err("token-mean with dr_grpo");
+    assert!(
+        error.contains("set `aggregation = \"seq-mean-token-sum-norm\"`"),
+        "{error}"
+    );
+    let text = text.replace(
+        "[algorithm.loss]\n",
+        "[algorithm.loss]\naggregation = \"seq-mean-token-sum-norm\"\n",
+    );
+    let summary = prepare(&text).expect("dr_grpo with its aggregation");
+    assert!(summary.contains("estimator    dr_grpo"), "{summary}");
+}
+
+#[test]
 fn a_missing_model_file_is_named() {
     let error = prepare(&demo_text().replace("builtin:smollm2-135m", "models/missing.gguf"))
         .expect_err("no model");
@@ -110,4 +151,130 @@ fn a_dataset_error_names_the_run_file_and_the_section() {
         error.starts_with("run.toml: [environment] eval_data: ") && error.contains("`dev`"),
         "{error}"
     );
+}
+
+/// The 1-based line of the first line of the demo config that starts with `prefix`.
+fn demo_line(text: &str, prefix: &str) -> usize {
+    text.lines()
+        .position(|l| l.starts_with(prefix))
+        .expect("the line is there")
+        + 1
+}
+
+#[test]
+fn sampling_settings_out_of_range_name_the_agent_and_line() {
+    let text = demo_text().replace(
+        "max_new_tokens = 8\n",
+        "max_new_tokens = 8\ntemperature = -0.5\ntop_p = 0\n",
+    );
+    let error = prepare(&text).expect_err("bad sampling");
+    let line = demo_line(&text, "temperature = -0.5");
+    assert!(
+        error.contains(&format!(
+            "run.toml:{line}:15: [[agents]] role `verifier`: temperature = -0.5 must be a finite number ≥ 0"
+        )),
+        "{error}"
+    );
+    assert!(
+        error.contains(&format!(
+            "run.toml:{}:9: [[agents]] role `verifier`: top_p = 0 must be a number in (0, 1]",
+            line + 1
+        )),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_response_that_leaves_no_room_in_the_model_context_is_refused_from_the_header() {
+    let text = demo_text().replace("max_new_tokens = 48", "max_new_tokens = 8192");
+    let error = prepare(&text).expect_err("too long");
+    let line = demo_line(&text, "max_new_tokens = 8192");
+    assert!(
+        error.starts_with(&format!("run.toml:{line}:18: role `solver`: ")),
+        "{error}"
+    );
+    assert!(
+        error.contains("8192 new tokens leave no room for a prompt in the 8192 positions"),
+        "{error}"
+    );
+    let fits = demo_text().replace("max_new_tokens = 48", "max_new_tokens = 8000");
+    prepare(&fits).expect("prompts of up to 192 tokens fit: a warning, not an error");
+}
+
+#[test]
+fn a_cuda_device_this_build_cannot_use_is_refused() {
+    let devices = if tch::Cuda::is_available() {
+        tch::Cuda::device_count()
+    } else {
+        0
+    };
+    let text = demo_text().replace("device = \"cpu\"", &format!("device = \"cuda:{devices}\""));
+    let error = prepare(&text).expect_err("no such device");
+    let line = demo_line(&text, "device = ");
+    assert!(
+        error.starts_with(&format!(
+            "run.toml:{line}:10: [worker_groups.shared] device = \"cuda:{devices}\": "
+        )),
+        "{error}"
+    );
+    // What to do: the CPU, the GPU build, or one of the devices there are.
+    assert!(
+        error.contains("set device = \"cpu\"") || error.contains("pick one of those"),
+        "{error}"
+    );
+}
+
+mod output_dir {
+    use drmas_host::config::{RunConfig, RunFile};
+    use drmas_host::preflight::{check_output_dir, Intent};
+
+    use super::demo_text;
+
+    /// The demo config with `output_dir`, checked for `intent` (the run file lives in `dir`).
+    fn check(dir: &std::path::Path, output_dir: &str, intent: Intent) -> Result<(), String> {
+        let text = demo_text().replace("\"../runs/demo\"", &format!("\"{output_dir}\""));
+        let file = RunFile::from_text("run.toml", text, dir.to_owned());
+        let config = RunConfig::parse(&file).map_err(|e| e.to_string())?;
+        check_output_dir(&config, &file, intent)
+            .map(|_| ())
+            .map_err(|e| format!("{e:#}"))
+    }
+
+    #[test]
+    fn a_file_or_an_unwritable_place_is_refused_with_the_line() {
+        let root = crate::common::scratch("preflight-output-dir-place");
+        std::fs::write(root.join("taken"), "a file").expect("writes");
+        let error = check(&root, "taken/run", Intent::Train).expect_err("a file");
+        assert!(error.starts_with("run.toml:6:14: output_dir "), "{error}");
+        assert!(error.contains("taken is a file, not a folder"), "{error}");
+
+        // /proc refuses new files even to root, where permission bits would not.
+        let error = check(&root, "/proc/drmas-run", Intent::Eval).expect_err("read-only");
+        assert!(error.contains("cannot write in /proc"), "{error}");
+
+        check(&root, "new/run", Intent::Train).expect("a folder that can be made");
+        assert!(!&root.join("new").exists(), "check creates nothing");
+    }
+
+    #[test]
+    fn a_finished_run_is_refused_unless_resumed_and_an_unfinished_one_is_reused() {
+        let root = crate::common::scratch("preflight-output-dir-run");
+        let run = root.join("run");
+        std::fs::create_dir(&run).expect("mkdir");
+        std::fs::write(run.join("metrics.jsonl"), "{\"iteration\":0}\n").expect("writes");
+        check(&root, "run", Intent::Train).expect("no iteration finished: not a run");
+
+        std::fs::write(
+            run.join("metrics.jsonl"),
+            "{\"iteration\":0}\n{\"iteration\":1}\n",
+        )
+        .expect("writes");
+        let error = check(&root, "run", Intent::Train).expect_err("holds a run");
+        assert!(
+            error.contains("already holds a run (iteration 1 finished there); pass --resume"),
+            "{error}"
+        );
+        check(&root, "run", Intent::Resume).expect("resuming is what the run is for");
+        check(&root, "run", Intent::Eval).expect("evaluating beside a run is fine");
+    }
 }

@@ -142,6 +142,67 @@ fn a_shared_model_trains_and_reports_each_agents_gradient() {
 }
 
 #[test]
+fn dynamic_sampling_fills_the_batch_with_groups_that_have_reward_spread() {
+    let dir = common::scratch(&format!("trainer-dynamic-{}", std::process::id()));
+    let text = run_file("shared", "shared", &group("shared", "llama"), 3).replace(
+        "[rollout]",
+        "[algorithm.dynamic_sampling]\nenabled = true\nmax_rollout_batches = 3\n\n[rollout]",
+    );
+    trainer(&dir, &text)
+        .expect("trainer")
+        .train()
+        .expect("three iterations");
+    let lines = metrics(&dir);
+    let iterations: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["reward/mean"].is_number())
+        .collect();
+    assert_eq!(iterations.len(), 3);
+    for line in iterations {
+        let number = |key: &str| {
+            line[key]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{key}: {line}"))
+        };
+        let (generated, kept) = (
+            number("dynamic_sampling/generated_groups"),
+            number("dynamic_sampling/kept_groups"),
+        );
+        // Rollouts of 2 prompts until 2 groups with spread are kept, at most 3 rollouts.
+        assert!([2.0, 4.0, 6.0].contains(&generated), "{line}");
+        assert!(kept <= 2.0 && kept <= generated, "{line}");
+        if kept < 2.0 {
+            assert_eq!(generated, 6.0, "a short batch only at the cap: {line}");
+        }
+        // Rollout metrics cover every episode generated; training only the kept groups
+        // (4 episodes each, one call per agent).
+        assert_eq!(number("calls/first"), generated * 4.0, "{line}");
+        assert_eq!(number("advantage/calls"), kept * 4.0 * 2.0, "{line}");
+    }
+}
+
+#[test]
+fn overlong_responses_lose_reward_in_proportion() {
+    let dir = common::scratch(&format!("trainer-overlong-{}", std::process::id()));
+    // Budgets of 6 and 5 tokens with a buffer of 4: a response of L tokens loses
+    // (L − (budget − 4)) / 4 × 0.5 once past budget − 4.
+    let text = run_file("shared", "shared", &group("shared", "llama"), 1).replace(
+        "[rollout]",
+        "[algorithm.overlong_penalty]\nbuffer = 4\nfactor = 0.5\n\n[rollout]",
+    );
+    trainer(&dir, &text)
+        .expect("trainer")
+        .train()
+        .expect("one iteration");
+    let lines = metrics(&dir);
+    let penalty = lines[1]["reward/overlong_penalty_mean"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no overlong metric in {}", lines[1]));
+    // The tiny random model rarely stops early: most responses use their budget.
+    assert!((-0.5..0.0).contains(&penalty), "{penalty}");
+}
+
+#[test]
 fn a_response_prefix_is_continued_and_parsed_with_the_reply() {
     let dir = common::scratch(&format!("trainer-prefix-{}", std::process::id()));
     let text = run_file("shared", "shared", &group("shared", "qwen2"), 1).replacen(
@@ -418,7 +479,7 @@ fn bad_lora_sections_fail_naming_the_field() {
         .replace("rank = 4", "rank = 0");
     let error = format!("{:#}", trainer(&dir, &zero).err().expect("rank 0"));
     assert!(
-        error.contains("[worker_groups.shared.lora] rank must be at least 1"),
+        error.contains("[worker_groups.shared.lora] rank = 0 must be an integer from 1 to"),
         "{error}"
     );
 

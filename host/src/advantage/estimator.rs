@@ -3,6 +3,7 @@
 use std::fmt;
 
 use super::Sample;
+use crate::config::LossAggregation;
 
 /// Turns the rewards of a batch into one advantage per sample.
 ///
@@ -21,6 +22,12 @@ pub trait Estimator: Send + Sync + fmt::Debug {
     /// # Panics
     /// If `samples` and `rewards` differ in length.
     fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> Vec<f64>;
+
+    /// The loss aggregation the method is defined with, when it is part of the method (Dr.
+    /// GRPO's `seq-mean-token-sum-norm`); the run is refused with another one.
+    fn loss_aggregation(&self) -> Option<LossAggregation> {
+        None
+    }
 }
 
 /// Panics unless there is exactly one reward per sample: a mismatch is a caller bug that would

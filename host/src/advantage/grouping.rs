@@ -23,6 +23,16 @@ pub(super) enum GroupBy {
 }
 
 impl GroupBy {
+    /// The scores Dr. MAS's outcome estimators (RLOO, REINFORCE++, pass@k) take under this
+    /// grouping: one per trajectory when agents share the group, every call when each agent has
+    /// its own (its `group_by_agent_id = true` keeps every call of the agent).
+    pub(super) fn outcome_scores(self) -> Scores {
+        match self {
+            Self::Prompt => Scores::PerTrajectory,
+            Self::PromptAgent => Scores::PerCall,
+        }
+    }
+
     fn key(self, sample: &Sample) -> u64 {
         match self {
             Self::Prompt => u64::from(sample.uid),
@@ -126,7 +136,7 @@ const RECENT: usize = 64;
 /// interleaved keys of neighbouring samples (the agents of one prompt group, the calls of one
 /// trajectory) rarely reach the hash table. Values must be below [`CachedMap::FREE`].
 #[derive(Debug)]
-struct CachedMap {
+pub(super) struct CachedMap {
     map: KeyMap<u32>,
     /// `(key, value)` slots; a value of [`CachedMap::FREE`] marks a free slot.
     recent: Box<[(u64, u32); RECENT]>,
@@ -146,12 +156,12 @@ impl CachedMap {
     /// samples.
     const FREE: u32 = u32::MAX;
 
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.map.len()
     }
 
     /// The value of `key`, inserting `value` if the key is new; `true` when it was inserted.
-    fn get_or_insert(&mut self, key: u64, value: u32) -> (u32, bool) {
+    pub(super) fn get_or_insert(&mut self, key: u64, value: u32) -> (u32, bool) {
         let mut hasher = KeyHasher::default();
         hasher.write_u64(key);
         let slot = &mut self.recent[(hasher.finish() >> 58) as usize % RECENT];

@@ -1,5 +1,6 @@
-//! The GRPO normalisation shared by `grpo`, `grpo_step`, `drmas` and `drmas_traj`: they differ
-//! only in how they group samples and which samples count as scores.
+//! The GRPO normalisation shared by the group-normalising family (`grpo`, `grpo_step`, `drmas`,
+//! `drmas_traj`, ...): its members differ only in how they group samples and which values count
+//! as scores.
 
 use serde::Deserialize;
 
@@ -7,8 +8,8 @@ use super::grouping::{GroupBy, Grouping, Scores};
 use super::stats::moments;
 use super::Sample;
 
-/// Parameters of the group-normalising estimators (`grpo`, `grpo_step`, `drmas`,
-/// `drmas_traj`) and of `grpo_passk`, which divides its margin the same way.
+/// Parameters of the group-normalising estimators (`grpo`, `grpo_step`, `drmas`, `drmas_traj`,
+/// and the first-call variants) and of `grpo_passk`, which divides its margin the same way.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NormParams {

@@ -3,13 +3,18 @@
 use std::fmt;
 
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
 
+use crate::config::LossAggregation;
 use crate::suggest::similar;
 
-use super::{
-    Drmas, DrmasTraj, Estimator, Grpo, GrpoPassk, GrpoStep, NormParams, ReinforcePpBaseline,
-    ReinforcePpBaselineParams, Rloo, RlooParams,
-};
+use super::gigpo::{Gigpo, GigpoParams};
+use super::group_normalised::{GroupNormalised, Score};
+use super::grouping::GroupBy;
+use super::grpo_passk::GrpoPassk;
+use super::reinforce_pp_baseline::ReinforcePpBaseline;
+use super::rloo::Rloo;
+use super::{Estimator, NormParams};
 
 /// An estimator name or parameter table the registry cannot build.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,41 +68,131 @@ type Constructor = fn(&toml::Table) -> Result<Box<dyn Estimator>, String>;
 /// Every built-in estimator, in the order [`names`] lists them.
 const REGISTRY: &[(&str, Constructor)] = &[
     ("grpo", |t| {
-        Ok(Box::new(Grpo {
-            params: norm_params(t)?,
-        }))
+        group_normalised("grpo", GroupBy::Prompt, Score::TrajectoryMean, t)
     }),
     ("grpo_step", |t| {
-        Ok(Box::new(GrpoStep {
-            params: norm_params(t)?,
-        }))
+        group_normalised("grpo_step", GroupBy::Prompt, Score::EveryCall, t)
     }),
     ("drmas", |t| {
-        Ok(Box::new(Drmas {
-            params: norm_params(t)?,
-        }))
+        group_normalised("drmas", GroupBy::PromptAgent, Score::EveryCall, t)
     }),
     ("drmas_traj", |t| {
-        Ok(Box::new(DrmasTraj {
-            params: norm_params(t)?,
+        group_normalised("drmas_traj", GroupBy::PromptAgent, Score::TrajectoryMean, t)
+    }),
+    ("dr_grpo", |t| {
+        let NormParams { epsilon, .. } = norm_params(t)?;
+        if t.contains_key("norm_by_std") {
+            return Err(
+                "`norm_by_std` is not a parameter of dr_grpo: Dr. GRPO never divides \
+                 by σ (use `grpo` to choose)"
+                    .to_owned(),
+            );
+        }
+        Ok(Box::new(GroupNormalised {
+            name: "dr_grpo",
+            by: GroupBy::Prompt,
+            score: Score::TrajectoryMean,
+            params: NormParams {
+                norm_by_std: false,
+                epsilon,
+            },
+            loss_aggregation: Some(LossAggregation::SeqMeanTokenSumNorm),
         }))
     }),
+    ("grpo_first_call", |t| {
+        group_normalised(
+            "grpo_first_call",
+            GroupBy::Prompt,
+            Score::TrajectoryFirstCall,
+            t,
+        )
+    }),
+    ("drmas_traj_first_call", |t| {
+        group_normalised(
+            "drmas_traj_first_call",
+            GroupBy::PromptAgent,
+            Score::TrajectoryFirstCall,
+            t,
+        )
+    }),
     ("rloo", |t| {
+        parse::<NoParams>(t)?;
         Ok(Box::new(Rloo {
-            params: parse::<RlooParams>(t)?,
+            by: GroupBy::Prompt,
+        }))
+    }),
+    ("rloo_agent", |t| {
+        parse::<NoParams>(t)?;
+        Ok(Box::new(Rloo {
+            by: GroupBy::PromptAgent,
         }))
     }),
     ("reinforce_pp_baseline", |t| {
+        parse::<NoParams>(t)?;
         Ok(Box::new(ReinforcePpBaseline {
-            params: parse::<ReinforcePpBaselineParams>(t)?,
+            by: GroupBy::Prompt,
+        }))
+    }),
+    ("reinforce_pp_baseline_agent", |t| {
+        parse::<NoParams>(t)?;
+        Ok(Box::new(ReinforcePpBaseline {
+            by: GroupBy::PromptAgent,
         }))
     }),
     ("grpo_passk", |t| {
         Ok(Box::new(GrpoPassk {
+            by: GroupBy::Prompt,
             params: norm_params(t)?,
         }))
     }),
+    ("grpo_passk_agent", |t| {
+        Ok(Box::new(GrpoPassk {
+            by: GroupBy::PromptAgent,
+            params: norm_params(t)?,
+        }))
+    }),
+    ("gigpo", |t| {
+        Ok(Box::new(Gigpo {
+            by: GroupBy::Prompt,
+            params: gigpo_params(t)?,
+        }))
+    }),
+    ("gigpo_drmas", |t| {
+        Ok(Box::new(Gigpo {
+            by: GroupBy::PromptAgent,
+            params: gigpo_params(t)?,
+        }))
+    }),
 ];
+
+/// Parses and checks [`GigpoParams`].
+fn gigpo_params(table: &toml::Table) -> Result<GigpoParams, String> {
+    let params: GigpoParams = parse(table)?;
+    params.validate()?;
+    Ok(params)
+}
+
+/// The params of an estimator that takes none (verl's unused `epsilon` arguments included):
+/// the empty strict struct makes any key an error.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoParams {}
+
+/// A member of the group-normalising family with its [`NormParams`] read from `table`.
+fn group_normalised(
+    name: &'static str,
+    by: GroupBy,
+    score: Score,
+    table: &toml::Table,
+) -> Result<Box<dyn Estimator>, String> {
+    Ok(Box::new(GroupNormalised {
+        name,
+        by,
+        score,
+        params: norm_params(table)?,
+        loss_aggregation: None,
+    }))
+}
 
 /// The registered estimator names.
 pub fn names() -> impl Iterator<Item = &'static str> {

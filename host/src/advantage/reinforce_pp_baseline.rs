@@ -1,44 +1,41 @@
 //! `reinforce_pp_baseline`: REINFORCE++ with a group-mean baseline (Hu et al. 2025), verl's
 //! `compute_reinforce_plus_plus_baseline_outcome_advantage`.
 
-use serde::Deserialize;
-
 use super::estimator::{assert_aligned, Estimator};
-use super::grouping::{GroupBy, Grouping, Scores, NO_GROUP};
+use super::grouping::{GroupBy, Grouping, NO_GROUP};
 use super::stats::moments;
 use super::Sample;
-
-/// `reinforce_pp_baseline` takes no parameters (verl's `epsilon` argument is unused there and
-/// its whitening constant is fixed); the empty strict struct makes any key an error.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReinforcePpBaselineParams {}
 
 /// Added to the batch variance before the square root when whitening (verl's
 /// `masked_whiten`).
 const WHITEN_EPSILON: f64 = 1e-8;
 
-/// `reinforce_pp_baseline`: subtract the prompt group's mean (one score per trajectory; a
-/// group of one has baseline 0), then whiten over the whole batch.
+/// `reinforce_pp_baseline`: subtract the group's mean, then whiten over the whole batch.
 ///
-/// x = r − μ_uid, then A = (x − mean(x)) / sqrt(var(x) + 1e-8) where mean and the unbiased
+/// `reinforce_pp_baseline` groups by prompt with one score per trajectory (its first call's
+/// reward); `reinforce_pp_baseline_agent` groups by (prompt, agent) with every call a score
+/// (Dr. MAS's `group_by_agent_id = true`). A group of one has baseline 0.
+/// x = r − μ_g, then A = (x − mean(x)) / sqrt(var(x) + 1e-8) where mean and the unbiased
 /// (n − 1) variance run over every non-padding call, each call weighing one. verl whitens
 /// over response tokens instead, so there a call weighs its token count. With fewer than two
 /// calls the variance is taken as 0 (verl raises), which gives A = 0. Padding gets 0.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ReinforcePpBaseline {
-    /// No parameters.
-    pub params: ReinforcePpBaselineParams,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ReinforcePpBaseline {
+    /// The statistics group.
+    pub by: GroupBy,
 }
 
 impl Estimator for ReinforcePpBaseline {
     fn name(&self) -> &'static str {
-        "reinforce_pp_baseline"
+        match self.by {
+            GroupBy::Prompt => "reinforce_pp_baseline",
+            GroupBy::PromptAgent => "reinforce_pp_baseline_agent",
+        }
     }
 
     fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> Vec<f64> {
         assert_aligned(samples, rewards);
-        let grouping = Grouping::new(samples, GroupBy::Prompt, Scores::PerTrajectory);
+        let grouping = Grouping::new(samples, self.by, self.by.outcome_scores());
         let stats = moments(&grouping, rewards);
         let mut centred: Vec<f64> = grouping
             .group

@@ -1,38 +1,34 @@
 //! `rloo`: REINFORCE leave-one-out (Ahmadian et al. 2024), verl's
 //! `compute_rloo_outcome_advantage`.
 
-use serde::Deserialize;
-
 use super::estimator::{assert_aligned, Estimator};
-use super::grouping::{GroupBy, Grouping, Scores};
+use super::grouping::{GroupBy, Grouping};
 use super::stats::moments;
 use super::Sample;
 
-/// `rloo` takes no parameters (verl's `epsilon` argument is unused there); the empty strict
-/// struct makes any key an error.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RlooParams {}
-
-/// `rloo`: each call's baseline is the mean reward of the *other* trajectories of its prompt
-/// group (one score per trajectory, shared by all agents).
+/// `rloo`: each call's baseline is the mean of the *other* scores of its group.
 ///
-/// With n trajectory scores of mean μ: A = r·n/(n−1) − μ·n/(n−1) = r − mean of the others. A
-/// group with a single trajectory keeps A = r (verl leaves the score untouched). Padding gets 0.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Rloo {
-    /// No parameters.
-    pub params: RlooParams,
+/// `rloo` groups by prompt with one score per trajectory (its first call's reward); `rloo_agent`
+/// groups by (prompt, agent) with every call a score (Dr. MAS's `group_by_agent_id = true`).
+/// With n scores of mean μ: A = r·n/(n−1) − μ·n/(n−1) = r − mean of the others. A group with a
+/// single score keeps A = r (verl leaves the score untouched). Padding gets 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Rloo {
+    /// The statistics group.
+    pub by: GroupBy,
 }
 
 impl Estimator for Rloo {
     fn name(&self) -> &'static str {
-        "rloo"
+        match self.by {
+            GroupBy::Prompt => "rloo",
+            GroupBy::PromptAgent => "rloo_agent",
+        }
     }
 
     fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> Vec<f64> {
         assert_aligned(samples, rewards);
-        let grouping = Grouping::new(samples, GroupBy::Prompt, Scores::PerTrajectory);
+        let grouping = Grouping::new(samples, self.by, self.by.outcome_scores());
         let stats = moments(&grouping, rewards);
         grouping
             .group

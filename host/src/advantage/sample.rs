@@ -2,7 +2,7 @@
 
 /// One agent call (one policy sample) of a batch.
 ///
-/// Plain and `Copy` (32 bytes) so a batch of a million calls is one flat allocation. The
+/// Plain and `Copy` (40 bytes) so a batch of a million calls is one flat allocation. The
 /// estimators only read it; the rewards they normalise are passed alongside (see
 /// [`Penalty::apply`](super::Penalty::apply)) so the same batch can be scored with and without
 /// the penalty.
@@ -22,6 +22,9 @@ pub struct Sample {
     pub step: u16,
     /// The reward of that environment step alone.
     pub step_reward: f64,
+    /// A key of the environment state the step started from (equal keys: the same
+    /// observation), for step-level groups (GiGPO's anchor states).
+    pub state: u64,
     /// Whether the agent's output had a valid format (invalid calls are penalised).
     pub valid: bool,
     /// A copy added only to pad the batch to a size the trainer needs: it never enters any

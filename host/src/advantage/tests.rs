@@ -18,6 +18,7 @@ fn call(uid: u32, trajectory: u32, agent: u16, reward: f64) -> Sample {
         reward,
         step: 0,
         step_reward: reward,
+        state: 0,
         valid: true,
         padding: false,
     }
@@ -172,14 +173,132 @@ fn drmas_traj_handles_agent_indices_past_64() {
 }
 
 #[test]
-fn per_trajectory_statistics_take_the_first_call_and_normalise_each_calls_own_reward() {
-    // Trajectory 0's second call was invalid and penalised by 0.5: the group's scores are the
-    // first calls' {1, 0} (μ = 1/2, σ = 1/√2), but the penalised call is normalised with 0.5.
+fn grpo_scores_a_trajectory_by_the_mean_of_its_calls_and_shares_the_advantage() {
+    // Trajectory 0's second call was invalid and penalised by 0.5: its score is the mean of
+    // {1, 0.5} = 0.75, trajectory 1's is 0 (μ = 0.375, σ = 0.375·√2), and both calls of
+    // trajectory 0 get the same advantage (Dr. MAS's GRPO since its "update adv" change).
+    let samples = [call(0, 0, 0, 1.0), call(0, 0, 1, 1.0), call(0, 1, 0, 0.0)];
+    let rewards = [1.0, 0.5, 0.0];
+    let sigma = 0.375 * 2f64.sqrt();
+    let a = 0.375 / (sigma + EPS);
+    assert_close(
+        &estimator("grpo").advantages(&samples, &rewards),
+        &[a, a, -a],
+    );
+    // The same batch never gives the δ/ε advantage of the first-call form when the scores
+    // are equal: trajectories {1, 0.5} and {1, 1} → scores 0.75 and 1.
+    let samples = [
+        call(0, 0, 0, 1.0),
+        call(0, 0, 1, 1.0),
+        call(0, 1, 0, 1.0),
+        call(0, 1, 1, 1.0),
+    ];
+    let rewards = [1.0, 0.5, 1.0, 1.0];
+    let got = estimator("grpo").advantages(&samples, &rewards);
+    assert!(got.iter().all(|a| a.abs() < 1.0), "{got:?}");
+    let old = estimator("grpo_first_call").advantages(&samples, &rewards);
+    assert!((old[1] + 0.5 / EPS).abs() < 1e-3, "{old:?}");
+}
+
+#[test]
+fn dr_grpo_centres_the_trajectory_mean_and_needs_its_aggregation() {
+    // The batch of the trajectory-mean test: scores {0.75, 0}, μ = 0.375, no σ division.
+    let samples = [call(0, 0, 0, 1.0), call(0, 0, 1, 1.0), call(0, 1, 0, 0.0)];
+    let rewards = [1.0, 0.5, 0.0];
+    let dr_grpo = estimator("dr_grpo");
+    assert_close(
+        &dr_grpo.advantages(&samples, &rewards),
+        &[0.375, 0.375, -0.375],
+    );
+    assert_eq!(
+        dr_grpo.loss_aggregation(),
+        Some(crate::config::LossAggregation::SeqMeanTokenSumNorm)
+    );
+    assert_eq!(estimator("grpo").loss_aggregation(), None);
+    let err = build("dr_grpo", &toml::from_str("norm_by_std = true").unwrap()).unwrap_err();
+    assert!(err.to_string().contains("never divides"), "{err}");
+}
+
+/// A call of a multi-step trajectory: its step, that step's reward and state key.
+fn step_call(
+    uid: u32,
+    trajectory: u32,
+    agent: u16,
+    reward: f64,
+    step: u16,
+    step_reward: f64,
+    state: u64,
+) -> Sample {
+    Sample {
+        step,
+        step_reward,
+        state,
+        ..call(uid, trajectory, agent, reward)
+    }
+}
+
+#[test]
+fn gigpo_adds_the_anchor_state_advantage_of_discounted_step_returns() {
+    // Trajectory 0: state 10 (reward 0) then state 11 (reward 1); trajectory 1: state 10
+    // (reward 0) then state 12 (reward 0). γ = 0.5, ω = 1, no σ division.
+    // Episode: scores {1, 0} → ±0.5. Step returns: t0 {0.5, 1}, t1 {0, 0}; state 10 holds
+    // {0.5, 0} → ±0.25; states 11 and 12 are groups of one → 0.
+    let samples = [
+        step_call(0, 0, 0, 1.0, 0, 0.0, 10),
+        step_call(0, 0, 0, 1.0, 1, 1.0, 11),
+        step_call(0, 1, 0, 0.0, 0, 0.0, 10),
+        step_call(0, 1, 0, 0.0, 1, 0.0, 12),
+    ];
+    let gigpo = estimator_with("gigpo", "gamma = 0.5\nnorm_by_std = false");
+    assert_close(
+        &gigpo.advantages(&samples, &raw(&samples)),
+        &[0.75, 0.5, -0.75, -0.5],
+    );
+    // ω scales the step level only.
+    let half = estimator_with(
+        "gigpo",
+        "gamma = 0.5\nnorm_by_std = false\nstep_advantage_w = 0.5",
+    );
+    assert_close(
+        &half.advantages(&samples, &raw(&samples)),
+        &[0.625, 0.5, -0.625, -0.5],
+    );
+    let err = build("gigpo", &toml::from_str("gamma = 1.5").unwrap()).unwrap_err();
+    assert!(err.to_string().contains("gamma"), "{err}");
+}
+
+#[test]
+fn first_call_statistics_normalise_each_calls_own_reward() {
+    // grpo_first_call: the group's scores are the first calls' {1, 0} (μ = 1/2, σ = 1/√2), but
+    // the penalised call is normalised with its own 0.5.
     let samples = [call(0, 0, 0, 1.0), call(0, 0, 1, 1.0), call(0, 1, 0, 0.0)];
     let rewards = [1.0, 0.5, 0.0];
     let sigma = 1.0 / 2f64.sqrt();
     let expected = [0.5 / (sigma + EPS), 0.0, -0.5 / (sigma + EPS)];
-    assert_close(&estimator("grpo").advantages(&samples, &rewards), &expected);
+    assert_close(
+        &estimator("grpo_first_call").advantages(&samples, &rewards),
+        &expected,
+    );
+}
+
+#[test]
+fn drmas_traj_averages_each_agents_calls_within_a_trajectory() {
+    // Agent 0 calls twice in trajectory 0 ({1, 0.5}, mean 0.75) and once in trajectory 1 (0):
+    // scores {0.75, 0} shared by the agent's calls; agent 1 acts once per trajectory {1, 0}.
+    let samples = [
+        call(0, 0, 0, 1.0),
+        call(0, 0, 1, 1.0),
+        call(0, 0, 0, 1.0),
+        call(0, 1, 0, 0.0),
+        call(0, 1, 1, 0.0),
+    ];
+    let rewards = [1.0, 1.0, 0.5, 0.0, 0.0];
+    let a0 = 0.375 / (0.375 * 2f64.sqrt() + EPS);
+    let a1 = 0.5 / (1.0 / 2f64.sqrt() + EPS);
+    assert_close(
+        &estimator("drmas_traj").advantages(&samples, &rewards),
+        &[a0, a1, a0, -a0, -a1],
+    );
 }
 
 #[test]
@@ -219,10 +338,10 @@ fn reinforce_pp_baseline_of_one_call_is_zero() {
 
 #[test]
 fn grpo_passk_rewards_only_the_best_trajectory() {
-    // uid 0: best 1, runner-up 0, σ = 1/√3 → every call of trajectory 0 gets 1/(1/√3 + ε).
-    // uid 1: a tie → margin 0. uid 2: no runner-up → 0.
+    // uid 0: best 1, runner-up 0, σ = 1/√3 → the first call of trajectory 0 (the one that
+    // scored, as in Dr. MAS) gets 1/(1/√3 + ε). uid 1: a tie → margin 0. uid 2: no runner-up.
     let best = 1.0 / (1.0 / 3f64.sqrt() + EPS);
-    let expected = [best, best, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+    let expected = [best, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
     let samples = batch();
     assert_close(
         &estimator("grpo_passk").advantages(&samples, &raw(&samples)),
@@ -230,7 +349,48 @@ fn grpo_passk_rewards_only_the_best_trajectory() {
     );
     let got =
         estimator_with("grpo_passk", "norm_by_std = false").advantages(&samples, &raw(&samples));
-    assert_close(&got, &[1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+    assert_close(&got, &[1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+}
+
+#[test]
+fn per_agent_outcome_estimators_score_every_call_of_the_agent() {
+    // uid 0, agent 0 calls {1, 0, 0, 0} (n = 4, μ = 1/4); agent 1 calls {1, 0} (n = 2, μ = 1/2).
+    // uid 1 agent 0 {0.5, 0.5}; uid 2 agent 0 {0.7, 0.7}: two equal scores.
+    let samples = batch();
+    let rloo = [
+        1.0,
+        1.0,
+        -1.0 / 3.0,
+        -1.0,
+        -1.0 / 3.0,
+        -1.0 / 3.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+    ];
+    assert_close(
+        &estimator("rloo_agent").advantages(&samples, &raw(&samples)),
+        &rloo,
+    );
+    // pass@k per agent: agent 0 of uid 0 has best 1 (its first call), runner-up 0, σ = 1/2;
+    // agent 1: best 1, runner-up 0, σ = 1/√2; the ties of uids 1 and 2 give 0.
+    let expected = [
+        1.0 / (0.5 + EPS),
+        1.0 / (1.0 / 2f64.sqrt() + EPS),
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+    ];
+    assert_close(
+        &estimator("grpo_passk_agent").advantages(&samples, &raw(&samples)),
+        &expected,
+    );
 }
 
 #[test]
@@ -374,9 +534,17 @@ fn registry_lists_every_builtin_and_builds_it_under_its_name() {
             "grpo_step",
             "drmas",
             "drmas_traj",
+            "dr_grpo",
+            "grpo_first_call",
+            "drmas_traj_first_call",
             "rloo",
+            "rloo_agent",
             "reinforce_pp_baseline",
-            "grpo_passk"
+            "reinforce_pp_baseline_agent",
+            "grpo_passk",
+            "grpo_passk_agent",
+            "gigpo",
+            "gigpo_drmas",
         ]
     );
     for name in all {
@@ -424,6 +592,11 @@ fn bad_param_names_the_estimator_and_the_param() {
         ("grpo", "epsilon = \"small\"", "epsilon"),
         ("grpo_passk", "epsilon = -1.0", "epsilon"),
         ("rloo", "epsilon = 1e-6", "epsilon"),
+        (
+            "reinforce_pp_baseline_agent",
+            "norm_by_std = true",
+            "norm_by_std",
+        ),
     ] {
         let err = build(name, &toml::from_str(params).unwrap()).unwrap_err();
         let EstimatorError::Params {
@@ -493,7 +666,72 @@ fn once_batches() -> impl Strategy<Value = Vec<Sample>> {
     })
 }
 
+/// A random batch of multi-step episodes: prompt groups of trajectories of 1–3 steps, each
+/// step 1–2 calls of agents 0–2, a step reward from a small set (so groups tie) and a state key
+/// from three (so anchor-state groups form across trajectories); the episode reward is the sum
+/// of the step rewards.
+fn multi_step_batches() -> impl Strategy<Value = Vec<Sample>> {
+    let step = (
+        proptest::collection::vec(0..3u16, 1..=2),
+        prop_oneof![Just(0.0), Just(1.0), -1.0..1.0f64],
+        0..3u64,
+    );
+    let trajectory = proptest::collection::vec(step, 1..=3);
+    let group = proptest::collection::vec(trajectory, 1..=5);
+    proptest::collection::vec(group, 1..=3).prop_map(|groups| {
+        let mut samples = Vec::new();
+        let mut next_trajectory = 0;
+        for (uid, group) in groups.into_iter().enumerate() {
+            for steps in group {
+                let reward: f64 = steps.iter().map(|s| s.1).sum();
+                for (index, (agents, step_reward, state)) in steps.into_iter().enumerate() {
+                    for agent in agents {
+                        samples.push(step_call(
+                            uid as u32,
+                            next_trajectory,
+                            agent,
+                            reward,
+                            index as u16,
+                            step_reward,
+                            state,
+                        ));
+                    }
+                }
+                next_trajectory += 1;
+            }
+        }
+        samples
+    })
+}
+
 proptest! {
+    #[test]
+    fn gigpo_equals_the_dr_mas_reference(
+        samples in multi_step_batches().prop_shuffle(),
+        noise in proptest::collection::vec(prop_oneof![Just(0.0), Just(-0.1)], 100),
+    ) {
+        let rewards: Vec<f64> =
+            samples.iter().zip(noise.iter().cycle()).map(|(s, n)| s.reward + n).collect();
+        for (name, by_agent) in [("gigpo", false), ("gigpo_drmas", true)] {
+            for (params, mean, gamma, norm) in [
+                ("", true, 0.95, true),
+                ("episode_score = \"first_call\"\ngamma = 0.8", false, 0.8, true),
+                ("norm_by_std = false\nstep_advantage_w = 0.3", true, 0.95, false),
+            ] {
+                let omega = if params.contains("0.3") { 0.3 } else { 1.0 };
+                let got = estimator_with(name, params).advantages(&samples, &rewards);
+                let expected =
+                    reference::gigpo(&samples, &rewards, by_agent, mean, omega, gamma, norm, EPS);
+                for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+                    prop_assert!(
+                        (g - e).abs() <= 1e-9 * e.abs().max(1.0),
+                        "{name} [{params}] sample {i}: {g} vs {e}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn drmas_groups_have_mean_zero_and_unit_std(
         samples in batches().prop_shuffle(),
@@ -540,6 +778,46 @@ proptest! {
         if samples.iter().all(|s| s.agent == 0) {
             prop_assert!(same(&step, &grpo), "grpo_step: {step:?} vs grpo {grpo:?}");
         }
+    }
+
+    #[test]
+    fn estimators_equal_the_dr_mas_reference(
+        samples in batches().prop_shuffle(),
+        noise in proptest::collection::vec(prop_oneof![Just(0.0), Just(-0.1), -0.3..0.3f64], 200),
+        padding in proptest::collection::vec(any::<bool>(), 200),
+    ) {
+        // Penalties and noise make a trajectory's calls differ, as in a real batch; some calls
+        // are padding, which the reference leaves out.
+        let samples: Vec<Sample> = samples
+            .iter()
+            .zip(padding.iter().cycle())
+            .map(|(s, &pad)| Sample { padding: pad && s.trajectory % 3 == 0, ..*s })
+            .collect();
+        let rewards: Vec<f64> =
+            samples.iter().zip(noise.iter().cycle()).map(|(s, n)| s.reward + n).collect();
+        let close = |name: &str, expected: Vec<f64>| -> Result<(), TestCaseError> {
+            let got = estimator(name).advantages(&samples, &rewards);
+            for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+                // Relative: a σ near 0 makes advantages up to 1/ε.
+                prop_assert!((g - e).abs() <= 1e-9 * e.abs().max(1.0), "{name} sample {i}: {g} vs {e}");
+            }
+            Ok(())
+        };
+        close("grpo", reference::grpo(&samples, &rewards, false, false, true, EPS))?;
+        close("drmas", reference::grpo(&samples, &rewards, true, false, true, EPS))?;
+        close("drmas_traj", reference::grpo(&samples, &rewards, false, true, true, EPS))?;
+        close("grpo_first_call", reference::first_call_normalised(&samples, &rewards, false, EPS))?;
+        close("drmas_traj_first_call", reference::first_call_normalised(&samples, &rewards, true, EPS))?;
+        close("rloo", reference::rloo(&samples, &rewards, false))?;
+        close("rloo_agent", reference::rloo(&samples, &rewards, true))?;
+        close("reinforce_pp_baseline", reference::reinforce_pp_baseline(&samples, &rewards, false))?;
+        close("reinforce_pp_baseline_agent", reference::reinforce_pp_baseline(&samples, &rewards, true))?;
+        close("grpo_passk", reference::grpo_passk(&samples, &rewards, false, true, EPS))?;
+        close("grpo_passk_agent", reference::grpo_passk(&samples, &rewards, true, true, EPS))?;
+        close("dr_grpo", reference::grpo(&samples, &rewards, false, false, false, EPS))?;
+        let got = estimator_with("grpo", "norm_by_std = false").advantages(&samples, &rewards);
+        let expected = reference::grpo(&samples, &rewards, false, false, false, EPS);
+        prop_assert!(got.iter().zip(&expected).all(|(g, e)| (g - e).abs() < 1e-9));
     }
 
     #[test]

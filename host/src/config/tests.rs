@@ -154,3 +154,74 @@ fn an_unreadable_file_names_the_path() {
         "{message}"
     );
 }
+
+#[test]
+fn every_number_out_of_range_is_named_with_its_line() {
+    let text = VALID
+        .replace("iterations = 2", "iterations = 2\nseed = 1")
+        .replace(
+            "temperature = 0.7",
+            "temperature = nan\ntop_p = 0\nlearning_rate = -1e-6",
+        )
+        .replace("dtype = \"bf16\"", "dtype = \"bf16\"\nlearning_rate = inf")
+        + "\n[algorithm.loss]\nweight_decay = nan\ndual_clip = 0.5\n\n[rollout]\ngroup_size = 0\n";
+    let message = error(&text);
+    let lines: Vec<&str> = message.lines().collect();
+    let expected = [
+        "run.toml:26:17: [[agents]] role `verifier`: learning_rate = -0.000001 must be a finite number > 0",
+        "run.toml:24:15: [[agents]] role `verifier`: temperature = NaN must be a finite number ≥ 0",
+        "run.toml:25:9: [[agents]] role `verifier`: top_p = 0 must be a number in (0, 1]",
+        "run.toml:32:17: [worker_groups.shared] learning_rate = inf must be a finite number > 0",
+        "run.toml:40:13: [algorithm.loss] dual_clip = 0.5 must be 0 (off) or a finite number > 1",
+        "run.toml:39:16: [algorithm.loss] weight_decay = NaN must be a finite number ≥ 0",
+    ];
+    assert!(lines.len() >= expected.len(), "{message}");
+    for line in expected {
+        assert!(lines.contains(&line), "missing `{line}` in:\n{message}");
+    }
+    assert!(
+        message.contains("run.toml:43:14: [rollout] group_size = 0 must be an integer from 1 to"),
+        "{message}"
+    );
+}
+
+#[test]
+fn dapo_and_dr_grpo_numbers_are_checked_where_they_are_written() {
+    let text = format!(
+        "{VALID}\n[algorithm.loss]\nloss_scale_factor = -1.0\n\n[algorithm.dynamic_sampling]\n\
+         enabled = true\nmax_rollout_batches = 0\n\n[algorithm.overlong_penalty]\nbuffer = 4\n\
+         factor = nan\n"
+    );
+    let message = error(&text);
+    for needle in [
+        "[algorithm.loss] loss_scale_factor = -1 must be a finite number > 0",
+        "[algorithm.dynamic_sampling] max_rollout_batches = 0 must be an integer from 1 to 1024",
+        "[algorithm.overlong_penalty] factor = NaN must be a finite number ≥ 0",
+    ] {
+        assert!(
+            message.contains(needle),
+            "missing `{needle}` in:\n{message}"
+        );
+    }
+}
+
+#[test]
+fn a_value_left_out_is_never_out_of_range() {
+    let config = parse(VALID).expect("the defaults are in range");
+    assert_eq!(config.algorithm.loss.weight_decay, 0.01);
+}
+
+#[test]
+fn lora_numbers_are_checked_where_they_are_written() {
+    let text = format!("{VALID}\n[worker_groups.shared.lora]\nrank = 0\ndropout = 1.0\n");
+    let message = error(&text);
+    assert!(
+        message.contains("[worker_groups.shared.lora] rank = 0 must be an integer from 1 to 65536"),
+        "{message}"
+    );
+    assert!(
+        message
+            .contains(":36:11: [worker_groups.shared.lora] dropout = 1 must be a number in [0, 1)"),
+        "{message}"
+    );
+}

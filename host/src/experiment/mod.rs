@@ -10,6 +10,7 @@ pub mod figures;
 pub mod report;
 pub mod runs;
 pub mod stats;
+pub mod student_t;
 pub mod summary;
 
 use std::path::{Path, PathBuf};

@@ -4,8 +4,28 @@
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
-use super::stats::{MeanStd, SPIKE_FACTOR, SPIKE_MIN_HISTORY};
-use super::summary::{EstimatorSummary, LAST_ITERATIONS};
+use super::stats::{MeanStd, PairedTest, SPIKE_FACTOR, SPIKE_MIN_HISTORY};
+use super::summary::{EstimatorSummary, RunSummary, LAST_ITERATIONS};
+
+/// The comparisons the paired tests make when both estimators ran: (a, b, what a − b isolates).
+pub const COMPARISONS: [(&str, &str, &str); 4] = [
+    (
+        "drmas",
+        "grpo_step",
+        "agent identity (per-agent vs global statistics, per-step scores)",
+    ),
+    (
+        "grpo_step",
+        "grpo",
+        "step weighting (per-step vs per-trajectory scores, global)",
+    ),
+    (
+        "drmas",
+        "drmas_traj",
+        "step weighting (per-step vs per-trajectory scores, per agent)",
+    ),
+    ("gigpo_drmas", "gigpo", "agent identity under GiGPO"),
+];
 
 /// What the report says about how the experiment was run.
 #[derive(Debug, Clone, Default)]
@@ -50,7 +70,9 @@ pub fn render(context: &ReportContext, summaries: &[EstimatorSummary]) -> String
         out,
         "Base run file `{}`, with only `[algorithm] estimator`, `[run] seed` and \
          `[run] output_dir` replaced per run: {} iterations, prompts_per_batch = {}, \
-         group_size = {}; seeds {}. Statistics are mean ± sample standard deviation over seeds.\n",
+         group_size = {}; seeds {}. Statistics are the mean over seeds ± the half-width of its 95 % \
+         confidence interval (Student's t with seeds − 1 degrees of freedom; the mean alone for \
+         one seed).\n",
         context.base_config,
         context.iterations,
         context.prompts_per_batch,
@@ -62,6 +84,7 @@ pub fn render(context: &ReportContext, summaries: &[EstimatorSummary]) -> String
     grad_norms(&mut out, summaries);
     rewards(&mut out, summaries);
     evals(&mut out, summaries);
+    paired(&mut out, summaries);
     amplification(&mut out, summaries);
     if !context.figures.is_empty() {
         out.push_str("## Figures\n\n");
@@ -282,6 +305,79 @@ fn evals(out: &mut String, summaries: &[EstimatorSummary]) {
     table(out, &header, rows);
 }
 
+/// How a paired comparison reads one outcome off a run.
+type Outcome = Box<dyn Fn(&RunSummary) -> Option<f64>>;
+
+/// The outcomes compared seed by seed: the final evals, then the training rewards.
+fn paired_outcomes(summaries: &[EstimatorSummary]) -> Vec<(String, Outcome)> {
+    let eval_keys: BTreeSet<String> = summaries
+        .iter()
+        .flat_map(|s| s.eval_final.keys().cloned())
+        .collect();
+    let mut outcomes: Vec<(String, Outcome)> = eval_keys
+        .into_iter()
+        .map(|key| {
+            let label = format!("eval {key} final");
+            let read: Outcome = Box::new(move |run| run.eval_final.get(&key).copied());
+            (label, read)
+        })
+        .collect();
+    outcomes.push((
+        format!("`reward/mean`, last {LAST_ITERATIONS}"),
+        Box::new(|run| run.final_reward_last),
+    ));
+    outcomes.push((
+        format!("`reward/penalised_mean`, last {LAST_ITERATIONS}"),
+        Box::new(|run| run.penalised_reward_last),
+    ));
+    outcomes
+}
+
+fn paired(out: &mut String, summaries: &[EstimatorSummary]) {
+    let find = |name: &str| summaries.iter().find(|s| s.estimator == name);
+    let mut rows = Vec::new();
+    for (a, b, isolates) in COMPARISONS {
+        let (Some(first), Some(second)) = (find(a), find(b)) else {
+            continue;
+        };
+        for (label, read) in paired_outcomes(summaries) {
+            let pairs: Vec<(f64, f64)> = first
+                .runs
+                .iter()
+                .filter_map(|(seed, run)| Some((read(run)?, read(second.runs.get(seed)?)?)))
+                .collect();
+            let Some(test) = PairedTest::of(&pairs) else {
+                continue;
+            };
+            rows.push(vec![
+                format!("`{a}` − `{b}`: {isolates}"),
+                label,
+                format!("{:+.3} ± {:.3}", test.mean, test.ci95),
+                format!("{:.2}", test.t),
+                format!("{:.3}", test.p),
+                test.n.to_string(),
+            ]);
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str(
+        "## Paired comparisons
+
+",
+    );
+    out.push_str(
+        "Seed by seed (the same seed samples the same first rollouts under every estimator): the \
+         mean difference with its 95 % interval, and the paired t-test's two-sided p-value. An \
+         interval that contains 0 (p ≥ 0.05) means these seeds cannot tell the two apart.\n\n",
+    );
+    let header: Vec<String> = ["comparison", "metric", "mean difference", "t", "p", "seeds"]
+        .map(String::from)
+        .to_vec();
+    table(out, &header, rows);
+}
+
 fn amplification(out: &mut String, summaries: &[EstimatorSummary]) {
     let roles: Vec<String> = roles(summaries)
         .into_iter()
@@ -344,6 +440,7 @@ mod tests {
             eval_final: BTreeMap::from([("avg@2".into(), stats(reward, 0.0))]),
             amplification_mean: BTreeMap::from([("solver".into(), 1.5)]),
             amplification_max: BTreeMap::from([("solver".into(), 4.0)]),
+            runs: BTreeMap::new(),
         }
     }
 
@@ -366,17 +463,49 @@ mod tests {
             "Command: `drmas-host experiment --config base.toml`",
             "12 iterations, prompts_per_batch = 4, group_size = 4; seeds 0, 1",
             "exceeds 3× the median",
-            "| `grpo` | 2.00 ± 1.00 | 2.00 ± 1.00 |",
+            "seeds 0, 1. Statistics are the mean over seeds ± the half-width of its 95 % \
+             confidence interval",
+            "| `grpo` | 2.00 ± 8.98 | 2.00 ± 8.98 |",
             "| `drmas` | 12.5 | 2.50e-4 |",
-            "| `drmas` | 0.500 ± 0.050 | 0.500 ± 0.000 | 0.400 ± 0.000 | 0.250 ± 0.100 |",
+            "| `drmas` | 0.500 ± 0.449 | 0.500 ± 0.000 | 0.400 ± 0.000 | 0.250 ± 0.898 |",
             "`reward/penalised_mean`, last 3 | `invalid_rate/solver`, last 3 |",
             "| estimator | avg@2 before | avg@2 final |",
             "| `grpo` | 0.100 ± 0.000 | 0.250 ± 0.000 |",
             "| `grpo` | 1.50 | 4.00 |",
             "![reward](reward.png)",
-            "Fewest gradient-norm spikes per run (mean over seeds): `drmas` (0.50 ± 1.00).",
-            "Highest final training reward (mean over seeds): `drmas` (0.500 ± 0.050).",
+            "Fewest gradient-norm spikes per run (mean over seeds): `drmas` (0.50 ± 8.98).",
+            "Highest final training reward (mean over seeds): `drmas` (0.500 ± 0.449).",
             "Highest final eval avg@2 (mean over seeds): `drmas` (0.500 ± 0.000).",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn paired_comparisons_test_seed_by_seed_differences() {
+        // drmas beats grpo_step by 1, 2, 3, 4, 5 (eval avg@2 × 10 … as numbers) over five
+        // seeds: mean 3, t = 3√2 with 4 degrees of freedom.
+        let run = |eval: f64, reward: f64| RunSummary {
+            eval_final: BTreeMap::from([("avg@2".into(), eval)]),
+            final_reward_last: Some(reward),
+            ..RunSummary::default()
+        };
+        let mut drmas = summary("drmas", 0.0, 0.5);
+        let mut step = summary("grpo_step", 0.0, 0.5);
+        for seed in 0..5u64 {
+            let d = seed as f64 + 1.0;
+            drmas.runs.insert(seed, run(10.0 + d, 0.5));
+            step.runs.insert(seed, run(10.0, 0.5));
+        }
+        // A seed only one estimator ran is not paired.
+        drmas.runs.insert(9, run(100.0, 0.5));
+        let text = render(&ReportContext::default(), &[step, drmas]);
+        for needle in [
+            "## Paired comparisons",
+            "| `drmas` − `grpo_step`: agent identity (per-agent vs global statistics, per-step \
+             scores) | eval avg@2 final | +3.000 ± 1.963 | 4.24 | 0.013 | 5 |",
+            "| `drmas` − `grpo_step`: agent identity (per-agent vs global statistics, per-step \
+             scores) | `reward/mean`, last 3 | +0.000 ± 0.000 | 0.00 | 1.000 | 5 |",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }
@@ -403,7 +532,7 @@ mod tests {
             &[summary("grpo", 1.0, 0.5), summary("drmas", 1.0, 0.5)],
         );
         assert!(
-            text.contains("spikes per run (mean over seeds): `grpo` (1.00 ± 1.00) and `drmas`"),
+            text.contains("spikes per run (mean over seeds): `grpo` (1.00 ± 8.98) and `drmas`"),
             "{text}"
         );
     }

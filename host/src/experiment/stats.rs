@@ -1,5 +1,7 @@
-//! The statistics the experiment reports: median, mean ± standard deviation over seeds, and
-//! gradient-norm spikes.
+//! The statistics the experiment reports: median, mean with its 95 % interval over seeds,
+//! paired comparisons between estimators, and gradient-norm spikes.
+
+use super::student_t;
 
 /// An iteration is a spike when its gradient norm exceeds this many times the running median.
 pub const SPIKE_FACTOR: f64 = 3.0;
@@ -78,9 +80,65 @@ impl MeanStd {
         Some(Self { mean, std, n })
     }
 
-    /// `mean ± std` with `digits` decimals.
+    /// Half the width of the 95 % confidence interval of the mean (Student's t with n − 1
+    /// degrees of freedom); `None` for a single value.
+    pub fn ci95(&self) -> Option<f64> {
+        (self.n > 1).then(|| {
+            let n = self.n as f64;
+            student_t::two_sided_quantile(0.05, n - 1.0) * self.std / n.sqrt()
+        })
+    }
+
+    /// `mean ± h` with h the 95 % interval's half-width, `digits` decimals; the mean alone for
+    /// a single value.
     pub fn render(&self, digits: usize) -> String {
-        format!("{:.digits$} ± {:.digits$}", self.mean, self.std)
+        match self.ci95() {
+            Some(half) => format!("{:.digits$} ± {:.digits$}", self.mean, half),
+            None => format!("{:.digits$}", self.mean),
+        }
+    }
+}
+
+/// A paired comparison of two estimators over the seeds both ran: the differences a − b per
+/// seed, their mean with its 95 % interval, and the paired t-test's two-sided p-value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PairedTest {
+    /// Mean difference a − b.
+    pub mean: f64,
+    /// Half the width of its 95 % interval.
+    pub ci95: f64,
+    /// The t statistic (mean / (sd / √n)).
+    pub t: f64,
+    /// Two-sided p-value (Student's t, n − 1 degrees of freedom).
+    pub p: f64,
+    /// Pairs (seeds) compared.
+    pub n: usize,
+}
+
+impl PairedTest {
+    /// The test over `pairs` (a, b) of finite values; `None` with fewer than two pairs.
+    pub fn of(pairs: &[(f64, f64)]) -> Option<Self> {
+        let differences: Vec<f64> = pairs
+            .iter()
+            .filter(|(a, b)| a.is_finite() && b.is_finite())
+            .map(|(a, b)| a - b)
+            .collect();
+        let stats = MeanStd::of(&differences).filter(|s| s.n > 1)?;
+        let n = stats.n as f64;
+        let t = if stats.std > 0.0 {
+            stats.mean / (stats.std / n.sqrt())
+        } else if stats.mean == 0.0 {
+            0.0
+        } else {
+            stats.mean.signum() * f64::INFINITY
+        };
+        Some(Self {
+            mean: stats.mean,
+            ci95: stats.ci95().unwrap_or(0.0),
+            t,
+            p: student_t::two_sided_p(t, n - 1.0),
+            n: stats.n,
+        })
     }
 }
 
@@ -138,10 +196,38 @@ mod tests {
             })
         );
         assert_eq!(MeanStd::of(&[f64::NAN]), None);
+        // Two values: std √2, half-width 12.706 · √2 / √2.
         assert_eq!(
             MeanStd::of(&[1.0, 3.0]).map(|s| s.render(2)),
-            Some("2.00 ± 1.41".into())
+            Some("2.00 ± 12.71".into())
+        );
+        assert_eq!(
+            MeanStd::of(&[0.5]).map(|s| s.render(2)),
+            Some("0.50".into())
         );
         assert_eq!(mean(&[1.0, 2.0]), Some(1.5));
+    }
+
+    #[test]
+    fn paired_test_by_hand() {
+        // Differences {1, 2, 3, 4, 5}: mean 3, sd √2.5, t = 3 / (√2.5 / √5) = 3√2 ≈ 4.243 with
+        // 4 degrees of freedom (p ≈ 0.0132); half-width 2.776 · √0.5 ≈ 1.963.
+        let pairs: Vec<(f64, f64)> = (1..=5).map(|d| (f64::from(d) + 10.0, 10.0)).collect();
+        let test = PairedTest::of(&pairs).expect("five pairs");
+        assert_eq!(test.n, 5);
+        assert!((test.mean - 3.0).abs() < 1e-12);
+        assert!((test.t - 3.0 * 2f64.sqrt()).abs() < 1e-9);
+        assert!((test.p - 0.0132).abs() < 5e-4, "{}", test.p);
+        assert!((test.ci95 - 2.776 * 0.5f64.sqrt()).abs() < 1e-3);
+        // Identical runs: no difference, p = 1; a constant difference: p = 0.
+        assert_eq!(
+            PairedTest::of(&[(1.0, 1.0), (2.0, 2.0)]).map(|t| t.p),
+            Some(1.0)
+        );
+        assert_eq!(
+            PairedTest::of(&[(2.0, 1.0), (3.0, 2.0)]).map(|t| t.p),
+            Some(0.0)
+        );
+        assert_eq!(PairedTest::of(&[(2.0, 1.0)]), None);
     }
 }

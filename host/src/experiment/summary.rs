@@ -139,6 +139,8 @@ pub struct EstimatorSummary {
     pub amplification_mean: BTreeMap<String, f64>,
     /// Largest amplification per agent role over every seed's iterations.
     pub amplification_max: BTreeMap<String, f64>,
+    /// Each run's own summary, by seed, for paired comparisons between estimators.
+    pub runs: BTreeMap<u64, RunSummary>,
 }
 
 impl EstimatorSummary {
@@ -178,6 +180,7 @@ impl EstimatorSummary {
                     max
                 },
             ),
+            runs: records.iter().map(|r| r.seed).zip(runs).collect(),
         }
     }
 

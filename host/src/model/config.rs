@@ -146,7 +146,7 @@ impl LlamaConfig {
     /// architecture's HF defaults. Qwen2 always has q/k/v biases, Qwen3 always q/k norms.
     /// Fails naming the architecture when it is not supported, and naming the field when one
     /// is missing or inconsistent (heads that do not divide the hidden size, an unknown RoPE
-    /// scaling, sliding-window attention).
+    /// scaling, sliding-window attention) or a size is out of bounds ([`super::limits`]).
     pub fn from_json(json: &Value) -> Result<Self, ModelError> {
         let architecture = architecture(json)?;
         let mut filled = hf_defaults(architecture);
@@ -210,7 +210,7 @@ impl LlamaConfig {
             Some(TokenIds::One(id)) => vec![id],
             Some(TokenIds::Many(ids)) => ids,
         };
-        Ok(Self {
+        let config = Self {
             architecture,
             hidden_size: raw.hidden_size,
             intermediate_size: raw.intermediate_size,
@@ -228,7 +228,9 @@ impl LlamaConfig {
             qk_norm: architecture == Architecture::Qwen3,
             bos_token_id: raw.bos_token_id,
             eos_token_ids,
-        })
+        };
+        super::limits::check_sizes(&config)?;
+        Ok(config)
     }
 
     /// The HF `config.json` of this configuration (transformers 4 field names, which

@@ -63,6 +63,17 @@ pub enum ModelError {
         /// The number of values given.
         found: usize,
     },
+    /// A weight holding NaN or infinite values.
+    #[error(
+        "tensor {tensor} holds {count} NaN or infinite value(s); the file is corrupt or comes \
+         from a diverged training run"
+    )]
+    NonFinite {
+        /// The Hugging Face tensor name.
+        tensor: String,
+        /// How many of its values are not finite.
+        count: i64,
+    },
     /// A weight the model needs that the checkpoint does not have.
     #[error("tensor {0} is missing from the checkpoint")]
     MissingTensor(String),

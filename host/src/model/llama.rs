@@ -113,7 +113,9 @@ impl Llama {
 
     /// Builds the model `gguf` describes and copies its weights in (see [`load_into`]).
     pub fn from_gguf(gguf: &GgufModel, device: Device) -> Result<Self, ModelError> {
+        gguf.check_tensor_types()?;
         let config = LlamaConfig::from_json(&gguf.config_json()?)?;
+        super::config_fit::check_config_fits(&config, &gguf.hf_shapes(), gguf.file().path())?;
         let model = Self::new(config, device);
         load_into(&model.vs, gguf.tensors())?;
         Ok(model)

@@ -10,11 +10,12 @@ use tokenizers::Tokenizer;
 use super::chat_codec::ChatCodec;
 use super::chat_template::{ChatTemplate, TemplateMessage};
 use super::config::LlamaConfig;
+use super::config_fit::check_config_fits;
 use super::error::ModelError;
 use super::gguf::GgufModel;
 use super::hf_folder::{HfFolder, TOKENIZER_CONFIG_FILE};
 use super::llama::Llama;
-use super::safetensors_io::load_checkpoint;
+use super::safetensors_io::{checkpoint_shapes, load_checkpoint};
 use super::weights::load_into;
 
 /// A model with its tokenizer and chat template.
@@ -62,7 +63,9 @@ impl Pretrained {
 
     fn from_gguf(path: &Path, device: Device, kind: Kind) -> Result<Self, ModelError> {
         let gguf = GgufModel::open(path)?;
+        gguf.check_tensor_types()?;
         let config = LlamaConfig::from_json(&gguf.config_json()?).map_err(|e| e.in_file(path))?;
+        check_config_fits(&config, &gguf.hf_shapes(), path)?;
         let model = Llama::with_kind(config, device, kind);
         load_into(model.var_store(), gguf.tensors()).map_err(|e| match e {
             e @ ModelError::Gguf(_) => e,
@@ -86,6 +89,8 @@ impl Pretrained {
 
     fn from_hf_folder(dir: &Path, device: Device, kind: Kind) -> Result<Self, ModelError> {
         let folder = HfFolder::read(dir)?;
+        let (shapes, names_file) = checkpoint_shapes(dir)?;
+        check_config_fits(&folder.config, &shapes, &names_file)?;
         let tied = folder.config.tie_word_embeddings;
         let model = Llama::with_kind(folder.config, device, kind);
         // A tied checkpoint may still carry `lm_head.weight` (a copy of the embeddings), and

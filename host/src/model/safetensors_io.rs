@@ -13,6 +13,7 @@ use serde_json::{json, Map, Value};
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
+use super::config_fit::{Declared, Shapes};
 use super::error::ModelError;
 use super::weights::WeightSink;
 
@@ -70,6 +71,35 @@ pub fn checkpoint_files(dir: &Path) -> Result<(Vec<PathBuf>, PathBuf), ModelErro
         })
         .collect::<Result<_, _>>()?;
     Ok((files, index))
+}
+
+/// Every tensor's name and shape in the checkpoint in `dir`, from the files' headers alone (no
+/// weight is read), and the file that names the checkpoint's tensors (see [`checkpoint_files`]).
+pub fn checkpoint_shapes(dir: &Path) -> Result<(Shapes, PathBuf), ModelError> {
+    let (files, names_file) = checkpoint_files(dir)?;
+    let mut shapes = Shapes::new();
+    for path in &files {
+        let file = File::open(path).map_err(|e| ModelError::file(path, e))?;
+        // SAFETY: as in `load_file`: read-only, dropped before returning, never rewritten in place.
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| ModelError::file(path, e))?;
+        let (_, metadata) = SafeTensors::read_metadata(&map).map_err(|e| {
+            ModelError::file(
+                path,
+                format!(
+                    "not a valid safetensors file (truncated or corrupt?): {}",
+                    explain(&e)
+                ),
+            )
+        })?;
+        for (name, info) in metadata.tensors() {
+            let declared = Declared {
+                shape: info.shape.clone(),
+                file: path.clone(),
+            };
+            shapes.insert(name, declared);
+        }
+    }
+    Ok((shapes, names_file))
 }
 
 /// Loads the checkpoint in `dir` into the variables of `vs` (converting dtypes), skipping the

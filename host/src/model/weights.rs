@@ -43,10 +43,12 @@ impl WeightSink {
     }
 
     /// Copies `values` into the variable `name` (after [`WeightSink::check`]), converting
-    /// them to the variable's dtype and device.
+    /// them to the variable's dtype and device. Values that are not all finite are refused,
+    /// naming the tensor: a NaN or ∞ weight would make every output and gradient NaN.
     pub fn copy(&mut self, name: &str, values: &Tensor) -> Result<(), ModelError> {
         let shape: Vec<usize> = values.size().iter().map(|&d| d as usize).collect();
         self.check(name, &shape)?;
+        check_finite(name, values)?;
         if let Some(variable) = self.variables.get(name) {
             tch::no_grad(|| variable.shallow_clone().f_copy_(values))?;
         }
@@ -61,6 +63,26 @@ impl WeightSink {
             None => Ok(()),
         }
     }
+}
+
+/// Fails when `values` holds a NaN or ∞, naming the tensor and how many. One pass: the sum in
+/// f64 of finite f32/f16/bf16 values cannot overflow, so it is finite exactly when every value is.
+fn check_finite(name: &str, values: &Tensor) -> Result<(), ModelError> {
+    if values
+        .f_sum(tch::Kind::Double)?
+        .f_double_value(&[])?
+        .is_finite()
+    {
+        return Ok(());
+    }
+    let bad = values
+        .f_isfinite()?
+        .f_logical_not()?
+        .f_sum(tch::Kind::Int64)?;
+    Err(ModelError::NonFinite {
+        tensor: name.to_owned(),
+        count: bad.f_int64_value(&[])?,
+    })
 }
 
 /// Copies every tensor of `tensors` into the variable of `vs` of the same name.

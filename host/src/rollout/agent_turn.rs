@@ -64,13 +64,9 @@ pub(super) fn prepare(
             content: &m.content,
         })
         .collect();
-    let mut prompt = codecs[member.group]
-        .encode_chat(&template_messages)
+    let (prompt, truncated) = codecs[member.group]
+        .encode_chat_tail(&template_messages, max_prompt_tokens)
         .with_context(|| format!("prompt of role `{}`", member.role))?;
-    let truncated = prompt.len() > max_prompt_tokens;
-    if truncated {
-        prompt.drain(..prompt.len() - max_prompt_tokens);
-    }
     let response_prefix = messages
         .last()
         .filter(|m| m.role == "assistant")

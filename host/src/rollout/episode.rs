@@ -17,6 +17,10 @@ const MAX_CALLS_PER_EPISODE: usize = 256;
 pub struct EpisodeOutcome {
     /// The environment's reward for each step, in order.
     pub step_rewards: Vec<f64>,
+    /// A key of the state each step started from — a hash of the observation the team acted
+    /// on (the reset observation for step 0) — so steps of different episodes that met the
+    /// same state can be compared (GiGPO's anchor states). One per step begun.
+    pub step_states: Vec<u64>,
     /// The environment's metrics, the latest value of each name.
     pub metrics: Vec<Metric>,
     /// Environment steps taken.
@@ -37,6 +41,19 @@ impl EpisodeOutcome {
     pub fn step_reward(&self, step: usize) -> f64 {
         self.step_rewards.get(step).copied().unwrap_or(0.0)
     }
+
+    /// The state key of step `step` (see [`Self::step_states`]); 0 for a step never begun.
+    pub fn step_state(&self, step: usize) -> u64 {
+        self.step_states.get(step).copied().unwrap_or(0)
+    }
+}
+
+/// The state key of an observation: equal texts give equal keys within a run.
+fn state_key(observation: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    observation.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// A running episode.
@@ -73,7 +90,10 @@ impl EpisodeState {
             episode: reset.episode,
             pending: None,
             done: false,
-            outcome: EpisodeOutcome::default(),
+            outcome: EpisodeOutcome {
+                step_states: vec![state_key(&reset.observation)],
+                ..EpisodeOutcome::default()
+            },
         })
     }
 
@@ -115,6 +135,7 @@ impl EpisodeState {
                     if step.done {
                         self.done = true;
                     } else {
+                        self.outcome.step_states.push(state_key(&step.observation));
                         self.routing
                             .on_observation(&step.observation)
                             .map_err(PluginError::from)?;

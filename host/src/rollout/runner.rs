@@ -26,7 +26,7 @@ pub struct RolloutLimits {
 }
 
 /// Everything a rollout produced.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Rollout {
     /// Every agent call: each episode's calls in order, episodes in the order of the tasks
     /// under `async`, in generation order under `rounds`.

@@ -42,6 +42,7 @@ pub struct TrainerState {
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
     dir: PathBuf,
+    iteration: u32,
 }
 
 impl Checkpoint {
@@ -85,7 +86,7 @@ impl Checkpoint {
     pub fn latest(run_dir: &Path) -> anyhow::Result<Option<Self>> {
         Ok(complete(&run_dir.join("checkpoints"))?
             .pop()
-            .map(|(_, dir)| Self { dir }))
+            .map(|(iteration, dir)| Self { dir, iteration }))
     }
 
     /// Removes what a killed run may have left under `RUN/checkpoints`: staging folders of
@@ -113,6 +114,11 @@ impl Checkpoint {
     /// The folder.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The iteration it was saved after.
+    pub fn iteration(&self) -> u32 {
+        self.iteration
     }
 
     /// Loads every group's weights and optimizer state; returns the trainer state.

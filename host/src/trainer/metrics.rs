@@ -123,6 +123,20 @@ fn truncate_jsonl(path: &Path, iteration: Option<u32>) -> anyhow::Result<()> {
         .with_context(|| format!("rewriting {}", path.display()))
 }
 
+/// Dynamic sampling's counts: the prompt groups rolled out (`dynamic_sampling/generated_groups`)
+/// and those kept for training (`dynamic_sampling/kept_groups`), the rest having no reward
+/// spread or arriving after the batch was full.
+pub(super) fn record_dynamic_sampling(
+    metrics: &mut Metrics,
+    generated: &Rollout,
+    kept: &Rollout,
+    group_size: usize,
+) {
+    let groups = |rollout: &Rollout| (rollout.episodes.len() / group_size.max(1)) as f64;
+    metrics.set("dynamic_sampling/generated_groups", groups(generated));
+    metrics.set("dynamic_sampling/kept_groups", groups(kept));
+}
+
 /// The rollout's rewards, calls per agent (count, invalid rate, response length), environment
 /// metrics, timing and batching.
 pub(super) fn record_rollout(
@@ -193,6 +207,7 @@ pub(super) fn record_advantages(
     advantages: &[f64],
     team: &[TeamMember],
 ) {
+    metrics.set("advantage/calls", samples.len() as f64);
     metrics.set(
         "reward/penalised_mean",
         rewards.iter().sum::<f64>() / rewards.len().max(1) as f64,

@@ -3,9 +3,11 @@
 //! metrics and checkpoints along the way.
 
 mod checkpoint;
+mod dynamic_sampling;
 mod eval;
 mod fleet;
 mod metrics;
+pub mod run_folder;
 mod setup;
 mod task_order;
 mod worker_group;
@@ -18,11 +20,12 @@ use drmas_sdk::{Environment, Orchestra, Task};
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub use checkpoint::Checkpoint;
+use dynamic_sampling::{append, groups_with_spread, keep_groups};
 pub use eval::{score, EvalReport, SourceScore, SOLVED_REWARD};
 pub use fleet::probe_servers;
 use metrics::{
-    iteration_line, record_advantages, record_eval, record_rollout, record_update,
-    record_update_time,
+    iteration_line, record_advantages, record_dynamic_sampling, record_eval, record_rollout,
+    record_update, record_update_time,
 };
 pub use metrics::{Metrics, MetricsLog};
 pub use setup::Phase;
@@ -37,7 +40,7 @@ use crate::plugins::Hosted;
 use crate::preflight::{resolve_model, Plan};
 use crate::rng::SeededRng;
 use crate::rollout::{self, Rollout, RolloutLimits, TeamMember};
-use crate::update::{update_group, warmup_lr, AgentTraining, Reference, UpdateReport};
+use crate::update::{update_group, warmup_lr, AgentTraining, NonFinite, Reference, UpdateReport};
 
 /// Sequences in one generation batch at most (bounds KV-cache memory).
 const MAX_GENERATION_BATCH: usize = 64;
@@ -302,25 +305,24 @@ impl Trainer {
     fn train_iteration(&mut self) -> anyhow::Result<Metrics> {
         let mut metrics = Metrics::new(self.iteration);
         let group_size = self.config.rollout.group_size;
-        let picks = self.order.next_batch(self.config.rollout.prompts_per_batch);
-        let batch: Vec<Task> = picks.iter().map(|&i| self.train_tasks[i].clone()).collect();
-        let tasks: Vec<&Task> = batch
-            .iter()
-            .flat_map(|task| std::iter::repeat_n(task, group_size))
-            .collect();
 
         let started = Instant::now();
-        let rollout = self.rollout(&tasks, "rollout")?;
+        let sampled = self.sample_groups()?;
         record_rollout(
             &mut metrics,
-            &rollout,
+            &sampled.generated,
             &self.team,
             started.elapsed().as_secs_f64(),
         );
-        self.write_samples(&rollout, &batch, group_size)?;
+        if let Some(kept) = &sampled.kept {
+            record_dynamic_sampling(&mut metrics, &sampled.generated, kept, group_size);
+        }
+        self.write_samples(&sampled.generated, &sampled.tasks, group_size)?;
+        let rollout = sampled.batch();
 
-        let samples = self.samples(&rollout);
-        let rewards = self.penalty.apply(&samples);
+        let samples = self.samples(rollout);
+        let mut rewards = self.penalty.apply(&samples);
+        self.shape_overlong(rollout, &mut rewards, &mut metrics);
         let advantages = self.estimator.advantages(&samples, &rewards);
         record_advantages(&mut metrics, &samples, &rewards, &advantages, &self.team);
 
@@ -328,7 +330,7 @@ impl Trainer {
         let bar = phase_bar(self.groups.len() as u64, "update");
         let mut trained_tokens = 0;
         for index in 0..self.groups.len() {
-            let (report, lr) = self.update(index, &rollout, &advantages)?;
+            let (report, lr) = self.update(index, rollout, &advantages)?;
             trained_tokens += report.forward_tokens;
             record_update(&mut metrics, &self.groups[index], &report, lr, &self.team);
             bar.inc(1);
@@ -349,6 +351,73 @@ impl Trainer {
         Ok(metrics)
     }
 
+    /// The iteration's rollouts: the next `prompts_per_batch` prompts, each `group_size` times;
+    /// with dynamic sampling, as many such rollouts as it takes (up to its cap) to fill the batch
+    /// with prompt groups whose episode rewards differ.
+    fn sample_groups(&mut self) -> anyhow::Result<SampledGroups> {
+        let prompts = self.config.rollout.prompts_per_batch;
+        let group_size = self.config.rollout.group_size;
+        let dynamic = self.config.algorithm.dynamic_sampling;
+        let mut sampled = SampledGroups::default();
+        let mut keep = Vec::new();
+        let mut kept_groups = 0;
+        let rounds = if dynamic.enabled {
+            dynamic.max_rollout_batches.max(1)
+        } else {
+            1
+        };
+        for _ in 0..rounds {
+            let picks = self.order.next_batch(prompts);
+            let batch: Vec<Task> = picks.iter().map(|&i| self.train_tasks[i].clone()).collect();
+            let tasks: Vec<&Task> = batch
+                .iter()
+                .flat_map(|task| std::iter::repeat_n(task, group_size))
+                .collect();
+            let rollout = self.rollout(&tasks, "rollout")?;
+            for spread in groups_with_spread(&rollout, group_size) {
+                let take = spread && kept_groups < prompts;
+                kept_groups += usize::from(take);
+                keep.push(take);
+            }
+            append(&mut sampled.generated, rollout);
+            sampled.tasks.extend(batch);
+            if kept_groups == prompts {
+                break;
+            }
+        }
+        if dynamic.enabled {
+            sampled.kept = Some(keep_groups(sampled.generated.clone(), &keep, group_size));
+            if kept_groups < prompts {
+                tracing::warn!(
+                    "dynamic sampling: {kept_groups} of {prompts} prompt groups with reward \
+                     spread after {rounds} rollouts ([algorithm.dynamic_sampling] \
+                     max_rollout_batches); training on those"
+                );
+            }
+        }
+        Ok(sampled)
+    }
+
+    /// Adds DAPO's overlong penalty to each call's reward (`rewards` is aligned with
+    /// `rollout.calls`) and records its mean, when `[algorithm.overlong_penalty]` is on.
+    fn shape_overlong(&self, rollout: &Rollout, rewards: &mut [f64], metrics: &mut Metrics) {
+        let shaping = self.config.algorithm.overlong_penalty;
+        if shaping.buffer == 0 {
+            return;
+        }
+        let mut total = 0.0;
+        for (call, reward) in rollout.calls.iter().zip(rewards.iter_mut()) {
+            let penalty =
+                shaping.penalty(call.response.len(), self.team[call.agent].max_new_tokens);
+            *reward += penalty;
+            total += penalty;
+        }
+        metrics.set(
+            "reward/overlong_penalty_mean",
+            total / rewards.len().max(1) as f64,
+        );
+    }
+
     /// One training sample per agent call of `rollout`, for the estimator.
     fn samples(&self, rollout: &Rollout) -> Vec<Sample> {
         let group_size = self.config.rollout.group_size;
@@ -363,6 +432,7 @@ impl Trainer {
                 reward: rollout.episodes[call.episode].reward(),
                 step: call.step as u16,
                 step_reward: rollout.episodes[call.episode].step_reward(call.step),
+                state: rollout.episodes[call.episode].step_state(call.step),
                 valid: call.valid,
                 padding: false,
             })
@@ -410,11 +480,21 @@ impl Trainer {
             lr,
         )
         .with_context(|| format!("updating worker group `{}`", group.name))?;
-        if report.skipped {
+        if let Some(reason) = &report.skipped {
             self.skipped_steps += 1;
+            let what = match reason {
+                NonFinite::Loss { agent } => format!(
+                    "the loss of agent `{}`'s calls is not finite",
+                    self.team[*agent].role
+                ),
+                NonFinite::Gradient { parameter } => {
+                    format!("the gradient of {parameter} (the first such parameter) is not finite")
+                }
+            };
             tracing::warn!(
-                "worker group `{}`: non-finite loss or gradient at iteration {}; step skipped \
-                 ({} skipped so far)",
+                "worker group `{}`, iteration {}: {what}; the optimizer step was skipped ({} \
+                 skipped so far). Check the group's learning_rate, its model's weights and the \
+                 rewards",
                 group.name,
                 self.iteration,
                 self.skipped_steps
@@ -570,6 +650,24 @@ fn weight_version(iteration: u32) -> String {
 }
 
 /// A progress bar on stderr for one phase (drawn only when stderr is a terminal).
+/// What an iteration rolled out, and what it trains on.
+#[derive(Debug, Default)]
+struct SampledGroups {
+    /// Every episode rolled out, in prompt groups of `group_size`.
+    generated: Rollout,
+    /// The task of each prompt group of `generated`.
+    tasks: Vec<Task>,
+    /// Under dynamic sampling, the groups of `generated` kept for training.
+    kept: Option<Rollout>,
+}
+
+impl SampledGroups {
+    /// The rollout the iteration trains on.
+    fn batch(&self) -> &Rollout {
+        self.kept.as_ref().unwrap_or(&self.generated)
+    }
+}
+
 fn phase_bar(len: u64, label: &str) -> ProgressBar {
     let bar = ProgressBar::new(len);
     if let Ok(style) =

@@ -155,6 +155,10 @@ pub fn agent_training(config: &RunConfig) -> Vec<AgentTraining> {
             if let Some(v) = section.kl_coef {
                 loss.kl_coef = v;
             }
+            let max_new_tokens = section
+                .max_new_tokens
+                .unwrap_or(config.rollout.max_response_tokens);
+            loss.loss_scale_factor.get_or_insert(max_new_tokens as f64);
             AgentTraining {
                 loss,
                 micro_batch_size: section.micro_batch_size.unwrap_or(group.micro_batch_size),

@@ -50,6 +50,11 @@ impl AdamW {
         self.params.iter().map(|(_, p)| p)
     }
 
+    /// The name of the `index`-th parameter (in [`Self::params`] order).
+    pub fn param_name(&self, index: usize) -> Option<&str> {
+        self.params.get(index).map(|(name, _)| name.as_str())
+    }
+
     /// Moves the moments to `device` (the parameters move with their model, see
     /// [`crate::model::llama::Llama::to_device`]); values, dtypes and the step count are kept.
     pub fn to_device(&mut self, device: tch::Device) {

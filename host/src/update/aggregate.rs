@@ -1,30 +1,76 @@
-//! Reducing per-token values to one number, as verl's `agg_loss` does.
+//! Reducing per-token values to one number, as verl's `agg_loss` does — over the whole
+//! mini-batch, whatever micro-batches it is split into.
 
-use tch::Tensor;
+use tch::{Kind, Tensor};
 
 use crate::config::LossAggregation;
 
-/// Reduces `values` [B, T] over the response tokens marked by `mask` [B, T] (1.0 / 0.0).
+/// The sizes of the mini-batch (every call one optimizer step trains on) that a micro-batch
+/// belongs to.
 ///
-/// - `token-mean`: Σ v·m / Σ m over the whole batch — every token weighs the same;
-/// - `seq-mean-token-sum`: each sequence's Σ v·m, averaged over sequences;
-/// - `seq-mean-token-mean`: each sequence's mean over its tokens, averaged over sequences.
-///
-/// Sequences without a response token (an empty mask row) count as zero in the sequence modes,
-/// and an all-empty mask gives 0 rather than NaN.
-pub fn aggregate(values: &Tensor, mask: &Tensor, mode: LossAggregation) -> Tensor {
-    let masked = values * mask;
-    let kind = masked.kind();
-    match mode {
-        LossAggregation::TokenMean => masked.sum(kind) / mask.sum(kind).clamp_min(1.0),
-        LossAggregation::SeqMeanTokenSum => masked
-            .sum_dim_intlist([1i64].as_slice(), false, kind)
-            .mean(kind),
-        LossAggregation::SeqMeanTokenMean => {
-            let tokens = mask
-                .sum_dim_intlist([1i64].as_slice(), false, kind)
-                .clamp_min(1.0);
-            (masked.sum_dim_intlist([1i64].as_slice(), false, kind) / tokens).mean(kind)
+/// A micro-batch's sums are divided by these totals rather than by its own sizes, so the
+/// micro-batches' losses (and gradients) add up to the mini-batch's taken at once, whatever
+/// the micro-batch size or how calls are grouped into micro-batches.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchTotals {
+    /// Calls (sequences) in the mini-batch.
+    pub sequences: f64,
+    /// Response tokens in the mini-batch.
+    pub tokens: f64,
+}
+
+impl BatchTotals {
+    /// The totals of a batch trained at once, from its response mask `[B, T]`.
+    pub fn of_mask(mask: &Tensor) -> Self {
+        Self {
+            sequences: mask.size()[0] as f64,
+            tokens: mask.sum(Kind::Double).double_value(&[]),
+        }
+    }
+}
+
+/// How per-token values reduce to one number: the mode, the constant of the `-norm` mode, and
+/// the mini-batch totals.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Aggregation {
+    /// The reduction.
+    pub mode: LossAggregation,
+    /// The constant `seq-mean-token-sum-norm` divides by (Dr. GRPO's fixed length; verl's
+    /// `loss_scale_factor`); `None` takes the micro-batch's padded response length, as verl.
+    pub scale_factor: Option<f64>,
+    /// The mini-batch's sizes.
+    pub totals: BatchTotals,
+}
+
+impl Aggregation {
+    /// Reduces `values` [B, T] over the response tokens marked by `mask` [B, T] (1.0 / 0.0),
+    /// with N the mini-batch's sequences and M its response tokens:
+    ///
+    /// - `token-mean`: Σ v·m / M — every token of the mini-batch weighs the same;
+    /// - `seq-mean-token-sum`: Σ over sequences of Σ v·m, / N;
+    /// - `seq-mean-token-mean`: Σ over sequences of their token mean, / N;
+    /// - `seq-mean-token-sum-norm`: Σ v·m / (N · C) with C the fixed `scale_factor` (Dr. GRPO).
+    ///
+    /// Sequences without a response token (an empty mask row) count as zero, and empty totals
+    /// give 0 rather than NaN.
+    pub fn reduce(&self, values: &Tensor, mask: &Tensor) -> Tensor {
+        let masked = values * mask;
+        let kind = masked.kind();
+        let sequences = self.totals.sequences.max(1.0);
+        match self.mode {
+            LossAggregation::TokenMean => masked.sum(kind) / self.totals.tokens.max(1.0),
+            LossAggregation::SeqMeanTokenSum => masked.sum(kind) / sequences,
+            LossAggregation::SeqMeanTokenMean => {
+                let tokens = mask
+                    .sum_dim_intlist([1i64].as_slice(), false, kind)
+                    .clamp_min(1.0);
+                (masked.sum_dim_intlist([1i64].as_slice(), false, kind) / tokens).sum(kind)
+                    / sequences
+            }
+            LossAggregation::SeqMeanTokenSumNorm => {
+                let constant = self.scale_factor.unwrap_or(mask.size()[1] as f64).max(1.0);
+                masked.sum(kind) / (sequences * constant)
+            }
         }
     }
 }

@@ -57,11 +57,12 @@ impl GradientLedger {
         global_norm(&self.params)
     }
 
-    /// Whether every gradient is finite (a NaN or ∞ means the step must be skipped).
-    pub fn all_finite(&self) -> bool {
-        self.params.iter().all(|p| {
+    /// The index (in [`Self::params`]) of the first tensor whose gradient holds a NaN or ∞,
+    /// which means the step must be skipped; `None` when every gradient is finite.
+    pub fn first_non_finite(&self) -> Option<usize> {
+        self.params.iter().position(|p| {
             let grad = p.grad();
-            !grad.defined() || grad.isfinite().all().int64_value(&[]) == 1
+            grad.defined() && grad.isfinite().all().int64_value(&[]) == 0
         })
     }
 
@@ -171,9 +172,9 @@ mod tests {
         let before = ledger.clip(1.0);
         assert!(before > 1.0);
         assert!((ledger.norm() - 1.0).abs() < 1e-4, "{}", ledger.norm());
-        assert!(ledger.all_finite());
+        assert_eq!(ledger.first_non_finite(), None);
 
         (losses(&model).0 * f64::NAN).backward();
-        assert!(!ledger.all_finite());
+        assert_eq!(ledger.first_non_finite(), Some(0));
     }
 }

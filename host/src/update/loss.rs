@@ -3,11 +3,11 @@
 
 use tch::{Kind, Tensor};
 
-use super::{aggregate, kl_penalty};
+use super::{kl_penalty, Aggregation, BatchTotals};
 use crate::config::LossSection;
 
 /// One micro-batch's inputs, all `[B, T]` over response positions except `advantages` (`[B]`:
-/// one per sample, broadcast over its tokens).
+/// one per sample, broadcast over its tokens) and `totals`.
 pub struct LossInputs<'a> {
     /// Log-probabilities of the sampled tokens under the current policy (with autograd).
     pub logprobs: &'a Tensor,
@@ -21,9 +21,12 @@ pub struct LossInputs<'a> {
     pub entropy: Option<&'a Tensor>,
     /// Reference log-probabilities, when the KL term is on.
     pub ref_logprobs: Option<&'a Tensor>,
+    /// The sizes of the mini-batch this micro-batch belongs to (its own for a whole batch).
+    pub totals: BatchTotals,
 }
 
-/// Numbers for the metrics, detached.
+/// Numbers for the metrics, detached: this micro-batch's share of the mini-batch's values, so
+/// the micro-batches' stats add up to the mini-batch's.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct LossStats {
     /// The clipped surrogate alone.
@@ -38,20 +41,25 @@ pub struct LossStats {
     pub entropy: f64,
 }
 
-/// The scalar loss to back-propagate under `settings` (a worker group's `[algorithm.loss]`, with
-/// an agent's overrides applied), and its parts for the metrics.
+/// This micro-batch's share of the scalar loss to back-propagate under `settings` (a worker
+/// group's `[algorithm.loss]`, with an agent's overrides applied), and its parts for the metrics.
 pub fn policy_loss(settings: &LossSection, inputs: &LossInputs<'_>) -> (Tensor, LossStats) {
     let mask = inputs.mask;
+    let aggregation = Aggregation {
+        mode: settings.aggregation,
+        scale_factor: settings.loss_scale_factor,
+        totals: inputs.totals,
+    };
     let advantages = inputs.advantages.unsqueeze(1);
     let ratio = (inputs.logprobs - inputs.old_logprobs).exp();
 
     let unclipped = -&advantages * &ratio;
     let clipped = -&advantages * ratio.clamp(1.0 - settings.clip_low, 1.0 + settings.clip_high);
     let mut token_losses = unclipped.maximum(&clipped);
-    let token_count = mask.sum(Kind::Double).clamp_min(1.0);
+    let token_count = inputs.totals.tokens.max(1.0);
     let clip_fraction = (clipped.gt_tensor(&unclipped).to_kind(Kind::Double) * mask)
         .sum(Kind::Double)
-        / &token_count;
+        / token_count;
 
     let mut dual_clip_fraction = 0.0;
     if settings.dual_clip > 1.0 {
@@ -62,11 +70,11 @@ pub fn policy_loss(settings: &LossSection, inputs: &LossInputs<'_>) -> (Tensor, 
             .logical_and(&token_losses.gt_tensor(&bound))
             .to_kind(Kind::Double)
             * mask;
-        dual_clip_fraction = (hit.sum(Kind::Double) / &token_count).double_value(&[]);
+        dual_clip_fraction = (hit.sum(Kind::Double) / token_count).double_value(&[]);
         token_losses = bounded.where_self(&negative, &token_losses);
     }
 
-    let policy_loss = aggregate(&token_losses, mask, settings.aggregation);
+    let policy_loss = aggregation.reduce(&token_losses, mask);
     // The regularisers, added to the surrogate at the end.
     let mut terms = Vec::with_capacity(2);
     let mut stats = LossStats {
@@ -76,17 +84,16 @@ pub fn policy_loss(settings: &LossSection, inputs: &LossInputs<'_>) -> (Tensor, 
         ..LossStats::default()
     };
     if let Some(entropy) = inputs.entropy {
-        let entropy = aggregate(entropy, mask, settings.aggregation);
+        let entropy = aggregation.reduce(entropy, mask);
         stats.entropy = entropy.double_value(&[]);
         if settings.entropy_coef != 0.0 {
             terms.push(entropy * -settings.entropy_coef);
         }
     }
     if let Some(reference) = inputs.ref_logprobs {
-        let kl = aggregate(
+        let kl = aggregation.reduce(
             &kl_penalty(inputs.logprobs, reference, settings.kl_type),
             mask,
-            settings.aggregation,
         );
         stats.kl = kl.double_value(&[]);
         if settings.kl_coef != 0.0 {

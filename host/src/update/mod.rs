@@ -10,9 +10,9 @@ mod loss;
 mod step;
 
 pub use adamw::{warmup_lr, AdamW};
-pub use aggregate::aggregate;
+pub use aggregate::{Aggregation, BatchTotals};
 pub use batch::TrainingBatch;
 pub use grad_norm::{global_norm, GradientLedger};
 pub use kl::kl_penalty;
 pub use loss::{policy_loss, LossInputs, LossStats};
-pub use step::{update_group, AgentTraining, Reference, UpdateReport};
+pub use step::{update_group, AgentTraining, NonFinite, Reference, UpdateReport};

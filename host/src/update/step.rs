@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use tch::{Kind, Tensor};
 
-use super::{policy_loss, AdamW, GradientLedger, LossInputs, LossStats, TrainingBatch};
+use super::{
+    policy_loss, AdamW, BatchTotals, GradientLedger, LossInputs, LossStats, TrainingBatch,
+};
 use crate::config::LossSection;
 use crate::model::error::ModelError;
 use crate::model::llama::Llama;
@@ -34,6 +36,21 @@ pub enum Reference<'a> {
     Base,
 }
 
+/// The first value that was not finite in a skipped step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NonFinite {
+    /// The policy loss of a micro-batch of this agent's calls (agent index).
+    Loss {
+        /// The agent (index in the team).
+        agent: usize,
+    },
+    /// The gradient of this parameter (its name in the model or adapter store).
+    Gradient {
+        /// The parameter's name.
+        parameter: String,
+    },
+}
+
 /// What one update did.
 #[derive(Debug, Clone, Default)]
 pub struct UpdateReport {
@@ -41,10 +58,10 @@ pub struct UpdateReport {
     pub grad_norm: f64,
     /// Each agent's own gradient norm (what its calls alone contributed), by agent index.
     pub agent_grad_norms: BTreeMap<usize, f64>,
-    /// Loss parts, averaged over micro-batches weighted by their calls.
+    /// Loss parts over all the group's calls (the micro-batches' shares added up).
     pub stats: LossStats,
-    /// Whether the step was skipped because the loss or a gradient was not finite.
-    pub skipped: bool,
+    /// Why the step was skipped, when the loss or a gradient was not finite.
+    pub skipped: Option<NonFinite>,
     /// Calls trained on.
     pub calls: usize,
     /// Response tokens trained on.
@@ -57,9 +74,10 @@ pub struct UpdateReport {
 /// `advantages`.
 ///
 /// Calls are grouped by agent (each agent's settings from `agents[call.agent]`) and sorted by
-/// length so micro-batches carry little padding. Each micro-batch's loss is weighted by its
-/// share of the group's calls, so accumulation equals one big batch; an agent's gradient norm
-/// is the norm of what its micro-batches accumulated. The step is skipped, gradients dropped,
+/// length so micro-batches carry little padding. Each micro-batch's sums are divided by the
+/// whole group's call and token counts ([`BatchTotals`]), so the accumulated gradient is that of
+/// one batch of every call, whatever the micro-batch size; an agent's gradient norm is the norm
+/// of what its micro-batches accumulated. The step is skipped, gradients dropped,
 /// when the loss or any gradient is not finite. `reference` gives the KL term's
 /// log-probabilities. An agent with a LoRA adapter trains through it (dropout on), so only its
 /// adapter receives its calls' gradients.
@@ -86,10 +104,14 @@ pub fn update_group(
     for (index, call) in calls.iter().enumerate() {
         by_agent.entry(call.agent).or_default().push(index);
     }
+    let totals = BatchTotals {
+        sequences: calls.len() as f64,
+        tokens: calls.iter().map(|c| c.response.len()).sum::<usize>() as f64,
+    };
     let several_agents = by_agent.len() > 1;
     optimizer.zero_grad();
     let mut ledger = GradientLedger::new(optimizer.params().map(Tensor::shallow_clone).collect());
-    let mut finite_loss = true;
+    let mut non_finite = None;
     for (&agent, indices) in &mut by_agent {
         let settings = &agents[agent];
         // Calls with the same prompt side by side, so a micro-batch trains their prompt once;
@@ -111,10 +133,11 @@ pub fn update_group(
             let micro: Vec<&AgentCall> = chunk.iter().map(|&i| calls[i]).collect();
             let micro_advantages: Vec<f64> = chunk.iter().map(|&i| advantages[i]).collect();
             let batch = TrainingBatch::new(&micro, &micro_advantages, device);
-            let weight = chunk.len() as f64 / calls.len() as f64;
-            let stats = accumulate(model, reference, &batch, settings, weight)?;
-            finite_loss &= stats.policy_loss.is_finite();
-            report.stats = add_weighted(report.stats, stats, weight);
+            let stats = accumulate(model, reference, &batch, settings, totals)?;
+            if non_finite.is_none() && !stats.policy_loss.is_finite() {
+                non_finite = Some(NonFinite::Loss { agent });
+            }
+            report.stats = add(report.stats, stats);
             report.response_tokens += batch.response_tokens;
             report.forward_tokens += batch.forward_tokens;
         }
@@ -125,8 +148,15 @@ pub fn update_group(
         };
         report.agent_grad_norms.insert(agent, norm);
     }
-    if !finite_loss || !ledger.all_finite() {
-        report.skipped = true;
+    let non_finite = non_finite.or_else(|| {
+        let index = ledger.first_non_finite()?;
+        let parameter = optimizer
+            .param_name(index)
+            .map_or_else(|| format!("parameter {index}"), str::to_owned);
+        Some(NonFinite::Gradient { parameter })
+    });
+    if non_finite.is_some() {
+        report.skipped = non_finite;
         report.grad_norm = f64::NAN;
         optimizer.zero_grad();
         return Ok(report);
@@ -138,13 +168,13 @@ pub fn update_group(
 }
 
 /// Forward and backward of one micro-batch of an agent's calls (trained with its `settings`),
-/// the loss scaled by `weight`.
+/// its loss its share of the mini-batch of `totals`.
 fn accumulate(
     model: &Llama,
     reference: Reference<'_>,
     batch: &TrainingBatch,
     settings: &AgentTraining,
-    weight: f64,
+    totals: BatchTotals,
 ) -> Result<LossStats, ModelError> {
     let loss = &settings.loss;
     let logits = batch.response_logits(model, settings.adapter, true)?;
@@ -170,18 +200,19 @@ fn accumulate(
             mask: &batch.response_mask,
             entropy: entropy.as_ref(),
             ref_logprobs: ref_logprobs.as_ref(),
+            totals,
         },
     );
-    (value.to_kind(Kind::Float) * weight).backward();
+    value.to_kind(Kind::Float).backward();
     Ok(stats)
 }
 
-fn add_weighted(total: LossStats, part: LossStats, weight: f64) -> LossStats {
+fn add(total: LossStats, part: LossStats) -> LossStats {
     LossStats {
-        policy_loss: total.policy_loss + weight * part.policy_loss,
-        clip_fraction: total.clip_fraction + weight * part.clip_fraction,
-        dual_clip_fraction: total.dual_clip_fraction + weight * part.dual_clip_fraction,
-        kl: total.kl + weight * part.kl,
-        entropy: total.entropy + weight * part.entropy,
+        policy_loss: total.policy_loss + part.policy_loss,
+        clip_fraction: total.clip_fraction + part.clip_fraction,
+        dual_clip_fraction: total.dual_clip_fraction + part.dual_clip_fraction,
+        kl: total.kl + part.kl,
+        entropy: total.entropy + part.entropy,
     }
 }

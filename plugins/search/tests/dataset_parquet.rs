@@ -463,6 +463,7 @@ fn limit_keeps_the_first_parquet_tasks() {
     let two_skipping = LoadOptions {
         limit: Some(2),
         skip_malformed: true,
+        ..LoadOptions::default()
     };
     let dataset = load_qa_parquet(&bad, &two_skipping).expect("load");
     assert_eq!(dataset.tasks.len(), 2);

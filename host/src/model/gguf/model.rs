@@ -56,6 +56,34 @@ impl GgufModel {
         Ok(Self { file, arch, names })
     }
 
+    /// Fails naming the first tensor whose type this loader cannot dequantise; reads the header
+    /// alone, so a file that could never load is refused before any weight is read.
+    pub fn check_tensor_types(&self) -> Result<(), GgufError> {
+        match self.file.tensors().iter().find(|t| t.ty.layout().is_none()) {
+            Some(tensor) => Err(GgufError::UnsupportedType {
+                path: self.file.path().to_owned(),
+                tensor: tensor.name.clone(),
+                ty: tensor.ty.name(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Every tensor's Hugging Face name and shape, from the header alone.
+    pub fn hf_shapes(&self) -> crate::model::config_fit::Shapes {
+        self.names
+            .iter()
+            .zip(self.file.tensors())
+            .map(|(name, info)| {
+                let declared = crate::model::config_fit::Declared {
+                    shape: info.shape(),
+                    file: self.file.path().to_owned(),
+                };
+                (name.hf.clone(), declared)
+            })
+            .collect()
+    }
+
     /// The underlying file (raw tensor infos, bytes and GGUF-order dequantisation).
     pub fn file(&self) -> &GgufFile {
         &self.file

@@ -1,5 +1,6 @@
 use super::*;
 use crate::config::{KlType, LossAggregation};
+use crate::update::BatchTotals;
 
 fn t(rows: &[&[f32]]) -> Tensor {
     let flat: Vec<f32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
@@ -39,6 +40,7 @@ fn at_ratio_one_the_loss_is_minus_the_mean_advantage_under_each_aggregation() {
         mask: &mask(),
         entropy: None,
         ref_logprobs: None,
+        totals: BatchTotals::of_mask(&mask()),
     };
     // token-mean: tokens weigh equally: −(3·2 + 1·(−1)) / 4.
     let (value, stats) = policy_loss(&loss(LossAggregation::TokenMean), &inputs);
@@ -50,6 +52,68 @@ fn at_ratio_one_the_loss_is_minus_the_mean_advantage_under_each_aggregation() {
     // seq-mean-token-mean: mean over samples of −A.
     let (value, _) = policy_loss(&loss(LossAggregation::SeqMeanTokenMean), &inputs);
     close(value.double_value(&[]), -(2.0 - 1.0) / 2.0);
+    // seq-mean-token-sum-norm: Σ −A·tokens / (samples × C), C = 8 here.
+    let mut norm = loss(LossAggregation::SeqMeanTokenSumNorm);
+    norm.loss_scale_factor = Some(8.0);
+    let (value, _) = policy_loss(&norm, &inputs);
+    close(value.double_value(&[]), -(2.0 * 3.0 - 1.0) / (2.0 * 8.0));
+    // Without a constant: the padded response length (3), as verl.
+    norm.loss_scale_factor = None;
+    let (value, _) = policy_loss(&norm, &inputs);
+    close(value.double_value(&[]), -(2.0 * 3.0 - 1.0) / (2.0 * 3.0));
+}
+
+#[test]
+fn micro_batch_shares_add_up_to_the_whole_batch_under_each_aggregation() {
+    // The two samples as two micro-batches of one, each divided by the whole batch's totals:
+    // their losses and stats add up to the batch's.
+    let logprobs = t(&[&[-1.0, -2.0, -0.5], &[-0.3, -9.0, -9.0]]);
+    let old = t(&[&[-1.3, -1.7, -0.5], &[-0.6, -9.0, -9.0]]);
+    let advantages = Tensor::from_slice(&[2.0f32, -1.0]);
+    let whole_mask = mask();
+    let totals = BatchTotals::of_mask(&whole_mask);
+    for mode in [
+        LossAggregation::TokenMean,
+        LossAggregation::SeqMeanTokenSum,
+        LossAggregation::SeqMeanTokenMean,
+        LossAggregation::SeqMeanTokenSumNorm,
+    ] {
+        let mut settings = loss(mode);
+        settings.loss_scale_factor = Some(5.0);
+        let run = |rows: std::ops::Range<i64>| {
+            let (logprobs, old, mask) = (
+                logprobs.narrow(0, rows.start, rows.end - rows.start),
+                old.narrow(0, rows.start, rows.end - rows.start),
+                whole_mask.narrow(0, rows.start, rows.end - rows.start),
+            );
+            let advantages = advantages.narrow(0, rows.start, rows.end - rows.start);
+            let (value, stats) = policy_loss(
+                &settings,
+                &LossInputs {
+                    logprobs: &logprobs,
+                    old_logprobs: &old,
+                    advantages: &advantages,
+                    mask: &mask,
+                    entropy: None,
+                    ref_logprobs: None,
+                    totals,
+                },
+            );
+            (value.double_value(&[]), stats)
+        };
+        let (whole, whole_stats) = run(0..2);
+        let (first, first_stats) = run(0..1);
+        let (second, second_stats) = run(1..2);
+        close(first + second, whole);
+        close(
+            first_stats.clip_fraction + second_stats.clip_fraction,
+            whole_stats.clip_fraction,
+        );
+        assert!(
+            whole_stats.clip_fraction > 0.0,
+            "{mode:?}: a ratio is clipped"
+        );
+    }
 }
 
 /// One token per sample with the given ratio and advantage; returns (loss, gradient wrt logp,
@@ -66,6 +130,7 @@ fn single(ratio: f64, advantage: f32) -> (f64, f64, LossStats) {
         mask: &mask,
         entropy: None,
         ref_logprobs: None,
+        totals: BatchTotals::of_mask(&mask),
     };
     let (value, stats) = policy_loss(&loss(LossAggregation::TokenMean), &inputs);
     value.backward();
@@ -123,6 +188,7 @@ fn entropy_and_kl_terms_enter_with_their_coefficients() {
         mask: &mask,
         entropy: Some(&entropy),
         ref_logprobs: Some(&reference),
+        totals: BatchTotals::of_mask(&mask),
     };
     let mut config = loss(LossAggregation::TokenMean);
     config.entropy_coef = 0.1;
@@ -191,6 +257,7 @@ fn gradients_of_a_tiny_policy_match_finite_differences() {
             mask: &mask,
             entropy: Some(&entropy),
             ref_logprobs: None,
+            totals: BatchTotals::of_mask(&mask),
         };
         policy_loss(&config, &inputs).0
     };

@@ -10,7 +10,7 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     for format in [JsonlFormat::gsm8k(), JsonlFormat::math()] {
         for skip_malformed in [false, true] {
-            let options = LoadOptions { limit: None, skip_malformed };
+            let options = LoadOptions { limit: None, skip_malformed, ..LoadOptions::default() };
             let _ = read_jsonl(Cursor::new(data), "fuzz.jsonl", &format, &options);
         }
     }

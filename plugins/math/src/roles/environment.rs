@@ -93,6 +93,7 @@ impl MathEnvironment {
         let options = LoadOptions {
             limit,
             skip_malformed: self.config.skip_malformed,
+            ..LoadOptions::default()
         };
         let loaded = match &self.config.format {
             Format::Parquet => load_parquet(&path, &options)?,

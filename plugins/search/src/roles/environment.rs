@@ -128,6 +128,7 @@ impl Environment for SearchEnvironment {
                 .filter(|_| split == Split::All)
                 .map(|l| l as usize),
             skip_malformed: self.skip_malformed,
+            ..LoadOptions::default()
         };
         let path = spec.resolved_path();
         let mut dataset = load_qa(&path, &options)?;

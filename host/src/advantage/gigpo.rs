@@ -1,0 +1,212 @@
+//! `gigpo` and `gigpo_drmas`: Group-in-Group Policy Optimization (Feng et al. 2025, arXiv
+//! 2505.10978), as verl-agent and the Dr. MAS code compute it: an episode-level group advantage
+//! plus ω times a step-level one, whose groups are the calls that acted on the same
+//! environment state (its anchor state) within a prompt group.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+
+use super::estimator::{assert_aligned, Estimator};
+use super::grouping::GroupBy;
+use super::normalise::{group_normalise, NormParams};
+use super::trajectory_mean::trajectory_means;
+use super::Sample;
+
+/// How the episode level scores a trajectory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EpisodeScore {
+    /// The mean of its calls' penalised rewards, shared by its calls (as `grpo`).
+    TrajectoryMean,
+    /// Its first call's, each call normalised with its own reward (verl-agent's and Dr. MAS's
+    /// `episode_norm_reward`; meets the δ/ε artifact of `grpo_first_call`).
+    FirstCall,
+}
+
+/// Parameters of `gigpo` and `gigpo_drmas`.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GigpoParams {
+    /// ω: the weight of the step-level advantage (`step_advantage_w`).
+    pub step_advantage_w: f64,
+    /// γ: the discount of the step returns the step level compares.
+    pub gamma: f64,
+    /// Divide both levels by their group's σ + ε (`mode = "mean_std_norm"`); `false` only
+    /// centres (`"mean_norm"`).
+    pub norm_by_std: bool,
+    /// Added to σ before dividing.
+    pub epsilon: f64,
+    /// How the episode level scores a trajectory.
+    pub episode_score: EpisodeScore,
+}
+
+impl Default for GigpoParams {
+    fn default() -> Self {
+        Self {
+            step_advantage_w: 1.0,
+            gamma: 0.95,
+            norm_by_std: true,
+            epsilon: 1e-6,
+            episode_score: EpisodeScore::TrajectoryMean,
+        }
+    }
+}
+
+impl GigpoParams {
+    /// Rejects values outside their ranges.
+    pub(super) fn validate(&self) -> Result<(), String> {
+        NormParams {
+            norm_by_std: self.norm_by_std,
+            epsilon: self.epsilon,
+        }
+        .validate()?;
+        if !(self.gamma.is_finite() && (0.0..=1.0).contains(&self.gamma)) {
+            return Err(format!("gamma must be in [0, 1], got {}", self.gamma));
+        }
+        if !self.step_advantage_w.is_finite() {
+            return Err(format!(
+                "step_advantage_w must be finite, got {}",
+                self.step_advantage_w
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A = A_episode + ω · A_step.
+///
+/// - Episode level: groups by prompt (`gigpo`) or by (prompt, agent) (`gigpo_drmas`), scored as
+///   [`EpisodeScore`] says under the prompt grouping; per agent every call of the agent is a
+///   score (Dr. MAS's `group_by_agent_id = true`).
+/// - Step level: each call's discounted step return G_s = r_s + γ·G_{s+1} over its trajectory's
+///   step rewards, normalised within the calls of its prompt group (and agent, for
+///   `gigpo_drmas`) that acted on the same state key; a group of one call gets 0.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Gigpo {
+    /// Episode and step groups by prompt, or by prompt and agent.
+    pub by: GroupBy,
+    /// ω, γ, normalisation and the episode score.
+    pub params: GigpoParams,
+}
+
+impl Estimator for Gigpo {
+    fn name(&self) -> &'static str {
+        match self.by {
+            GroupBy::Prompt => "gigpo",
+            GroupBy::PromptAgent => "gigpo_drmas",
+        }
+    }
+
+    fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> Vec<f64> {
+        assert_aligned(samples, rewards);
+        let norm = NormParams {
+            norm_by_std: self.params.norm_by_std,
+            epsilon: self.params.epsilon,
+        };
+        let scores = self.by.outcome_scores();
+        let episode = match (self.params.episode_score, self.by) {
+            (EpisodeScore::TrajectoryMean, GroupBy::Prompt) => group_normalise(
+                samples,
+                &trajectory_means(samples, rewards, self.by),
+                self.by,
+                scores,
+                &norm,
+            ),
+            _ => group_normalise(samples, rewards, self.by, scores, &norm),
+        };
+        let step = step_advantages(samples, self.by, &self.params);
+        episode
+            .iter()
+            .zip(step)
+            .map(|(e, s)| e + self.params.step_advantage_w * s)
+            .collect()
+    }
+}
+
+/// The step level: discounted step returns normalised within anchor-state groups.
+fn step_advantages(samples: &[Sample], by: GroupBy, params: &GigpoParams) -> Vec<f64> {
+    let returns = discounted_step_returns(samples, params.gamma);
+    // Anchor-state group of each live sample: (uid, agent if per agent, state).
+    let mut groups: HashMap<(u32, Option<u16>, u64), usize> = HashMap::new();
+    let mut group_of = Vec::with_capacity(samples.len());
+    for sample in samples {
+        if sample.padding {
+            group_of.push(usize::MAX);
+            continue;
+        }
+        let agent = (by == GroupBy::PromptAgent).then_some(sample.agent);
+        let next = groups.len();
+        group_of.push(
+            *groups
+                .entry((sample.uid, agent, sample.state))
+                .or_insert(next),
+        );
+    }
+    let mut sums = vec![(0u32, 0.0f64); groups.len()];
+    for (&g, &r) in group_of.iter().zip(&returns) {
+        if let Some(sum) = sums.get_mut(g) {
+            sum.0 += 1;
+            sum.1 += r;
+        }
+    }
+    let means: Vec<f64> = sums.iter().map(|&(n, s)| s / f64::from(n)).collect();
+    let mut squares = vec![0.0f64; groups.len()];
+    for (&g, &r) in group_of.iter().zip(&returns) {
+        if let Some(square) = squares.get_mut(g) {
+            *square += (r - means[g]).powi(2);
+        }
+    }
+    group_of
+        .iter()
+        .zip(&returns)
+        .map(|(&g, &r)| {
+            let Some(&(count, _)) = sums.get(g) else {
+                return 0.0;
+            };
+            // A group of one: μ is its own return (σ = 1), so its advantage is 0.
+            let std = if count > 1 {
+                (squares[g] / f64::from(count - 1)).sqrt()
+            } else {
+                1.0
+            };
+            if params.norm_by_std {
+                (r - means[g]) / (std + params.epsilon)
+            } else {
+                r - means[g]
+            }
+        })
+        .collect()
+}
+
+/// Each sample's discounted return from its step on: G_s = r_s + γ·G_{s+1} over the step
+/// rewards of its trajectory, where a step's reward is read from any of its calls. Steps in
+/// which no agent acted are not in the batch and add nothing.
+fn discounted_step_returns(samples: &[Sample], gamma: f64) -> Vec<f64> {
+    // Per trajectory: the reward of each step that has a call.
+    let mut steps: HashMap<(u32, u32), Vec<(u16, f64)>> = HashMap::new();
+    for sample in samples.iter().filter(|s| !s.padding) {
+        let list = steps.entry((sample.uid, sample.trajectory)).or_default();
+        if !list.iter().any(|&(step, _)| step == sample.step) {
+            list.push((sample.step, sample.step_reward));
+        }
+    }
+    let mut returns: HashMap<(u32, u32, u16), f64> = HashMap::new();
+    for (&(uid, trajectory), list) in &mut steps {
+        list.sort_by_key(|&(step, _)| step);
+        let mut running = 0.0;
+        for &(step, reward) in list.iter().rev() {
+            running = reward + gamma * running;
+            returns.insert((uid, trajectory, step), running);
+        }
+    }
+    samples
+        .iter()
+        .map(|s| {
+            returns
+                .get(&(s.uid, s.trajectory, s.step))
+                .copied()
+                .unwrap_or(0.0)
+        })
+        .collect()
+}

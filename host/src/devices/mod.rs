@@ -1,0 +1,91 @@
+//! The devices this process can compute on: whether libtorch was built with CUDA, which CUDA
+//! devices it sees and their names ([`DeviceReport`]), whether a run file's device exists
+//! ([`check_available`]), and a model's numbers on a device against the CPU in f32
+//! ([`compare`]) — what `drmas-host devices` prints and what the GPU check script reads.
+
+mod compare;
+mod cuda_driver;
+
+use serde::Serialize;
+
+use crate::config::Device;
+
+pub use compare::{compare, Comparison, Tolerance};
+
+/// What libtorch offers in this process.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceReport {
+    /// The version of the libtorch this binary was built against (its folder's
+    /// `build-version`; unknown for a libtorch without one, such as `LIBTORCH_USE_PYTORCH`'s).
+    pub libtorch: Option<&'static str>,
+    /// Whether this build links libtorch's CUDA backend (`libtorch_cuda.so` is loaded).
+    pub libtorch_has_cuda: bool,
+    /// Whether a CUDA device can be used: CUDA built in, a driver and at least one device.
+    pub cuda_available: bool,
+    /// Whether cuDNN is available.
+    pub cudnn_available: bool,
+    /// Every CUDA device, by index.
+    pub cuda_devices: Vec<CudaDevice>,
+}
+
+/// One CUDA device.
+#[derive(Debug, Clone, Serialize)]
+pub struct CudaDevice {
+    /// Its index: `cuda:INDEX` in a run file.
+    pub index: usize,
+    /// Its name as the driver gives it (`NVIDIA H200`), when the driver answers.
+    pub name: Option<String>,
+}
+
+impl DeviceReport {
+    /// Asks libtorch (and, for names, the CUDA driver it loaded).
+    pub fn detect() -> Self {
+        let cuda_available = tch::Cuda::is_available();
+        let count = if cuda_available {
+            usize::try_from(tch::Cuda::device_count()).unwrap_or(0)
+        } else {
+            0
+        };
+        Self {
+            libtorch: option_env!("DRMAS_LIBTORCH_VERSION"),
+            libtorch_has_cuda: cuda_driver::libtorch_cuda_loaded(),
+            cuda_available,
+            cudnn_available: cuda_available && tch::Cuda::cudnn_is_available(),
+            cuda_devices: (0..count)
+                .map(|index| CudaDevice {
+                    index,
+                    name: cuda_driver::device_name(index),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Whether `device` can be computed on here: `Err` says why not and what to do.
+pub fn check_available(device: Device) -> Result<(), String> {
+    let Device::Cuda(index) = device else {
+        return Ok(());
+    };
+    if !cuda_driver::libtorch_cuda_loaded() {
+        return Err(format!(
+            "device = \"{device}\": this drmas-host is linked against a CPU-only libtorch; run the \
+             GPU build (scripts/gpu/bundle.sh, or LIBTORCH pointing at a CUDA libtorch: see \
+             docs/install.md) or set device = \"cpu\""
+        ));
+    }
+    if !tch::Cuda::is_available() {
+        return Err(format!(
+            "device = \"{device}\": this drmas-host has CUDA but sees no CUDA device (no NVIDIA \
+             driver, or CUDA_VISIBLE_DEVICES hides them); check `nvidia-smi`, or set device = \"cpu\""
+        ));
+    }
+    let count = usize::try_from(tch::Cuda::device_count()).unwrap_or(0);
+    if index >= count {
+        return Err(format!(
+            "device = \"{device}\": only {count} CUDA device(s) here (cuda:0 to cuda:{}); pick one \
+             of those",
+            count.saturating_sub(1)
+        ));
+    }
+    Ok(())
+}

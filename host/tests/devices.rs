@@ -1,0 +1,109 @@
+//! `drmas-host devices`: what this build reports about CUDA, the refusal of a CUDA device it
+//! cannot use, and the comparison of a model on a device (or in a dtype) against the CPU in f32 —
+//! on CUDA when libtorch sees a GPU (skipped with a printed reason otherwise), in bf16 on the
+//! CPU always.
+
+use std::path::{Path, PathBuf};
+
+use drmas_host::config::Device as RunDevice;
+use drmas_host::devices::{check_available, compare, DeviceReport, Tolerance};
+use tch::{Device, Kind};
+
+fn fixture(family: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hf")
+        .join(family)
+}
+
+#[test]
+fn the_report_agrees_with_libtorch() {
+    let report = DeviceReport::detect();
+    assert_eq!(report.cuda_available, tch::Cuda::is_available());
+    assert!(
+        report.libtorch_has_cuda || !report.cuda_available,
+        "CUDA is available only through libtorch_cuda.so"
+    );
+    assert_eq!(
+        report.cuda_devices.len() as i64,
+        if report.cuda_available {
+            tch::Cuda::device_count()
+        } else {
+            0
+        }
+    );
+    assert!(
+        report.libtorch.is_some_and(|v| v.starts_with("2.")),
+        "the libtorch folder's build-version is reported: {:?}",
+        report.libtorch
+    );
+}
+
+#[test]
+fn a_cuda_device_that_is_not_there_is_refused_with_what_to_do() {
+    assert_eq!(check_available(RunDevice::Cpu), Ok(()));
+    let count = if tch::Cuda::is_available() {
+        tch::Cuda::device_count() as usize
+    } else {
+        0
+    };
+    let missing = RunDevice::Cuda(count);
+    let message = check_available(missing).expect_err("no such device");
+    assert!(
+        message.contains(&format!("device = \"cuda:{count}\"")),
+        "{message}"
+    );
+    if DeviceReport::detect().libtorch_has_cuda {
+        assert!(!message.contains("CPU-only"), "{message}");
+    } else {
+        assert!(
+            message.contains("CPU-only libtorch") && message.contains("docs/install.md"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn bf16_on_the_cpu_stays_within_its_tolerance_of_f32() {
+    for family in ["llama", "qwen2"] {
+        let tolerance = Tolerance::for_kind(Kind::BFloat16);
+        let result = compare(&fixture(family), Device::Cpu, Kind::BFloat16, 16, tolerance)
+            .unwrap_or_else(|e| panic!("{family}: {e:#}"));
+        let logits = &result.logits;
+        assert!(result.pass, "{family}: {result:#?}");
+        assert!(
+            logits.max_abs_diff > 0.0,
+            "{family}: bf16 rounds, so logits differ"
+        );
+        assert!(
+            logits.relative < tolerance.logits_relative,
+            "{family}: {logits:?}"
+        );
+        assert!(logits.top1_agreement > 0.9, "{family}: {logits:?}");
+        assert_eq!(result.greedy.prompts, 4);
+        for divergence in &result.greedy.differences {
+            assert!(divergence.cpu_gap >= 0.0, "{family}: {divergence:?}");
+        }
+    }
+}
+
+#[test]
+fn f32_on_cuda_matches_the_cpu() {
+    if !tch::Cuda::is_available() {
+        eprintln!(
+            "skipped: libtorch sees no CUDA device (has CUDA: {})",
+            tch::utils::has_cuda()
+        );
+        return;
+    }
+    for family in ["llama", "qwen2", "qwen3"] {
+        let result = compare(
+            &fixture(family),
+            Device::Cuda(0),
+            Kind::Float,
+            32,
+            Tolerance::for_kind(Kind::Float),
+        )
+        .unwrap_or_else(|e| panic!("{family}: {e:#}"));
+        assert!(result.pass, "{family}: {result:#?}");
+    }
+}

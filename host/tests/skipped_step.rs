@@ -1,0 +1,62 @@
+//! A worker group's optimizer step on a non-finite loss is skipped, leaves every weight as it
+//! was, and says why: which agent's loss (or which parameter's gradient) was not finite.
+
+use std::path::Path;
+
+use drmas_host::config::LossSection;
+use drmas_host::engine::FinishReason;
+use drmas_host::model::pretrained::Pretrained;
+use drmas_host::rollout::AgentCall;
+use drmas_host::update::{update_group, AdamW, AgentTraining, NonFinite, Reference};
+use tch::{Device, Kind};
+
+#[test]
+fn a_nan_advantage_skips_the_step_naming_the_agent_and_keeps_the_weights() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/llama");
+    let model = Pretrained::load(&path, Device::Cpu, Kind::Float)
+        .expect("fixture loads")
+        .model;
+    let mut params: Vec<(String, tch::Tensor)> =
+        model.var_store().variables().into_iter().collect();
+    params.sort_by(|a, b| a.0.cmp(&b.0));
+    let before: Vec<tch::Tensor> = params.iter().map(|(_, t)| t.copy()).collect();
+    let mut optimizer = AdamW::new(params, 0.01);
+    let calls: Vec<AgentCall> = (0..2)
+        .map(|agent| AgentCall {
+            episode: 0,
+            agent,
+            step: 0,
+            prompt: vec![5, 17, 3],
+            response: vec![7, 1],
+            text: String::new(),
+            logprobs: vec![-1.0; 2],
+            temperature: 1.0,
+            valid: true,
+            finish: FinishReason::Length,
+        })
+        .collect();
+    let refs: Vec<&AgentCall> = calls.iter().collect();
+    let training = AgentTraining {
+        loss: LossSection::default(),
+        micro_batch_size: 4,
+        adapter: None,
+    };
+    let report = update_group(
+        &model,
+        Reference::None,
+        &mut optimizer,
+        &refs,
+        &[0.5, f64::NAN],
+        &[training.clone(), training],
+        1.0,
+        1e-3,
+    )
+    .expect("the update runs");
+    assert_eq!(report.skipped, Some(NonFinite::Loss { agent: 1 }));
+    assert_eq!(optimizer.steps(), 0, "no optimizer step was taken");
+    let mut after: Vec<(String, tch::Tensor)> = model.var_store().variables().into_iter().collect();
+    after.sort_by(|a, b| a.0.cmp(&b.0));
+    for ((name, now), was) in after.iter().zip(&before) {
+        assert!(now.equal(was), "{name} changed in a skipped step");
+    }
+}

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# The GPU check, run on the GPU machine from the bundle folder (scripts/gpu/bundle.sh) in one
+# call of at most 9 minutes. Each step records its outcome and the next one runs anyway. Three
+# files go to $OUT (default ./check-out): report.md, report.json (every step's outcome and JSON
+# output) and logs.tar.gz (every step's output and log).
+#
+# Steps: the GPU as nvidia-smi sees it; `drmas-host devices` (CUDA available, device names);
+# logits and greedy generations on the device against the CPU in f32 (`devices --compare`) for
+# the tiny Llama/Qwen2/Qwen3 fixtures and a random SmolLM2-135M-shaped model (make_model.py),
+# in f32 and bf16; one training iteration of a tiny run on the device in f32 and bf16, and one
+# of the SmolLM2-shaped model in bf16, each with its seconds and peak GPU memory.
+#
+# Usage: ./check.sh
+# Environment:
+#   OUT                  where the report goes (default ./check-out)
+#   DRMAS_CHECK_DEVICE   the device checked (default cuda:0; `cpu` runs the same steps on a
+#                        machine without a GPU, to check the script itself)
+#   DRMAS_PYTHON         the python3 holding torch 2.11 (see run.sh)
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+out="${OUT:-$here/check-out}"
+device="${DRMAS_CHECK_DEVICE:-cuda:0}"
+python="${DRMAS_PYTHON:-$(command -v /opt/torch/.venv/bin/python3 || command -v python3)}"
+export DRMAS_PYTHON="$python"
+mkdir -p "$out"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+logs="$work/logs"
+mkdir -p "$logs"
+steps="$logs/steps.jsonl"
+: >"$steps"
+began=$SECONDS
+
+log() { echo "[check $((SECONDS - began))s] $*" >&2; }
+
+# Samples the GPU's used memory (MiB) every 100 ms into $1 until stop_sampling.
+start_sampling() {
+  sampler=""
+  if command -v nvidia-smi >/dev/null && [[ "$device" == cuda* ]]; then
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$1" 2>/dev/null &
+    sampler=$!
+  fi
+}
+stop_sampling() {
+  if [[ -n "$sampler" ]]; then
+    kill "$sampler" 2>/dev/null
+    wait "$sampler" 2>/dev/null
+  fi
+}
+
+# step NAME TIMEOUT_S COMMAND...: runs COMMAND with its stdout in NAME.out and its stderr in
+# NAME.log, sampling GPU memory, and appends its outcome to steps.jsonl.
+step() {
+  local name="$1" limit="$2"
+  shift 2
+  log "$name"
+  local start=$SECONDS baseline=0 peak=0
+  if command -v nvidia-smi >/dev/null && [[ "$device" == cuda* ]]; then
+    baseline="$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)"
+  fi
+  start_sampling "$work/$name.memory"
+  timeout "$limit" "$@" >"$logs/$name.out" 2>"$logs/$name.log"
+  local rc=$?
+  stop_sampling
+  if [[ -s "$work/$name.memory" ]]; then
+    peak="$(sort -n "$work/$name.memory" | tail -1)"
+  fi
+  printf '{"name":"%s","rc":%d,"seconds":%d,"gpu_memory_baseline_mib":%d,"gpu_memory_peak_mib":%d}\n' \
+    "$name" "$rc" "$((SECONDS - start))" "${baseline:-0}" "${peak:-0}" >>"$steps"
+  log "$name: rc=$rc in $((SECONDS - start)) s"
+  return 0
+}
+
+# A one-iteration run file: the math Solver and Verifier sharing MODEL on $device in DTYPE. The
+# random models earn equal rewards, so every advantage is 0: the entropy bonus gives the update a
+# gradient to compute and apply.
+run_file() {
+  local model="$1" dtype="$2" dir="$3"
+  cat <<EOF
+[run]
+output_dir = "$dir"
+seed = 0
+iterations = 1
+eval_every = 0
+save_every = 0
+
+[environment]
+name = "math"
+params = { level = 1, seed = 0 }
+train_data = { path = "builtin:generated", split = "train", limit = 64 }
+
+[orchestra]
+name = "math"
+params = { max_loops = 2 }
+
+[[agents]]
+role = "solver"
+agent = "Solver Agent"
+worker_group = "shared"
+max_new_tokens = 32
+
+[[agents]]
+role = "verifier"
+agent = "Verifier Agent"
+worker_group = "shared"
+max_new_tokens = 8
+
+[worker_groups.shared]
+model = "$model"
+dtype = "$dtype"
+device = "$device"
+learning_rate = 1e-5
+micro_batch_size = 8
+
+[algorithm]
+estimator = "drmas"
+
+[algorithm.loss]
+entropy_coef = 0.01
+
+[rollout]
+prompts_per_batch = 8
+group_size = 4
+temperature = 1.0
+max_prompt_tokens = 256
+max_response_tokens = 32
+EOF
+}
+
+train() {
+  local name="$1" model="$2" dtype="$3"
+  run_file "$model" "$dtype" "$work/runs/$name" >"$work/$name.toml"
+  step "$name" 240 "$here/run.sh" train --config "$work/$name.toml"
+  if [[ -f "$work/runs/$name/metrics.jsonl" ]]; then
+    cp "$work/runs/$name/metrics.jsonl" "$logs/$name.metrics.jsonl"
+  fi
+}
+
+fixtures="$here/fixtures/hf"
+smollm2="$work/smollm2-135m-random"
+
+if command -v nvidia-smi >/dev/null; then
+  step gpu 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+fi
+step devices 60 "$here/run.sh" devices
+step make-smollm2 120 "$python" "$here/make_model.py" "$smollm2" --tokenizer "$fixtures/llama"
+for dtype in f32 bf16; do
+  step "compare-fixtures-$dtype" 120 "$here/run.sh" devices --device "$device" --dtype "$dtype" \
+    --compare "$fixtures/llama" --compare "$fixtures/qwen2" --compare "$fixtures/qwen3"
+  step "compare-smollm2-$dtype" 150 "$here/run.sh" devices --device "$device" --dtype "$dtype" \
+    --compare "$smollm2"
+done
+train train-tiny-f32 "$fixtures/llama" f32
+train train-tiny-bf16 "$fixtures/llama" bf16
+train train-smollm2-bf16 "$smollm2" bf16
+
+log "writing the report"
+tar -czf "$out/logs.tar.gz" -C "$work" logs
+"$python" "$here/report.py" "$logs" "$out" "$device" "$((SECONDS - began))" || log "report.py failed"
+log "done in $((SECONDS - began)) s: $out/report.md"

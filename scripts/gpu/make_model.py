@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Writes a random-initialised model of a real architecture as a Hugging Face folder.
+
+The GPU machine has no pretrained weights and no network, and the SmolLM2 GGUF (94 MB) does not
+fit in a transfer, so scripts/gpu/check.sh compares drmas on the GPU against drmas on the CPU on
+a model of SmolLM2-135M's exact shape (30 layers, GQA 9/3 heads, tied embeddings) with weights
+drawn by transformers from a fixed seed. Its tokenizer and chat template are the tiny ChatML
+ones of a test fixture (their ids are a subset of the model's vocabulary); the comparison never
+decodes generated text.
+
+Usage: make_model.py OUT_DIR --tokenizer FIXTURE_DIR [--arch smollm2-135m] [--seed 0]
+Needs torch, transformers and safetensors (the GPU machine's PyTorch has them).
+"""
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+ARCHITECTURES = {
+    # HuggingFaceTB/SmolLM2-135M-Instruct's config.json, shape fields only.
+    "smollm2-135m": dict(
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        vocab_size=49152,
+        max_position_embeddings=8192,
+        rope_theta=100000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        hidden_act="silu",
+    ),
+}
+TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "generation_config.json"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--tokenizer", type=Path, required=True,
+                        help="an HF folder whose tokenizer and chat template to copy")
+    parser.add_argument("--arch", choices=sorted(ARCHITECTURES), default="smollm2-135m")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    special = json.loads((args.tokenizer / "config.json").read_text())
+    config = LlamaConfig(
+        **ARCHITECTURES[args.arch],
+        bos_token_id=special.get("bos_token_id"),
+        eos_token_id=special.get("eos_token_id"),
+    )
+    torch.manual_seed(args.seed)
+    model = LlamaForCausalLM(config).to(torch.float32)
+    args.out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(args.out, safe_serialization=True)
+    for name in TOKENIZER_FILES:
+        if (args.tokenizer / name).exists():
+            shutil.copy(args.tokenizer / name, args.out / name)
+    parameters = sum(p.numel() for p in model.parameters())
+    print(json.dumps({"arch": args.arch, "parameters": parameters, "folder": str(args.out)}))
+
+
+if __name__ == "__main__":
+    main()
