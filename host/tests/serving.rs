@@ -271,3 +271,73 @@ fn check_refuses_bad_servers_before_any_work() {
     assert!(output.status.success(), "{}", log(&output));
     assert!(log(&output).contains("healthy, same model"));
 }
+
+#[test]
+fn serve_refuses_bad_requests_naming_the_field_and_keeps_serving() {
+    let server = Served::start("llama");
+    let post = |path: &str, body: &str| {
+        let mut answer = ureq::post(format!("{}{path}", server.url))
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .send(body)
+            .expect("an answer");
+        let status = answer.status().as_u16();
+        (status, answer.body_mut().read_to_string().expect("a body"))
+    };
+    for (body, status, says) in [
+        ("nope", 400, "not JSON"),
+        (r#"{"text": "hi"}"#, 400, "send token ids"),
+        (
+            r#"{"input_ids": [1, 2], "sampling_params": {"bogus": 1}}"#,
+            400,
+            "unknown field `bogus`",
+        ),
+        (
+            r#"{"input_ids": [1, 999999]}"#,
+            400,
+            "not in the vocabulary",
+        ),
+        (
+            r#"{"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 100000}}"#,
+            400,
+            "more than the model's context",
+        ),
+    ] {
+        let (got, text) = post("/generate", body);
+        assert_eq!(got, status, "{body}: {text}");
+        assert!(text.contains(says), "{body}: {text}");
+    }
+    let batch = format!("{{\"input_ids\": [{}]}}", vec!["[1]"; 65].join(","));
+    let (got, text) = post("/generate", &batch);
+    assert_eq!(got, 413, "{text}");
+    assert!(text.contains("--max-batch"), "{text}");
+    let qwen = tiny_model("qwen2").display().to_string();
+    let (got, text) = post(
+        "/update_weights_from_disk",
+        &format!("{{\"model_path\": \"{qwen}\", \"weight_version\": \"x\"}}"),
+    );
+    assert_eq!(got, 400, "{text}");
+    assert!(
+        text.contains("\"success\":false") && text.contains("another model"),
+        "{text}"
+    );
+    // Still serving the old weights, and answering in SGLang's shape.
+    let (got, text) = post(
+        "/generate",
+        r#"{"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 3, "temperature": 0}, "return_logprob": true}"#,
+    );
+    assert_eq!(got, 200, "{text}");
+    let answer: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(answer["meta_info"]["weight_version"], "default");
+    assert_eq!(answer["meta_info"]["completion_tokens"], 3);
+    assert_eq!(answer["meta_info"]["finish_reason"]["type"], "length");
+    assert_eq!(
+        answer["meta_info"]["output_token_logprobs"]
+            .as_array()
+            .expect("list")
+            .len(),
+        3
+    );
+    assert_eq!(answer["output_ids"].as_array().expect("ids").len(), 3);
+}
