@@ -93,6 +93,8 @@ fn main() {
         max_new_tokens: NEW_TOKENS,
         stop: Vec::new(),
         adapter: None,
+        stop_tokens: Vec::new(),
+        seed: None,
     };
     let mut peer = Peer::start(&path, threads);
     // Warm-up: libtorch's first calls allocate and pick kernels.

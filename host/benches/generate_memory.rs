@@ -72,6 +72,8 @@ fn main() {
             max_new_tokens: new_tokens,
             stop: Vec::new(),
             adapter: None,
+            stop_tokens: Vec::new(),
+            seed: None,
         })
         .collect();
 

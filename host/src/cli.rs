@@ -50,6 +50,9 @@ pub enum Command {
     /// Compare advantage estimators: train the base run file once per (estimator, seed) and
     /// write a report with gradient-norm spikes, rewards, evals and charts.
     Experiment(ExperimentArgs),
+    /// Serve a model for rollouts over SGLang's native HTTP protocol (`/generate`,
+    /// `/update_weights_from_disk`, `/get_model_info`, `/health`); see docs/scaling.md.
+    Serve(ServeArgs),
     /// Draw PNG charts (reward, gradient norms, amplification) from a run's metrics.jsonl.
     Plot {
         /// The run folder (the run file's `[run] output_dir`); the charts are written there.
@@ -149,4 +152,60 @@ pub struct ExperimentArgs {
     /// a SmolLM2 checkpoint with optimizer state is 1.6 GB).
     #[arg(long)]
     pub drop_checkpoints: bool,
+}
+
+/// Options of `serve`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct ServeArgs {
+    /// The model to serve: an HF folder or a `.gguf` file.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// The port to listen on (0 picks a free one; the URL is printed).
+    #[arg(long, default_value_t = 30000)]
+    pub port: u16,
+    /// Where the model runs: `cpu` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    pub device: crate::config::Device,
+    /// The weights' dtype.
+    #[arg(long, value_enum, default_value_t = Dtype::F32)]
+    pub dtype: Dtype,
+    /// Seed of the stream that requests without `sampling_seed` draw from.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// The most sequences in one engine batch, and prompts in one request.
+    #[arg(long, default_value_t = 64)]
+    pub max_batch: usize,
+    /// `/generate` requests in progress at once; more are answered 503 (clients retry).
+    #[arg(long, default_value_t = 64)]
+    pub max_running_requests: usize,
+    /// The largest request body, in bytes.
+    #[arg(long, default_value_t = 64 << 20)]
+    pub max_body_bytes: usize,
+    /// How long a batch waits for more requests to join it, in milliseconds.
+    #[arg(long, default_value_t = 5)]
+    pub batch_wait_ms: u64,
+    /// libtorch's CPU threads (0: libtorch's default).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+}
+
+impl ServeArgs {
+    /// The server's options.
+    pub fn options(&self) -> crate::serve::ServeOptions {
+        crate::serve::ServeOptions {
+            model: self.model.clone(),
+            addr: format!("{}:{}", self.host, self.port),
+            device: crate::trainer::tch_device(self.device),
+            kind: self.dtype.kind(),
+            seed: self.seed,
+            max_batch: self.max_batch,
+            max_running_requests: self.max_running_requests,
+            max_body_bytes: self.max_body_bytes,
+            batch_wait: std::time::Duration::from_millis(self.batch_wait_ms),
+            threads: self.threads,
+        }
+    }
 }

@@ -13,6 +13,10 @@ use std::str::FromStr;
 use serde::Deserialize;
 use toml::Spanned;
 
+pub use rollout_backend::{GroupRolloutSection, RolloutBackend};
+
+mod rollout_backend;
+
 /// A run file that could not be read or does not describe a valid run.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -196,6 +200,9 @@ pub struct WorkerGroupSection {
     pub offload: bool,
     /// Train LoRA adapters on the frozen model instead of every weight.
     pub lora: Option<LoraSection>,
+    /// Where the group's rollouts are generated: in process, or on inference servers.
+    #[serde(default)]
+    pub rollout: GroupRolloutSection,
 }
 
 /// `[worker_groups.NAME.lora]`: LoRA adapters (PEFT's semantics) instead of full fine-tuning.
@@ -587,6 +594,9 @@ impl RunConfig {
                     ),
                 ));
             }
+        }
+        for (name, group) in &self.worker_groups {
+            rollout_backend::check(name, group, file)?;
         }
         validate::check_numbers(self, file)
     }

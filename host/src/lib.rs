@@ -17,6 +17,7 @@ pub mod plugins;
 pub mod preflight;
 pub mod rng;
 pub mod rollout;
+pub mod serve;
 pub mod suggest;
 pub mod trainer;
 pub mod update;
@@ -37,6 +38,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
         } => convert(&model, &out, dtype, merge_adapter.as_deref()),
         cli::Command::Devices(args) => devices_command(&args),
         cli::Command::Experiment(args) => experiment::run(&cli.common, &args),
+        cli::Command::Serve(args) => serve::serve(args.options()),
         cli::Command::Plot { run_dir } => {
             for path in plot::plot_run(&run_dir)? {
                 println!("{}", path.display());
@@ -53,7 +55,11 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
         }
         cli::Command::Check(args) => {
             let (config, file, plan) = prepare(&cli.common, train_intent(&args))?;
+            let servers = trainer::probe_servers(&config, &file)?;
             println!("{}: ready\n{}", file.origin, plan.summary(&config));
+            for line in servers {
+                println!("{line}");
+            }
             Ok(())
         }
         cli::Command::Train(args) => {

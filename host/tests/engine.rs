@@ -54,6 +54,8 @@ fn request(prompt: &[i64], params: SamplingParams, max_new_tokens: usize) -> Gen
         max_new_tokens,
         stop: Vec::new(),
         adapter: None,
+        stop_tokens: Vec::new(),
+        seed: None,
     }
 }
 
@@ -185,6 +187,66 @@ fn a_seed_fixes_the_samples() {
 }
 
 #[test]
+fn a_request_with_its_own_seed_samples_the_same_alone_and_in_any_batch() {
+    with_model(|tokenizer, llama| {
+        let story = chat(tokenizer, "Tell me a story.");
+        let animal = chat(tokenizer, "Name an animal.");
+        let seeded = GenerationRequest {
+            seed: Some(42),
+            ..request(&story, SamplingParams::with_temperature(1.0), 6)
+        };
+        let other = request(&animal, SamplingParams::with_temperature(1.0), 6);
+        let alone = generate(
+            llama,
+            tokenizer,
+            std::slice::from_ref(&seeded),
+            &mut SeededRng::new(1),
+        )
+        .expect("generates");
+        // Another shared stream, and the seeded request second in a batch: same tokens.
+        let batch = generate(llama, tokenizer, &[other, seeded], &mut SeededRng::new(9))
+            .expect("generates");
+        assert_eq!(alone[0].tokens, batch[1].tokens);
+        for (a, b) in alone[0].logprobs.iter().zip(&batch[1].logprobs) {
+            assert!((a - b).abs() < 1e-4, "{a} vs {b}");
+        }
+    });
+}
+
+#[test]
+fn a_stop_token_ends_the_sequence_as_its_last_token() {
+    with_model(|tokenizer, llama| {
+        let prompt = chat(tokenizer, "What is the capital of France?");
+        let free = generate(
+            llama,
+            tokenizer,
+            &[request(&prompt, SamplingParams::GREEDY, 8)],
+            &mut SeededRng::new(0),
+        )
+        .expect("generates");
+        let third = free[0].tokens[2];
+        let stopped = generate(
+            llama,
+            tokenizer,
+            &[GenerationRequest {
+                stop_tokens: vec![third],
+                ..request(&prompt, SamplingParams::GREEDY, 8)
+            }],
+            &mut SeededRng::new(0),
+        )
+        .expect("generates");
+        let end = free[0]
+            .tokens
+            .iter()
+            .position(|&t| t == third)
+            .expect("in it")
+            + 1;
+        assert_eq!(stopped[0].tokens, free[0].tokens[..end]);
+        assert_eq!(stopped[0].finish, FinishReason::Eos);
+    });
+}
+
+#[test]
 fn greedy_matches_recomputing_the_whole_sequence() {
     with_model(|tokenizer, llama| {
         let long = chat(tokenizer, "What is the capital of France?");
@@ -244,6 +306,8 @@ fn stop_strings_and_lengths_end_sequences() {
         let stop = |stops: &[&str]| GenerationRequest {
             stop: stops.iter().map(|s| s.to_string()).collect(),
             adapter: None,
+            stop_tokens: Vec::new(),
+            seed: None,
             ..request(&prompt, SamplingParams::GREEDY, 12)
         };
         let requests = [

@@ -5,14 +5,14 @@
 //! loses more than one iteration, and the run ends bit for bit where an uninterrupted one does,
 //! with one metrics line per iteration.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use drmas_host::plugins::{discover, BuildProfile};
 use serde_json::Value;
 
 /// Iterations of the run; every one is checkpointed.
@@ -22,89 +22,19 @@ const GROUP: &str = "shared";
 /// How long one process may take to reach the moment it is killed at.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("host/ has a parent")
-        .to_owned()
-}
-
 /// A fresh folder under the test target dir.
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("kill-resume-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create scratch dir");
-    dir
+    common::scratch(&format!("kill-resume-{name}"))
 }
 
-/// A plugins folder holding the fixture plugin's library (agents that shout, the `pair`
-/// orchestra, the `parity` environment), built once per test process.
+/// A plugins folder holding the fixture plugin's library.
 fn plugins() -> &'static Path {
-    static FOLDER: OnceLock<PathBuf> = OnceLock::new();
-    FOLDER.get_or_init(|| {
-        let crates = scratch("plugin-crate");
-        std::os::unix::fs::symlink(repo().join("tests/fixture-plugin"), crates.join("fixture"))
-            .expect("symlink");
-        let libraries = discover(&crates, BuildProfile::Dev).expect("build the fixture plugin");
-        let library = libraries.first().expect("one library");
-        let folder = scratch("plugins");
-        let name = library.file_name().expect("a file name");
-        std::fs::copy(library, folder.join(name)).expect("copy the plugin");
-        folder
-    })
+    common::fixture_plugins()
 }
 
 /// A two-agent run on one worker group (tiny random Llama), checkpointed every iteration.
 fn run_file() -> String {
-    let model = repo().join("host/tests/fixtures/hf/llama");
-    format!(
-        r#"
-[run]
-output_dir = "run"
-seed = 5
-iterations = {ITERATIONS}
-save_every = 1
-
-[environment]
-name = "parity"
-train_data = {{ path = "alpha, beta, gamma, delta, epsilon" }}
-eval_data = {{ path = "alpha, beta" }}
-
-[orchestra]
-name = "pair"
-
-[[agents]]
-role = "first"
-agent = "Shout Agent"
-worker_group = "{GROUP}"
-max_new_tokens = 6
-
-[[agents]]
-role = "second"
-agent = "Shout Agent"
-worker_group = "{GROUP}"
-max_new_tokens = 5
-
-[worker_groups.{GROUP}]
-model = "{}"
-learning_rate = 1e-3
-micro_batch_size = 3
-
-[algorithm]
-estimator = "drmas"
-invalid_action_penalty = 0.1
-
-[rollout]
-prompts_per_batch = 2
-group_size = 4
-max_response_tokens = 8
-
-[eval]
-k = 2
-"#,
-        model.display()
-    )
+    common::pair_run_file(ITERATIONS, 1, "")
 }
 
 /// A run folder `dir/run` with its run file `dir/run.toml`.

@@ -61,6 +61,8 @@ fn greedy(gguf: &GgufModel, llama: &Llama, prompts: &[Vec<i64>], max_new: usize)
             max_new_tokens: max_new,
             stop: Vec::new(),
             adapter: None,
+            stop_tokens: Vec::new(),
+            seed: None,
         })
         .collect();
     generate(llama, &tokenizer, &requests, &mut SeededRng::new(0))

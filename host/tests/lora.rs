@@ -144,6 +144,8 @@ fn mixed_generation_matches_each_adapter_alone() {
             max_new_tokens,
             stop: Vec::new(),
             adapter,
+            stop_tokens: Vec::new(),
+            seed: None,
         };
     // The same prompt under two adapters must not share a prefill; rows finishing early are
     // dropped from the batch, and the adapter rows with them.

@@ -255,6 +255,8 @@ fn compare_greedy(
             max_new_tokens: new_tokens,
             stop: Vec::new(),
             adapter: None,
+            stop_tokens: Vec::new(),
+            seed: None,
         })
         .collect();
     let timed = |model: &Pretrained| -> anyhow::Result<(Vec<Vec<i64>>, f64)> {

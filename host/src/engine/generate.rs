@@ -26,6 +26,12 @@ pub struct GenerationRequest {
     pub stop: Vec<String>,
     /// The model's LoRA adapter that continues it (`None`: the base model).
     pub adapter: Option<usize>,
+    /// Tokens that end the sequence like the model's EOS tokens do (kept as its last token).
+    pub stop_tokens: Vec<i64>,
+    /// The request's own random stream: its tokens are drawn from `SeededRng::new(seed)`,
+    /// whatever else shares the batch (what a server needs to answer a request the same way
+    /// however it batches it). `None`: the batch's shared stream, in row order.
+    pub seed: Option<u64>,
 }
 
 /// Why a sequence stopped.
@@ -102,6 +108,10 @@ pub fn generate(
     let params: Vec<SamplingParams> = active.iter().map(|r| r.params).collect();
     let mut sampler = Sampler::new(&params, model.config().vocab_size as i64, device);
     let eos = &model.config().eos_token_ids;
+    let mut own_streams: Vec<Option<SeededRng>> = requests
+        .iter()
+        .map(|r| r.seed.map(SeededRng::new))
+        .collect();
 
     // Identical prompts for the same adapter (a group of samples per prompt) are prefilled
     // once, then their cache rows are copied to every sequence that shares them.
@@ -136,7 +146,10 @@ pub fn generate(
     let mut dead_steps = 0.0;
     loop {
         let last = logits.select(1, -1);
-        let (tokens, logprobs) = sampler.sample(&last, &live, rng)?;
+        let (tokens, logprobs) = sampler.sample_with(&last, &live, &mut |row| {
+            let stream = rows[row].and_then(|i| own_streams[i].as_mut());
+            stream.unwrap_or(&mut *rng).uniform()
+        })?;
         copy_to_host(&tokens, &mut tokens_host)?;
         copy_to_host(&logprobs, &mut logprobs_host)?;
         for (row, slot) in rows.iter_mut().enumerate() {
@@ -144,7 +157,7 @@ pub fn generate(
             let (token, out) = (tokens_host[row], &mut outputs[i]);
             out.tokens.push(token);
             out.logprobs.push(logprobs_host[row]);
-            let finish = if eos.contains(&token) {
+            let finish = if eos.contains(&token) || requests[i].stop_tokens.contains(&token) {
                 Some(FinishReason::Eos)
             } else if match &mut stops[i] {
                 Some(stop) => stop.push(token, tokenizer)?,

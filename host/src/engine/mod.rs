@@ -6,6 +6,7 @@
 pub mod cpu;
 pub mod generate;
 pub mod generator;
+pub mod remote;
 pub mod sampling;
 pub mod stop;
 

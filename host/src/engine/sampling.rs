@@ -206,6 +206,17 @@ impl Sampler {
         live: &[bool],
         rng: &mut SeededRng,
     ) -> Result<(Tensor, Tensor), ModelError> {
+        self.sample_with(logits, live, &mut |_| rng.uniform())
+    }
+
+    /// [`Self::sample`] with each row's uniform from `uniform(row)` (called once per live,
+    /// non-greedy row, in row order), so rows may draw from streams of their own.
+    pub fn sample_with(
+        &mut self,
+        logits: &Tensor,
+        live: &[bool],
+        uniform: &mut dyn FnMut(usize) -> f32,
+    ) -> Result<(Tensor, Tensor), ModelError> {
         let (rows, vocab) = (self.params.len() as i64, self.vocab);
         if logits.size() != [rows, vocab] || live.len() != self.params.len() {
             return Err(ModelError::Input(format!(
@@ -226,10 +237,9 @@ impl Sampler {
             scaled.argmax(-1, true)
         } else {
             self.uniforms.clear();
-            for (p, &live) in self.params.iter().zip(live) {
+            for (row, (p, &live)) in self.params.iter().zip(live).enumerate() {
                 let sampled = live && !p.is_greedy();
-                self.uniforms
-                    .push(if sampled { rng.uniform() } else { 0.5 });
+                self.uniforms.push(if sampled { uniform(row) } else { 0.5 });
             }
             let n = self.uniforms.len() as i64;
             let u = Tensor::from_slice(&self.uniforms)

@@ -81,6 +81,8 @@ pub(super) fn prepare(
             max_new_tokens: member.max_new_tokens,
             stop: Vec::new(),
             adapter: member.adapter,
+            stop_tokens: Vec::new(),
+            seed: None,
         },
         truncated,
         response_prefix,

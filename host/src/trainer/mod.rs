@@ -5,6 +5,7 @@
 mod checkpoint;
 mod dynamic_sampling;
 mod eval;
+mod fleet;
 mod metrics;
 pub mod run_folder;
 mod setup;
@@ -21,6 +22,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub use checkpoint::Checkpoint;
 use dynamic_sampling::{append, groups_with_spread, keep_groups};
 pub use eval::{score, EvalReport, SourceScore, SOLVED_REWARD};
+pub use fleet::probe_servers;
 use metrics::{
     iteration_line, record_advantages, record_dynamic_sampling, record_eval, record_rollout,
     record_update, record_update_time,
@@ -51,6 +53,8 @@ pub struct Trainer {
     team: Vec<TeamMember>,
     agent_training: Vec<AgentTraining>,
     groups: Vec<WorkerGroup>,
+    /// Per worker group: its servers when it generates remotely.
+    fleets: Vec<Option<fleet::Fleet>>,
     estimator: Box<dyn Estimator>,
     penalty: Penalty,
     train_tasks: Vec<Task>,
@@ -175,6 +179,11 @@ impl Trainer {
         std::fs::create_dir_all(&out_dir)
             .with_context(|| format!("creating the run folder {}", out_dir.display()))?;
         let out_dir = std::fs::canonicalize(&out_dir).unwrap_or(out_dir);
+        let fleets = groups
+            .iter()
+            .zip(config.worker_groups.values())
+            .map(|(group, section)| fleet::Fleet::for_group(group, section, file, &out_dir))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(Self {
             agent_training: setup::agent_training(&config),
             order: TaskOrder::new(plan.train_tasks.len(), config.run.seed),
@@ -186,6 +195,7 @@ impl Trainer {
             eval_tasks: plan.eval_tasks,
             team,
             groups,
+            fleets,
             penalty,
             iteration: 0,
             skipped_steps: 0,
@@ -332,6 +342,12 @@ impl Trainer {
             trained_tokens,
             self.skipped_steps,
         );
+        for (group, fleet) in self.groups.iter().zip(&self.fleets) {
+            if let Some(fleet) = fleet {
+                let seconds = fleet.sync(group, &weight_version(self.iteration))?;
+                metrics.set(format!("time/weight_sync_s/{}", group.name), seconds);
+            }
+        }
         Ok(metrics)
     }
 
@@ -519,13 +535,26 @@ impl Trainer {
 
     /// Rolls out one episode per task with the team's current sampling settings.
     fn rollout(&mut self, tasks: &[&Task], label: &str) -> anyhow::Result<Rollout> {
+        // Servers start from the trainer's weights: a resumed run's are not the model file's.
+        for (group, fleet) in self.groups.iter().zip(&self.fleets) {
+            if let Some(fleet) = fleet.as_ref().filter(|f| !f.synced()) {
+                fleet.sync(group, &weight_version(self.iteration))?;
+            }
+        }
         let bar = phase_bar(tasks.len() as u64, label);
         let (local, codecs): (Vec<LocalGenerator<'_>>, Vec<ChatCodec<'_>>) = self
             .groups
             .iter_mut()
             .map(|group| LocalGenerator::split(&mut group.pretrained))
             .unzip();
-        let generators: Vec<&dyn Generator> = local.iter().map(|g| g as &dyn Generator).collect();
+        let generators: Vec<&dyn Generator> = local
+            .iter()
+            .zip(&self.fleets)
+            .map(|(local, fleet)| match fleet {
+                Some(fleet) => &fleet.generator as &dyn Generator,
+                None => local as &dyn Generator,
+            })
+            .collect();
         let rollout = rollout::run(
             &rollout::Crew {
                 orchestra: &*self.orchestra,
@@ -613,6 +642,11 @@ impl Trainer {
         );
         Ok(report)
     }
+}
+
+/// The weight version of the weights after `iteration` (0: before training).
+fn weight_version(iteration: u32) -> String {
+    format!("iteration-{iteration}")
 }
 
 /// A progress bar on stderr for one phase (drawn only when stderr is a terminal).

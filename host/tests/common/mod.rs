@@ -2,7 +2,8 @@
 
 #![allow(dead_code)] // each test file uses a subset
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use serde_json::Value;
 use tch::Tensor;
@@ -38,4 +39,96 @@ pub fn worst_golden_logit_difference(golden: &Value, logits: &Tensor, masks: &[V
         worst = worst.max((&got - &want).abs().max().double_value(&[]));
     }
     worst
+}
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_owned()
+}
+
+/// A fresh folder `name-PID` under the test target dir.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// A plugins folder holding the fixture plugin's library (agents that shout, the `pair`
+/// orchestra, the `parity` environment), built once per test process.
+pub fn fixture_plugins() -> &'static Path {
+    static FOLDER: OnceLock<PathBuf> = OnceLock::new();
+    FOLDER.get_or_init(|| {
+        let crates = scratch("plugin-crate");
+        std::os::unix::fs::symlink(repo().join("tests/fixture-plugin"), crates.join("fixture"))
+            .expect("symlink");
+        let libraries =
+            drmas_host::plugins::discover(&crates, drmas_host::plugins::BuildProfile::Dev)
+                .expect("build the fixture plugin");
+        let library = libraries.first().expect("one library");
+        let folder = scratch("plugins");
+        let name = library.file_name().expect("a file name");
+        std::fs::copy(library, folder.join(name)).expect("copy the plugin");
+        folder
+    })
+}
+
+/// A two-agent run (`first` and `second`, Shout agents of the fixture plugin, in a `pair` on
+/// `parity`) on one worker group `shared` (the tiny random Llama), `iterations` long, saved
+/// every `save_every` iterations (0: at the end); `group_tables` (TOML) follows the group's
+/// section, e.g. its `[worker_groups.shared.rollout]`.
+pub fn pair_run_file(iterations: u32, save_every: u32, group_tables: &str) -> String {
+    let model = repo().join("host/tests/fixtures/hf/llama");
+    format!(
+        r#"
+[run]
+output_dir = "run"
+seed = 5
+iterations = {iterations}
+save_every = {save_every}
+
+[environment]
+name = "parity"
+train_data = {{ path = "alpha, beta, gamma, delta, epsilon" }}
+eval_data = {{ path = "alpha, beta" }}
+
+[orchestra]
+name = "pair"
+
+[[agents]]
+role = "first"
+agent = "Shout Agent"
+worker_group = "shared"
+max_new_tokens = 6
+
+[[agents]]
+role = "second"
+agent = "Shout Agent"
+worker_group = "shared"
+max_new_tokens = 5
+
+[worker_groups.shared]
+model = "{}"
+learning_rate = 1e-3
+micro_batch_size = 3
+
+{group_tables}
+
+[algorithm]
+estimator = "drmas"
+invalid_action_penalty = 0.1
+
+[rollout]
+prompts_per_batch = 2
+group_size = 4
+max_response_tokens = 8
+
+[eval]
+k = 2
+"#,
+        model.display()
+    )
 }

@@ -1,0 +1,336 @@
+//! [`RemoteGenerator`]: a worker group's rollouts generated on a fleet of servers.
+//!
+//! A batch is cut into one request per server (smaller when `max_batch_per_request` says so),
+//! sent `max_in_flight` at a time. Every prompt carries its own `sampling_seed` drawn from the
+//! run's stream, so what a prompt samples does not depend on which server answers it or what
+//! the server batches it with. A request that fails for a transient reason (connection,
+//! timeout, 5xx) is sent again, to the next server, after a growing wait; an answer is taken
+//! whole or not at all, so no sample is lost or doubled. After `max_tries` attempts the batch
+//! fails with an error that names every server tried and why.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail};
+
+use super::connection::{Connection, Failure};
+use super::settings::{RemoteSettings, MAX_BACKOFF};
+use super::wire::{GenerateBody, GenerateOutput, OneOrEach, WireSamplingParams, GENERATE_PATH};
+use crate::engine::{FinishReason, Generation, GenerationRequest, Generator};
+use crate::rng::SeededRng;
+
+/// A [`Generator`] whose batches run on inference servers (see the module docs).
+pub struct RemoteGenerator {
+    pub(super) settings: RemoteSettings,
+    pub(super) servers: Vec<Connection>,
+    /// Servers left out for the rest of the run: they failed a weight update or answered
+    /// with other weights than the fleet's.
+    pub(super) retired: Vec<AtomicBool>,
+    /// The weight version every answer must come from, once weights were pushed.
+    pub(super) version: Mutex<Option<String>>,
+}
+
+impl RemoteGenerator {
+    /// A generator on the servers of `settings`; nothing is sent until it is used.
+    pub fn new(settings: RemoteSettings) -> Self {
+        let servers: Vec<Connection> = settings
+            .urls
+            .iter()
+            .map(|url| Connection::new(url, settings.request_timeout, settings.connect_timeout))
+            .collect();
+        let retired = servers.iter().map(|_| AtomicBool::new(false)).collect();
+        Self {
+            settings,
+            servers,
+            retired,
+            version: Mutex::new(None),
+        }
+    }
+
+    /// The weight version the servers serve, once weights were pushed.
+    pub fn weight_version(&self) -> Option<String> {
+        self.version
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The indices of servers still in the fleet.
+    pub(super) fn active(&self) -> Vec<usize> {
+        (0..self.servers.len())
+            .filter(|&i| !self.retired[i].load(Ordering::SeqCst))
+            .collect()
+    }
+
+    /// Leaves server `index` out from now on, saying why.
+    pub(super) fn retire(&self, index: usize, why: &str) {
+        if !self.retired[index].swap(true, Ordering::SeqCst) {
+            tracing::warn!(
+                "worker group `{}`: leaving {} out of the fleet: {why}",
+                self.settings.group,
+                self.servers[index].url()
+            );
+        }
+    }
+
+    /// The wait before attempt `attempt` (1-based; the first waits nothing).
+    pub(super) fn backoff(&self, attempt: u32) -> Duration {
+        let doublings = attempt.saturating_sub(2).min(16);
+        if attempt <= 1 {
+            return Duration::ZERO;
+        }
+        self.settings
+            .first_backoff
+            .saturating_mul(1 << doublings)
+            .min(MAX_BACKOFF)
+    }
+
+    /// Sends `body` (`prompts` prompts; `home` picks the server it goes to first) until a
+    /// server answers it whole.
+    fn send(
+        &self,
+        body: &GenerateBody,
+        prompts: usize,
+        home: usize,
+    ) -> anyhow::Result<Vec<Generation>> {
+        let tries = self.settings.max_tries.max(1);
+        let mut failures: Vec<String> = Vec::new();
+        for attempt in 1..=tries {
+            std::thread::sleep(self.backoff(attempt));
+            let active = self.active();
+            if active.is_empty() {
+                bail!(
+                    "worker group `{}`: every server left the fleet ({})",
+                    self.settings.group,
+                    self.settings.urls.join(", ")
+                );
+            }
+            let server = active[(home + attempt as usize - 1) % active.len()];
+            let connection = &self.servers[server];
+            let answer = connection
+                .post::<_, Vec<GenerateOutput>>(GENERATE_PATH, body)
+                .map_err(Answer::from)
+                .and_then(|outputs| self.read(outputs, prompts));
+            match answer {
+                Ok(generations) => return Ok(generations),
+                Err(Answer::Failed(Failure::Fatal(reason))) => bail!(
+                    "worker group `{}`: {} refused a generation request: {reason}",
+                    self.settings.group,
+                    connection.url()
+                ),
+                Err(Answer::Failed(Failure::Transient(reason))) => {
+                    tracing::warn!(
+                        "worker group `{}`: {} failed (attempt {attempt} of {tries}): {reason}",
+                        self.settings.group,
+                        connection.url()
+                    );
+                    failures.push(format!("{}: {reason}", connection.url()));
+                }
+                Err(Answer::Stale(found)) => {
+                    self.retire(server, &format!("it serves weight version {found}"));
+                    failures.push(format!("{}: weight version {found}", connection.url()));
+                }
+            }
+        }
+        bail!(
+            "worker group `{}`: no server generated a batch of {prompts} prompts in {tries} \
+             attempts; is the fleet up? ({}). Attempts: {}",
+            self.settings.group,
+            self.settings.urls.join(", "),
+            failures.join("; ")
+        )
+    }
+
+    /// The generations of a whole answer, checked against the protocol and the weight
+    /// version.
+    fn read(
+        &self,
+        outputs: Vec<GenerateOutput>,
+        prompts: usize,
+    ) -> Result<Vec<Generation>, Answer> {
+        let fatal = |reason: String| Answer::Failed(Failure::Fatal(reason));
+        if outputs.len() != prompts {
+            return Err(fatal(format!(
+                "{} outputs for {prompts} prompts",
+                outputs.len()
+            )));
+        }
+        let expected = self.weight_version();
+        outputs
+            .into_iter()
+            .enumerate()
+            .map(|(i, output)| {
+                if let (Some(want), Some(found)) = (&expected, &output.meta_info.weight_version) {
+                    if want != found {
+                        return Err(Answer::Stale(found.clone()));
+                    }
+                }
+                generation(output).map_err(|reason| match reason {
+                    Failure::Fatal(reason) => fatal(format!("output {i}: {reason}")),
+                    transient => Answer::Failed(transient),
+                })
+            })
+            .collect()
+    }
+}
+
+/// A failed attempt, or an answer from other weights than the fleet's.
+enum Answer {
+    Failed(Failure),
+    Stale(String),
+}
+
+impl From<Failure> for Answer {
+    fn from(failure: Failure) -> Self {
+        Answer::Failed(failure)
+    }
+}
+
+/// One output as a [`Generation`]: tokens and logprobs from `output_token_logprobs`, the
+/// finish reason from `finish_reason` (an aborted request is worth another try).
+fn generation(output: GenerateOutput) -> Result<Generation, Failure> {
+    let fatal = |reason: &str| Failure::Fatal(reason.to_owned());
+    let meta = output.meta_info;
+    let pairs = meta
+        .output_token_logprobs
+        .ok_or_else(|| fatal("no meta_info.output_token_logprobs"))?;
+    let tokens: Vec<i64> = pairs.iter().map(|&(_, token, _)| token).collect();
+    let logprobs: Vec<f32> = pairs.iter().map(|&(lp, _, _)| lp as f32).collect();
+    if output.output_ids.as_ref().is_some_and(|ids| *ids != tokens) {
+        return Err(fatal(
+            "output_ids differ from the tokens of output_token_logprobs",
+        ));
+    }
+    let reason = meta
+        .finish_reason
+        .ok_or_else(|| fatal("no meta_info.finish_reason"))?;
+    let finish = match (reason.kind.as_str(), &reason.matched) {
+        ("length", _) => FinishReason::Length,
+        ("stop", Some(serde_json::Value::String(_))) => FinishReason::Stop,
+        ("stop", _) => FinishReason::Eos,
+        ("abort", _) => {
+            return Err(Failure::Transient(format!(
+                "the server aborted the request: {}",
+                reason.message.unwrap_or_default()
+            )))
+        }
+        (other, _) => {
+            return Err(Failure::Fatal(format!(
+                "unknown finish_reason type `{other}`"
+            )))
+        }
+    };
+    Ok(Generation {
+        tokens,
+        logprobs,
+        finish,
+    })
+}
+
+/// The wire form of `request`, sampling from `seed`.
+fn wire_params(request: &GenerationRequest, seed: u64) -> WireSamplingParams {
+    let p = request.params;
+    WireSamplingParams {
+        max_new_tokens: Some(request.max_new_tokens),
+        temperature: Some(p.temperature),
+        top_p: Some(p.top_p),
+        top_k: Some(if p.top_k == 0 { -1 } else { p.top_k as i64 }),
+        stop: (!request.stop.is_empty()).then(|| OneOrEach::Each(request.stop.clone())),
+        stop_token_ids: (!request.stop_tokens.is_empty()).then(|| request.stop_tokens.clone()),
+        sampling_seed: Some(seed),
+        skip_special_tokens: None,
+    }
+}
+
+impl Generator for RemoteGenerator {
+    fn generate(
+        &self,
+        requests: &[GenerationRequest],
+        rng: &mut SeededRng,
+    ) -> anyhow::Result<Vec<Generation>> {
+        if let Some(request) = requests.iter().find(|r| r.adapter.is_some()) {
+            bail!(
+                "worker group `{}`: a request for LoRA adapter {:?} cannot go to a server (LoRA \
+                 groups generate locally)",
+                self.settings.group,
+                request.adapter
+            );
+        }
+        let seeds: Vec<u64> = requests.iter().map(|_| rng.next_u64()).collect();
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
+        let servers = self.active().len().max(1);
+        let size = requests
+            .len()
+            .div_ceil(servers)
+            .clamp(1, self.settings.max_batch_per_request.max(1));
+        let chunks: Vec<(usize, GenerateBody)> = requests
+            .chunks(size)
+            .zip(seeds.chunks(size))
+            .map(|(requests, seeds)| {
+                let body = GenerateBody {
+                    input_ids: OneOrEach::Each(requests.iter().map(|r| r.prompt.clone()).collect()),
+                    sampling_params: Some(OneOrEach::Each(
+                        requests
+                            .iter()
+                            .zip(seeds)
+                            .map(|(r, &s)| wire_params(r, s))
+                            .collect(),
+                    )),
+                    return_logprob: Some(OneOrEach::One(true)),
+                    stream: None,
+                };
+                (requests.len(), body)
+            })
+            .collect();
+        let queue = Mutex::new((0..chunks.len()).collect::<VecDeque<usize>>());
+        let answers: Mutex<Vec<Option<Vec<Generation>>>> = Mutex::new(vec![None; chunks.len()]);
+        let failure: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+        let workers = self.settings.max_in_flight.clamp(1, chunks.len());
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                scope.spawn(|| loop {
+                    if failure
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .is_some()
+                    {
+                        return;
+                    }
+                    let next = queue
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .pop_front();
+                    let Some(index) = next else { return };
+                    let (prompts, body) = &chunks[index];
+                    match self.send(body, *prompts, index) {
+                        Ok(generations) => {
+                            answers.lock().unwrap_or_else(PoisonError::into_inner)[index] =
+                                Some(generations);
+                        }
+                        Err(error) => {
+                            failure
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .get_or_insert(error);
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        if let Some(error) = failure.into_inner().unwrap_or_else(PoisonError::into_inner) {
+            return Err(error);
+        }
+        let answers = answers.into_inner().unwrap_or_else(PoisonError::into_inner);
+        let mut generations = Vec::with_capacity(requests.len());
+        for answer in answers {
+            generations
+                .extend(answer.ok_or_else(|| anyhow!("a request of the batch went unanswered"))?);
+        }
+        Ok(generations)
+    }
+}

@@ -1,0 +1,14 @@
+//! Generation on inference servers that speak SGLang's native HTTP protocol ([`wire`]): SGLang
+//! itself, sglang-router in front of a fleet, or `drmas-host serve`. [`RemoteGenerator`] is a
+//! worker group's [`Generator`](crate::engine::Generator) on them; it also pushes new weights
+//! (`weights.rs`) and checks the servers before any work (`probe.rs`).
+
+mod connection;
+mod generator;
+mod probe;
+mod settings;
+mod weights;
+pub mod wire;
+
+pub use generator::RemoteGenerator;
+pub use settings::RemoteSettings;

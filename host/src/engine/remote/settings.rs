@@ -1,0 +1,28 @@
+//! [`RemoteSettings`]: where a worker group's servers are and how patiently to use them.
+
+use std::time::Duration;
+
+/// The servers of one worker group and the limits of talking to them.
+#[derive(Debug, Clone)]
+pub struct RemoteSettings {
+    /// The worker group, for messages.
+    pub group: String,
+    /// Server base URLs (`http://host:port`): SGLang servers, `drmas-host serve` processes,
+    /// or one sglang-router.
+    pub urls: Vec<String>,
+    /// The longest one request may take (generation included).
+    pub request_timeout: Duration,
+    /// The longest a connection may take to open.
+    pub connect_timeout: Duration,
+    /// Requests in flight at once, over all servers.
+    pub max_in_flight: usize,
+    /// Attempts at one request before the run stops with an error (at least 1).
+    pub max_tries: u32,
+    /// The wait after the first failed attempt; it doubles after each further one.
+    pub first_backoff: Duration,
+    /// The most prompts one request carries.
+    pub max_batch_per_request: usize,
+}
+
+/// The longest wait between two attempts.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(8);

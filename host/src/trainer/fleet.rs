@@ -1,0 +1,127 @@
+//! [`Fleet`]: a worker group whose rollouts run on inference servers
+//! (`[worker_groups.NAME.rollout] backend = "sglang"`): its [`RemoteGenerator`], checked
+//! before any work, and the folder its weights are pushed through.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use super::WorkerGroup;
+use crate::config::{RolloutBackend, RunConfig, RunFile, WorkerGroupSection};
+use crate::engine::remote::{RemoteGenerator, RemoteSettings};
+use crate::model::config::LlamaConfig;
+use crate::model::gguf::GgufModel;
+use crate::model::hf_folder::HfFolder;
+use crate::preflight::resolve_model;
+
+/// The servers of one worker group and where its weights go for them.
+pub struct Fleet {
+    /// Generates the group's rollouts on the servers.
+    pub generator: RemoteGenerator,
+    /// The HF folder the trainer writes the group's weights to and the servers load.
+    weights: PathBuf,
+}
+
+impl Fleet {
+    /// The fleet of `group` when its section says `backend = "sglang"`, its servers probed
+    /// against the group's model; `None` for a local group.
+    pub fn for_group(
+        group: &WorkerGroup,
+        section: &WorkerGroupSection,
+        file: &RunFile,
+        out_dir: &Path,
+    ) -> anyhow::Result<Option<Self>> {
+        let Some(generator) = remote_generator(&group.name, section) else {
+            return Ok(None);
+        };
+        generator.probe(group.pretrained.model.config())?;
+        let rollout = &section.rollout;
+        let base = match &rollout.weights_dir {
+            Some(dir) => file.resolve(dir),
+            None => out_dir.join("weights"),
+        };
+        std::fs::create_dir_all(&base)
+            .with_context(|| format!("creating the weights folder {}", base.display()))?;
+        let base = std::fs::canonicalize(&base).unwrap_or(base);
+        Ok(Some(Self {
+            generator,
+            weights: base.join(&group.name),
+        }))
+    }
+
+    /// Whether the servers were given this run's weights yet.
+    pub fn synced(&self) -> bool {
+        self.generator.weight_version().is_some()
+    }
+
+    /// Writes `group`'s weights as an HF folder and has every server load them as `version`;
+    /// returns the seconds it took (writing and loading).
+    pub fn sync(&self, group: &WorkerGroup, version: &str) -> anyhow::Result<f64> {
+        let started = Instant::now();
+        group.pretrained.save_hf(&self.weights).with_context(|| {
+            format!(
+                "worker group `{}`: writing its weights for the servers",
+                group.name
+            )
+        })?;
+        self.generator.update_weights(&self.weights, version)?;
+        let seconds = started.elapsed().as_secs_f64();
+        tracing::info!(
+            "worker group `{}`: servers serve weight version {version} ({seconds:.2}s)",
+            group.name
+        );
+        Ok(seconds)
+    }
+}
+
+/// The remote generator of worker group `name` when its section says `backend = "sglang"`.
+fn remote_generator(name: &str, section: &WorkerGroupSection) -> Option<RemoteGenerator> {
+    let rollout = &section.rollout;
+    if *rollout.backend.get_ref() == RolloutBackend::Local {
+        return None;
+    }
+    Some(RemoteGenerator::new(RemoteSettings {
+        group: name.to_owned(),
+        urls: rollout.urls.iter().map(|u| u.get_ref().clone()).collect(),
+        request_timeout: Duration::from_secs_f64(rollout.request_timeout_s),
+        connect_timeout: Duration::from_secs_f64(rollout.connect_timeout_s),
+        max_in_flight: rollout.max_in_flight,
+        max_tries: rollout.max_tries,
+        first_backoff: Duration::from_millis(250),
+        max_batch_per_request: rollout.max_batch_per_request,
+    }))
+}
+
+/// `check`'s look at the servers: every remote group's servers answer `/health` and serve the
+/// group's model (read from its files, weights left unloaded). Returns one line per group.
+pub fn probe_servers(config: &RunConfig, file: &RunFile) -> anyhow::Result<Vec<String>> {
+    let mut lines = Vec::new();
+    for (name, section) in &config.worker_groups {
+        let Some(generator) = remote_generator(name, section) else {
+            continue;
+        };
+        let path = resolve_model(&section.model, file)?;
+        generator.probe(&model_config(&path)?)?;
+        lines.push(format!(
+            "worker group `{name}`: rollouts on {} (healthy, same model)",
+            section
+                .rollout
+                .urls
+                .iter()
+                .map(|u| u.get_ref().as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    Ok(lines)
+}
+
+/// The configuration of the model at `path` (an HF folder or a GGUF file).
+fn model_config(path: &Path) -> anyhow::Result<LlamaConfig> {
+    if path.is_dir() {
+        return Ok(HfFolder::read(path)?.config);
+    }
+    let gguf = GgufModel::open(path)?;
+    Ok(LlamaConfig::from_json(&gguf.config_json()?).map_err(|e| e.in_file(path))?)
+}

@@ -1,0 +1,343 @@
+//! Rollouts on inference servers, end to end with real processes on loopback: `drmas-host
+//! serve` workers speaking SGLang's protocol, and `drmas-host train` / `check` pointing a
+//! worker group at them. A run on servers records the local run's metrics (plus the weight
+//! sync's time), pushes every iteration's weights, reproduces itself from its seed, survives a
+//! killed server, and bad URLs, dead or silent servers and another model fail before any work.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The worker group both agents use.
+const GROUP: &str = "shared";
+/// How long a server may take to start.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn tiny_model(family: &str) -> PathBuf {
+    common::repo().join("host/tests/fixtures/hf").join(family)
+}
+
+/// A `drmas-host serve` process, killed when dropped.
+struct Served {
+    child: Child,
+    url: String,
+}
+
+impl Served {
+    /// Starts a server of `family`'s tiny model on a free port and waits for its URL.
+    fn start(family: &str) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_drmas-host"))
+            .args(["serve", "--port", "0", "--threads", "1", "--model"])
+            .arg(tiny_model(family))
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start drmas-host serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = sender.send(line);
+            }
+        });
+        let line = lines
+            .recv_timeout(PATIENCE)
+            .expect("the server prints its URL");
+        let url = line
+            .rsplit(' ')
+            .next()
+            .filter(|u| u.starts_with("http://"))
+            .unwrap_or_else(|| panic!("not a URL line: {line}"))
+            .to_owned();
+        Self { child, url }
+    }
+
+    fn get(&self, path: &str) -> Value {
+        let mut answer = ureq::get(format!("{}{path}", self.url))
+            .call()
+            .expect("GET");
+        answer.body_mut().read_json().expect("JSON")
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The two-agent fixture run (see `common::pair_run_file`) with `rollout` as the body of
+/// `[worker_groups.shared.rollout]` (empty: local).
+fn run_file(iterations: u32, rollout: &str) -> String {
+    common::pair_run_file(
+        iterations,
+        0,
+        &format!("[worker_groups.{GROUP}.rollout]\n{rollout}"),
+    )
+}
+
+/// `[worker_groups.shared.rollout]` on `urls`, impatient enough for a test.
+fn on_servers(urls: &[&str]) -> String {
+    let urls: Vec<String> = urls.iter().map(|u| format!("\"{u}\"")).collect();
+    format!(
+        "backend = \"sglang\"\nurls = [{}]\nrequest_timeout_s = 60\nconnect_timeout_s = 2\nmax_tries = 3\n",
+        urls.join(", ")
+    )
+}
+
+/// `drmas-host COMMAND` on `text`, written as `dir/run.toml`, with the fixture plugin.
+fn drmas_command(dir: &Path, command: &str, text: &str) -> Command {
+    std::fs::write(dir.join("run.toml"), text).expect("write the run file");
+    let mut drmas = Command::new(env!("CARGO_BIN_EXE_drmas-host"));
+    drmas
+        .arg(command)
+        .arg("--plugins")
+        .arg(common::fixture_plugins())
+        .arg("--config")
+        .arg(dir.join("run.toml"))
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null());
+    drmas
+}
+
+/// Runs `drmas-host COMMAND` on `text` to its end.
+fn drmas(dir: &Path, command: &str, text: &str) -> Output {
+    drmas_command(dir, command, text)
+        .output()
+        .expect("run drmas-host")
+}
+
+fn log(output: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Trains `text` in a fresh folder `name`; panics unless it succeeds; returns the metrics
+/// lines of the training iterations.
+fn train(name: &str, text: &str) -> Vec<Value> {
+    let dir = common::scratch(name);
+    let output = drmas(&dir, "train", text);
+    assert!(output.status.success(), "{}", log(&output));
+    std::fs::read_to_string(dir.join("run/metrics.jsonl"))
+        .expect("metrics.jsonl")
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("a JSON line"))
+        .filter(|line| line.get("reward/mean").is_some())
+        .collect()
+}
+
+fn keys(line: &Value) -> BTreeSet<String> {
+    line.as_object()
+        .expect("an object")
+        .keys()
+        .cloned()
+        .collect()
+}
+
+fn rewards(lines: &[Value]) -> Vec<f64> {
+    lines
+        .iter()
+        .map(|l| l["reward/mean"].as_f64().expect("reward/mean"))
+        .collect()
+}
+
+#[test]
+fn a_run_on_two_servers_records_the_local_metrics_and_pushes_every_iterations_weights() {
+    let local = train("serving-local", &run_file(2, ""));
+    let (a, b) = (Served::start("llama"), Served::start("llama"));
+    let remote_file = run_file(2, &on_servers(&[&a.url, &b.url]));
+    let remote = train("serving-remote", &remote_file);
+    assert_eq!(remote.len(), 2);
+    let sync = format!("time/weight_sync_s/{GROUP}");
+    for (local, remote) in local.iter().zip(&remote) {
+        let mut expected = keys(local);
+        expected.insert(sync.clone());
+        assert_eq!(keys(remote), expected);
+        assert!(remote[&sync].as_f64().expect("seconds") > 0.0);
+        // Every episode's calls came back: 2 prompts × 4 samples, one call per agent.
+        assert_eq!(remote["calls/first"], 8.0);
+        assert_eq!(remote["calls/second"], 8.0);
+    }
+    // Both servers serve the weights of the last update.
+    for server in [&a, &b] {
+        assert_eq!(
+            server.get("/get_model_info")["weight_version"],
+            "iteration-2"
+        );
+    }
+    // Each prompt carries its own seed from the run's stream: the same run samples the same.
+    let again = train("serving-remote-again", &remote_file);
+    assert_eq!(rewards(&remote), rewards(&again));
+}
+
+#[test]
+fn a_server_killed_mid_run_leaves_its_requests_to_the_other() {
+    const ITERATIONS: usize = 4;
+    let (mut a, b) = (Served::start("llama"), Served::start("llama"));
+    let dir = common::scratch("serving-killed");
+    let text = run_file(ITERATIONS as u32, &on_servers(&[&a.url, &b.url]));
+    let mut trainer = drmas_command(&dir, "train", &text)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start drmas-host train");
+    // Kill the first server once the first iteration is written.
+    let metrics = dir.join("run/metrics.jsonl");
+    let started = Instant::now();
+    while std::fs::read_to_string(&metrics).map_or(true, |m| !m.contains("reward/mean")) {
+        assert!(started.elapsed() < PATIENCE * 2, "no iteration came");
+        assert!(
+            trainer.try_wait().expect("poll").is_none(),
+            "the run ended early"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    a.child.kill().expect("kill the first server");
+    a.child.wait().expect("reap it");
+    let output = trainer.wait_with_output().expect("the run ends");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("leaving {} out of the fleet", a.url)),
+        "{stderr}"
+    );
+    let lines: Vec<Value> = std::fs::read_to_string(&metrics)
+        .expect("metrics")
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("a JSON line"))
+        .filter(|line| line.get("reward/mean").is_some())
+        .collect();
+    assert_eq!(lines.len(), ITERATIONS);
+    for line in &lines {
+        assert_eq!(line["calls/first"], 8.0, "no call lost or doubled");
+        assert_eq!(line["calls/second"], 8.0);
+    }
+    assert_eq!(
+        b.get("/get_model_info")["weight_version"],
+        format!("iteration-{ITERATIONS}")
+    );
+}
+
+#[test]
+fn check_refuses_bad_servers_before_any_work() {
+    let dir = common::scratch("serving-check");
+    let fails = |rollout: &str, says: &str| {
+        let output = drmas(&dir, "check", &run_file(1, rollout));
+        let log = log(&output);
+        assert!(!output.status.success(), "{rollout}: {log}");
+        assert!(log.contains(says), "{rollout}: expected `{says}` in\n{log}");
+    };
+    // Not a URL: the file's line and column.
+    fails(
+        "backend = \"sglang\"\nurls = [\"ftp://somewhere\"]",
+        "run.toml:35:9: [worker_groups.shared.rollout]: url `ftp://somewhere` is not an http:// URL",
+    );
+    // Nobody listens.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let url = format!("http://{}", closed.local_addr().expect("address"));
+    drop(closed);
+    fails(&on_servers(&[&url]), &format!("server {url} is not usable"));
+    // Someone listens and never answers: the timeout, not a hang.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let url = format!("http://{}", silent.local_addr().expect("address"));
+    let started = Instant::now();
+    fails(
+        &format!("backend = \"sglang\"\nurls = [\"{url}\"]\nrequest_timeout_s = 1\nmax_tries = 1"),
+        &format!("server {url} is not usable"),
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    drop(silent);
+    // Another model.
+    let qwen = Served::start("qwen2");
+    fails(
+        &on_servers(&[&qwen.url]),
+        "serves another model than the group's",
+    );
+    // And the group's own model passes.
+    let llama = Served::start("llama");
+    let output = drmas(&dir, "check", &run_file(1, &on_servers(&[&llama.url])));
+    assert!(output.status.success(), "{}", log(&output));
+    assert!(log(&output).contains("healthy, same model"));
+}
+
+#[test]
+fn serve_refuses_bad_requests_naming_the_field_and_keeps_serving() {
+    let server = Served::start("llama");
+    let post = |path: &str, body: &str| {
+        let mut answer = ureq::post(format!("{}{path}", server.url))
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .send(body)
+            .expect("an answer");
+        let status = answer.status().as_u16();
+        (status, answer.body_mut().read_to_string().expect("a body"))
+    };
+    for (body, status, says) in [
+        ("nope", 400, "not JSON"),
+        (r#"{"text": "hi"}"#, 400, "send token ids"),
+        (
+            r#"{"input_ids": [1, 2], "sampling_params": {"bogus": 1}}"#,
+            400,
+            "unknown field `bogus`",
+        ),
+        (
+            r#"{"input_ids": [1, 999999]}"#,
+            400,
+            "not in the vocabulary",
+        ),
+        (
+            r#"{"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 100000}}"#,
+            400,
+            "more than the model's context",
+        ),
+    ] {
+        let (got, text) = post("/generate", body);
+        assert_eq!(got, status, "{body}: {text}");
+        assert!(text.contains(says), "{body}: {text}");
+    }
+    let batch = format!("{{\"input_ids\": [{}]}}", vec!["[1]"; 65].join(","));
+    let (got, text) = post("/generate", &batch);
+    assert_eq!(got, 413, "{text}");
+    assert!(text.contains("--max-batch"), "{text}");
+    let qwen = tiny_model("qwen2").display().to_string();
+    let (got, text) = post(
+        "/update_weights_from_disk",
+        &format!("{{\"model_path\": \"{qwen}\", \"weight_version\": \"x\"}}"),
+    );
+    assert_eq!(got, 400, "{text}");
+    assert!(
+        text.contains("\"success\":false") && text.contains("another model"),
+        "{text}"
+    );
+    // Still serving the old weights, and answering in SGLang's shape.
+    let (got, text) = post(
+        "/generate",
+        r#"{"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 3, "temperature": 0}, "return_logprob": true}"#,
+    );
+    assert_eq!(got, 200, "{text}");
+    let answer: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(answer["meta_info"]["weight_version"], "default");
+    assert_eq!(answer["meta_info"]["completion_tokens"], 3);
+    assert_eq!(answer["meta_info"]["finish_reason"]["type"], "length");
+    assert_eq!(
+        answer["meta_info"]["output_token_logprobs"]
+            .as_array()
+            .expect("list")
+            .len(),
+        3
+    );
+    assert_eq!(answer["output_ids"].as_array().expect("ids").len(), 3);
+}
