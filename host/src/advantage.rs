@@ -3,8 +3,9 @@
 //!
 //! A batch is a slice of [`Sample`]s, one per agent call, in any order. The invalid-action
 //! penalty ([`Penalty`]) turns each sample's episode reward into the reward the estimators see;
-//! an [`Estimator`] (built by name from the run file through [`build`]) turns those rewards into
-//! advantages; [`Diagnostics`] summarises the per-agent reward statistics that decide how much
+//! an [`Estimator`] (a built-in one built by name through [`build`], or a plugin's, both
+//! resolved by [`Registry::estimator`](crate::plugins::Registry::estimator)) turns those rewards
+//! into advantages; [`Diagnostics`] summarises the per-agent reward statistics that decide how much
 //! a shared (global) normalisation distorts each agent's gradient (Dr. MAS, Lemma 4.2).
 //!
 //! The estimators follow the Dr. MAS code's `compute_*_outcome_advantage` family (verl's, with
@@ -37,5 +38,5 @@ pub use estimator::Estimator;
 pub use normalise::NormParams;
 pub use overlong::OverlongPenalty;
 pub use penalty::Penalty;
-pub use registry::{build, names, EstimatorError};
+pub use registry::{build, described, is_builtin, names, EstimatorError};
 pub use sample::Sample;
