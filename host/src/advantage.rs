@@ -24,7 +24,6 @@ mod penalty;
 mod registry;
 mod reinforce_pp_baseline;
 mod rloo;
-mod sample;
 mod stats;
 mod trajectory_mean;
 
@@ -34,9 +33,13 @@ mod reference;
 mod tests;
 
 pub use diagnostics::{AgentDiagnostics, Diagnostics};
+/// One agent call of a batch, as every estimator sees it, built-in or a plugin's: the SDK's plain
+/// `Copy` record, so a batch of a million calls is one flat allocation and a plugin gets the same
+/// data. The rewards an estimator normalises are passed alongside (see [`Penalty::apply`]) so the
+/// same batch can be scored with and without the penalty.
+pub use drmas_sdk::Sample;
 pub use estimator::Estimator;
 pub use normalise::NormParams;
 pub use overlong::OverlongPenalty;
 pub use penalty::Penalty;
 pub use registry::{build, described, is_builtin, names, EstimatorError};
-pub use sample::Sample;

@@ -188,7 +188,8 @@ pub enum Next {
     },
 }
 
-/// One agent call of a training batch, as an [`crate::Estimator`] sees it.
+/// One agent call of a training batch, as an [`crate::Estimator`] sees it (the host's built-in
+/// estimators read the same record).
 ///
 /// Every episode of a batch is one of `group_size` rollouts of its prompt; each agent call in it
 /// is one sample. An estimator groups samples by these keys and turns their rewards into

@@ -232,13 +232,8 @@ fn sample(uid: u32, trajectory: u32, agent: u16) -> Sample {
         uid,
         trajectory,
         agent,
-        worker_group: 0,
-        reward: 0.0,
-        step: 0,
-        step_reward: 0.0,
-        state: 0,
         valid: true,
-        padding: false,
+        ..Sample::default()
     }
 }
 

@@ -105,14 +105,7 @@ fn a_generated_agent_plugin_builds_passes_its_tests_and_loads() {
     let call = |uid, trajectory| Sample {
         uid,
         trajectory,
-        agent: 0,
-        worker_group: 0,
-        reward: 0.0,
-        step: 0,
-        step_reward: 0.0,
-        state: 0,
-        valid: true,
-        padding: false,
+        ..Sample::default()
     };
     let samples = [call(0, 0), call(0, 1), call(0, 2), call(1, 3)];
     assert_eq!(
@@ -231,15 +224,8 @@ fn the_guides_estimator_example_builds_and_loads_as_written() {
         .expect("its estimator builds");
     let call = |uid, padding| Sample {
         uid,
-        trajectory: 0,
-        agent: 0,
-        worker_group: 0,
-        reward: 0.0,
-        step: 0,
-        step_reward: 0.0,
-        state: 0,
-        valid: true,
         padding,
+        ..Sample::default()
     };
     let samples = [
         call(0, false),

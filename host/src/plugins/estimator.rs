@@ -38,10 +38,9 @@ impl Estimator for PluginEstimator {
             rewards.len(),
             "advantage estimation needs one reward per sample"
         );
-        let plain: Vec<drmas_sdk::Sample> = samples.iter().map(plain).collect();
         let advantages = self
             .component
-            .advantages(&plain, rewards)
+            .advantages(samples, rewards)
             .map_err(PluginError::from)?;
         let origin = self.component.origin();
         if advantages.len() != samples.len() {
@@ -71,21 +70,5 @@ impl Estimator for PluginEstimator {
             }
         }
         Ok(advantages)
-    }
-}
-
-/// The SDK's copy of a host sample.
-fn plain(sample: &Sample) -> drmas_sdk::Sample {
-    drmas_sdk::Sample {
-        uid: sample.uid,
-        trajectory: sample.trajectory,
-        agent: sample.agent,
-        worker_group: sample.worker_group,
-        reward: sample.reward,
-        step: sample.step,
-        step_reward: sample.step_reward,
-        state: sample.state,
-        valid: sample.valid,
-        padding: sample.padding,
     }
 }
