@@ -108,7 +108,7 @@ const REGISTRY: &[(&str, &str, Constructor)] = &[
             if t.contains_key("norm_by_std") {
                 return Err(
                     "`norm_by_std` is not a parameter of dr_grpo: Dr. GRPO never divides \
-                 by σ (use `grpo` to choose)"
+                     by σ (use `grpo` to choose)"
                         .to_owned(),
                 );
             }
