@@ -369,7 +369,10 @@ impl Plan {
                 path.display()
             );
         }
-        let _ = writeln!(out, "estimator    {}", self.estimator.name());
+        let _ = match self.estimator.origin() {
+            Some(origin) => writeln!(out, "estimator    {origin}"),
+            None => writeln!(out, "estimator    {} (built-in)", self.estimator.name()),
+        };
         out
     }
 }

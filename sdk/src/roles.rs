@@ -66,7 +66,8 @@ pub trait Episode: Send {
 /// table is the config text of [`Component::from_config`].
 ///
 /// The host calls it once per training iteration, from any thread; keep it a pure function of
-/// its input. It checks the answer: one finite advantage per sample, 0 for padding samples.
+/// its input. The host checks the answer: one finite advantage per sample, 0 for padding
+/// samples; anything else stops the run with a message naming the estimator and its plugin.
 pub trait Estimator: Send + Sync {
     /// One advantage per sample, in the order of `samples`. `rewards[i]` is the reward of
     /// `samples[i]` after the invalid-action penalty and any reward shaping; it has the same

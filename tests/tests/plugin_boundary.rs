@@ -260,6 +260,13 @@ fn a_plugin_estimator_is_served_like_a_built_in_one() {
 
     let sign = registry.estimator("sign", &params("")).expect("sign");
     assert_eq!(sign.name(), "sign");
+    let origin = sign
+        .origin()
+        .expect("a plugin's estimator says where it comes from");
+    assert!(
+        origin.starts_with("estimator `sign` of plugin `fixture` ("),
+        "{origin}"
+    );
     assert_eq!(
         sign.advantages(&samples, &rewards).expect("advantages"),
         [1.0, 0.0, -1.0, 0.0, -1.0, 1.0, 0.0]
@@ -275,7 +282,7 @@ fn a_plugin_estimator_is_served_like_a_built_in_one() {
 
     // Built-ins come first and keep their own names.
     let grpo = registry.estimator("grpo", &params("")).expect("grpo");
-    assert_eq!(grpo.name(), "grpo");
+    assert_eq!((grpo.name(), grpo.origin()), ("grpo", None));
 }
 
 #[test]

@@ -25,6 +25,12 @@ pub trait Estimator: Send + Sync + fmt::Debug {
     /// If `samples` and `rewards` differ in length.
     fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> anyhow::Result<Vec<f64>>;
 
+    /// Where a plugin's estimator comes from (its plugin and library), for the plan's summary;
+    /// `None` for the built-in ones.
+    fn origin(&self) -> Option<&str> {
+        None
+    }
+
     /// The loss aggregation the method is defined with, when it is part of the method (Dr.
     /// GRPO's `seq-mean-token-sum-norm`); the run is refused with another one.
     fn loss_aggregation(&self) -> Option<LossAggregation> {

@@ -30,6 +30,10 @@ impl Estimator for PluginEstimator {
         &self.name
     }
 
+    fn origin(&self) -> Option<&str> {
+        Some(self.component.origin())
+    }
+
     /// The plugin's advantages, once it has given one finite advantage per sample and 0 to
     /// every padding sample; its errors and panics come back naming it.
     fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> anyhow::Result<Vec<f64>> {
