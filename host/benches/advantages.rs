@@ -118,7 +118,7 @@ fn main() {
                 name,
                 time(|| {
                     drop(black_box(
-                        estimator.advantages(black_box(samples), &rewards),
+                        estimator.advantages(black_box(samples), &rewards).ok(),
                     ))
                 }),
             );

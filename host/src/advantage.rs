@@ -3,8 +3,9 @@
 //!
 //! A batch is a slice of [`Sample`]s, one per agent call, in any order. The invalid-action
 //! penalty ([`Penalty`]) turns each sample's episode reward into the reward the estimators see;
-//! an [`Estimator`] (built by name from the run file through [`build`]) turns those rewards into
-//! advantages; [`Diagnostics`] summarises the per-agent reward statistics that decide how much
+//! an [`Estimator`] (a built-in one built by name through [`build`], or a plugin's, both
+//! resolved by [`Registry::estimator`](crate::plugins::Registry::estimator)) turns those rewards
+//! into advantages; [`Diagnostics`] summarises the per-agent reward statistics that decide how much
 //! a shared (global) normalisation distorts each agent's gradient (Dr. MAS, Lemma 4.2).
 //!
 //! The estimators follow the Dr. MAS code's `compute_*_outcome_advantage` family (verl's, with
@@ -23,7 +24,6 @@ mod penalty;
 mod registry;
 mod reinforce_pp_baseline;
 mod rloo;
-mod sample;
 mod stats;
 mod trajectory_mean;
 
@@ -33,9 +33,13 @@ mod reference;
 mod tests;
 
 pub use diagnostics::{AgentDiagnostics, Diagnostics};
+/// One agent call of a batch, as every estimator sees it, built-in or a plugin's: the SDK's plain
+/// `Copy` record, so a batch of a million calls is one flat allocation and a plugin gets the same
+/// data. The rewards an estimator normalises are passed alongside (see [`Penalty::apply`]) so the
+/// same batch can be scored with and without the penalty.
+pub use drmas_sdk::Sample;
 pub use estimator::Estimator;
 pub use normalise::NormParams;
 pub use overlong::OverlongPenalty;
 pub use penalty::Penalty;
-pub use registry::{build, names, EstimatorError};
-pub use sample::Sample;
+pub use registry::{build, described, is_builtin, names, EstimatorError};

@@ -43,7 +43,7 @@ pub enum Command {
     Train(TrainArgs),
     /// Evaluate the agents that the run file describes (avg@k, pass@k per data source).
     Eval,
-    /// List every component the plugins folder offers.
+    /// List every component the plugins folder offers, and the built-in estimators.
     Plugins,
     /// Check a run file without doing any work: everything `train` would refuse.
     Check(TrainArgs),

@@ -210,7 +210,8 @@ fn prepare(
     Ok((config, file, plan))
 }
 
-/// The `plugins` listing: one line per component, grouped by kind.
+/// The `plugins` listing: one line per component, grouped by kind; the estimators list the
+/// built-in ones first (a run file's name is looked up among them first), then the plugins'.
 pub fn list_components(registry: &plugins::Registry) -> String {
     use std::fmt::Write;
     let mut out = String::new();
@@ -224,14 +225,29 @@ pub fn list_components(registry: &plugins::Registry) -> String {
             plugin.path().display()
         );
     }
-    for (component, plugin) in registry.components() {
-        let _ = writeln!(
-            out,
-            "  {:<12} {:<24} {:<10} {}",
+    let mut row = |kind: &str, name: &str, source: &str, description: &str| {
+        let _ = writeln!(out, "  {kind:<12} {name:<28} {source:<10} {description}");
+    };
+    let (estimators, others): (Vec<_>, Vec<_>) = registry
+        .components()
+        .partition(|(component, _)| component.kind == drmas_sdk::ComponentKind::Estimator);
+    for (component, plugin) in others {
+        row(
             component.kind.as_str(),
-            component.name,
+            &component.name,
             plugin.name(),
-            component.description
+            &component.description,
+        );
+    }
+    for (name, description) in advantage::described() {
+        row("estimator", name, "built-in", description);
+    }
+    for (component, plugin) in estimators {
+        row(
+            "estimator",
+            &component.name,
+            plugin.name(),
+            &component.description,
         );
     }
     out

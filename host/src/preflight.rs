@@ -1,7 +1,7 @@
 //! The checks that run before any training work: everything the run file names is resolved and
 //! built — plugins, environment and its datasets, orchestra and the agents in its roles, the
-//! estimator, each worker group's model files — so a mistake fails in seconds, naming the file,
-//! field or plugin, instead of after a long rollout.
+//! estimator (built-in or a plugin's), each worker group's model files — so a mistake fails in
+//! seconds, naming the file, field or plugin, instead of after a long rollout.
 
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use drmas_sdk::{Agent, DatasetSpec, Environment, Orchestra, PluginError, Task};
 
-use crate::advantage::{self, Estimator};
+use crate::advantage::Estimator;
 use crate::config::{ConfigError, DatasetSection, Device, RunConfig, RunFile, Step};
 use crate::model::config::LlamaConfig;
 use crate::model::config_fit::check_config_fits;
@@ -112,11 +112,12 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
         .transpose()?
         .unwrap_or_default();
 
-    let estimator = advantage::build(
-        config.algorithm.estimator.get_ref(),
-        &config.algorithm.params,
-    )
-    .map_err(|e| file.invalid(config.algorithm.estimator.span().start, e.to_string()))?;
+    let estimator = registry
+        .estimator(
+            config.algorithm.estimator.get_ref(),
+            &config.algorithm.params,
+        )
+        .map_err(|e| file.invalid(config.algorithm.estimator.span().start, e.to_string()))?;
     if let Some(required) = estimator.loss_aggregation() {
         let chosen = config.algorithm.loss.aggregation;
         if chosen != required {
@@ -368,7 +369,10 @@ impl Plan {
                 path.display()
             );
         }
-        let _ = writeln!(out, "estimator    {}", self.estimator.name());
+        let _ = match self.estimator.origin() {
+            Some(origin) => writeln!(out, "estimator    {origin}"),
+            None => writeln!(out, "estimator    {} (built-in)", self.estimator.name()),
+        };
         out
     }
 }

@@ -188,7 +188,39 @@ pub enum Next {
     },
 }
 
-/// The three kinds of component a plugin can offer.
+/// One agent call of a training batch, as an [`crate::Estimator`] sees it (the host's built-in
+/// estimators read the same record).
+///
+/// Every episode of a batch is one of `group_size` rollouts of its prompt; each agent call in it
+/// is one sample. An estimator groups samples by these keys and turns their rewards into
+/// advantages.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Sample {
+    /// Prompt group: every episode rolled out from the same prompt shares it.
+    pub uid: u32,
+    /// Episode id, unique across the batch: every call of one episode shares it.
+    pub trajectory: u32,
+    /// Index of the calling agent in the run file's `[[agents]]` list.
+    pub agent: u16,
+    /// Index of the model worker group that generated the call.
+    pub worker_group: u16,
+    /// The episode's reward (the sum of its step rewards), before the invalid-action penalty.
+    pub reward: f64,
+    /// The environment step the call was made in (0 for the first).
+    pub step: u16,
+    /// The reward of that environment step alone.
+    pub step_reward: f64,
+    /// A key of the environment state the step started from (a hash of its observation): equal
+    /// keys mean the same observation, for step-level groups.
+    pub state: u64,
+    /// Whether the agent's output had a valid format (invalid calls are penalised).
+    pub valid: bool,
+    /// A copy that only pads the batch to a size the trainer needs: it must not enter any
+    /// statistic, and its advantage must be 0.
+    pub padding: bool,
+}
+
+/// The four kinds of component a plugin can offer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ComponentKind {
     /// An [`crate::Agent`].
@@ -197,6 +229,8 @@ pub enum ComponentKind {
     Orchestra,
     /// An [`crate::Environment`].
     Environment,
+    /// An [`crate::Estimator`].
+    Estimator,
 }
 
 impl ComponentKind {
@@ -206,6 +240,7 @@ impl ComponentKind {
             ComponentKind::Agent => "agent",
             ComponentKind::Orchestra => "orchestra",
             ComponentKind::Environment => "environment",
+            ComponentKind::Estimator => "estimator",
         }
     }
 }

@@ -5,7 +5,7 @@ use abi_stable::library::CheckTypeLayout;
 use abi_stable::prefix_type::PrefixTypeTrait;
 
 use crate::ffi::{guard, Exported, FfiComponentInfo, PluginModule, PluginModuleRef};
-use crate::{Agent, Component, ComponentKind, Environment, Error, Orchestra, Result};
+use crate::{Agent, Component, ComponentKind, Environment, Error, Estimator, Orchestra, Result};
 
 // The types the macro's `extern "C"` functions name.
 pub use crate::ffi::{FfiComponent, FfiError, FfiKind, FfiLogger, FfiPluginInfo};
@@ -52,6 +52,15 @@ impl Entry {
             create: create_environment::<T>,
         }
     }
+    /// An estimator type.
+    pub const fn estimator<T: Estimator + Component>() -> Self {
+        Self {
+            kind: ComponentKind::Estimator,
+            name: T::NAME,
+            description: T::DESCRIPTION,
+            create: create_estimator::<T>,
+        }
+    }
 }
 
 fn create_agent<T: Agent + Component>(config: &str) -> Result<FfiComponent> {
@@ -68,6 +77,12 @@ fn create_orchestra<T: Orchestra + Component>(config: &str) -> Result<FfiCompone
 
 fn create_environment<T: Environment + Component>(config: &str) -> Result<FfiComponent> {
     Ok(FfiComponent::Environment(Exported::environment(
+        T::from_config(config)?,
+    )))
+}
+
+fn create_estimator<T: Estimator + Component>(config: &str) -> Result<FfiComponent> {
+    Ok(FfiComponent::Estimator(Exported::estimator(
         T::from_config(config)?,
     )))
 }
@@ -156,6 +171,7 @@ pub const unsafe fn header(loader: extern "C" fn() -> RootModuleResult) -> LibHe
 ///     agents: [SolverAgent, VerifierAgent],
 ///     orchestras: [MathOrchestra],
 ///     environments: [MathEnvironment],
+///     estimators: [SignEstimator],
 /// }
 /// ```
 #[macro_export]
@@ -165,6 +181,7 @@ macro_rules! export_plugin {
         $(, agents: [$($agent:ty),* $(,)?])?
         $(, orchestras: [$($orchestra:ty),* $(,)?])?
         $(, environments: [$($environment:ty),* $(,)?])?
+        $(, estimators: [$($estimator:ty),* $(,)?])?
         $(,)?
     ) => {
         #[doc(hidden)]
@@ -178,6 +195,7 @@ macro_rules! export_plugin {
                 $($(x::Entry::agent::<$agent>(),)*)?
                 $($(x::Entry::orchestra::<$orchestra>(),)*)?
                 $($(x::Entry::environment::<$environment>(),)*)?
+                $($(x::Entry::estimator::<$estimator>(),)*)?
             ];
 
             extern "C" fn info() -> x::FfiPluginInfo {

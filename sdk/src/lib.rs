@@ -1,6 +1,6 @@
 //! # drmas-sdk
 //!
-//! The one crate a drmas plugin depends on. A plugin offers any number of three kinds of
+//! The one crate a drmas plugin depends on. A plugin offers any number of four kinds of
 //! components, which the host (`drmas-host`) builds by name from a run file:
 //!
 //! - an [`Environment`]: loads tasks and runs gym-like episodes (`reset`, then `step` until done),
@@ -8,7 +8,9 @@
 //! - an [`Orchestra`]: the multi-agent workflow of one environment step, a state machine
 //!   ([`Routing`]) that the host drives so it can batch the calls of many episodes;
 //! - an [`Agent`]: a role that turns the team's context into chat messages and parses the model's
-//!   raw output into an action and a validity flag.
+//!   raw output into an action and a validity flag;
+//! - an [`Estimator`]: turns a training batch's rewards into one advantage per agent call, next
+//!   to the host's built-in estimators (`grpo`, `drmas`, ...).
 //!
 //! Only plain data crosses the boundary (strings, chat messages, numbers; configs as TOML text):
 //! models, tokenizers and tensors stay in the host, so plugins never link libtorch.
@@ -62,10 +64,10 @@ pub mod ffi;
 pub use config::parse_config;
 pub use data::{
     AgentContext, AgentOutput, ChatMessage, ComponentInfo, ComponentKind, DatasetSpec, Metric,
-    Next, Parsed, Reset, Step, Task, Turn,
+    Next, Parsed, Reset, Sample, Step, Task, Turn,
 };
 pub use error::{Error, PluginError, Result};
-pub use roles::{Agent, Component, Environment, Episode, Orchestra, Routing};
+pub use roles::{Agent, Component, Environment, Episode, Estimator, Orchestra, Routing};
 
 /// Re-exported so plugins log with `drmas_sdk::log::info!(...)` without another dependency line;
 /// records are forwarded to the host.

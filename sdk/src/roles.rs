@@ -2,7 +2,8 @@
 //! through these same traits, whether it was loaded from a library or linked in.
 
 use crate::{
-    AgentContext, AgentOutput, ChatMessage, DatasetSpec, Next, Parsed, Reset, Result, Step, Task,
+    AgentContext, AgentOutput, ChatMessage, DatasetSpec, Next, Parsed, Reset, Result, Sample, Step,
+    Task,
 };
 
 /// Construction of an exported component from its run-file config (TOML text).
@@ -58,4 +59,18 @@ pub trait Environment: Send + Sync {
 pub trait Episode: Send {
     /// Applies the team's action; returns the next observation, the reward and whether it is done.
     fn step(&mut self, action: &str) -> Result<Step>;
+}
+
+/// An advantage estimator: turns the rewards of a training batch into one advantage per agent
+/// call. The run file names it as `[algorithm] estimator = "NAME"` and its `[algorithm.params]`
+/// table is the config text of [`Component::from_config`].
+///
+/// The host calls it once per training iteration, from any thread; keep it a pure function of
+/// its input. The host checks the answer: one finite advantage per sample, 0 for padding
+/// samples; anything else stops the run with a message naming the estimator and its plugin.
+pub trait Estimator: Send + Sync {
+    /// One advantage per sample, in the order of `samples`. `rewards[i]` is the reward of
+    /// `samples[i]` after the invalid-action penalty and any reward shaping; it has the same
+    /// length as `samples`.
+    fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> Result<Vec<f64>>;
 }

@@ -1,8 +1,10 @@
 //! The plugin boundary through real libraries: loading, listing, calling, and every error a user
-//! can meet (bad config, unknown names, duplicates, panics, a plugin built against another SDK).
+//! can meet (bad config, unknown names, duplicates, panics, a plugin built against another SDK,
+//! an estimator's wrong answers).
 
 mod common;
 
+use drmas_host::advantage::Sample;
 use drmas_host::plugins::{BuildProfile, Registry};
 use drmas_sdk::{AgentContext, AgentOutput, DatasetSpec, Next};
 
@@ -11,12 +13,29 @@ fn a_loaded_plugin_lists_its_components_and_they_work() {
     let registry = common::fixture_registry();
     let listing = drmas_host::list_components(&registry);
     assert!(
-        listing.contains("plugin fixture 0.3.1 (drmas-sdk 0.1.0)"),
+        listing.contains(&format!(
+            "plugin fixture 0.3.1 (drmas-sdk {})",
+            drmas_sdk::SDK_VERSION
+        )),
         "{listing}"
     );
     assert!(listing.contains("Shout Agent"), "{listing}");
     assert!(listing.contains("relay"), "{listing}");
     assert!(listing.contains("words"), "{listing}");
+    // Plugin estimators next to the built-in ones, each saying where it comes from.
+    let row = |kind: &str, name: &str, source: &str| {
+        listing
+            .lines()
+            .any(|line| line.split_whitespace().take(3).eq([kind, name, source]))
+    };
+    assert!(row("estimator", "sign", "fixture"), "{listing}");
+    assert!(row("estimator", "faulty", "fixture"), "{listing}");
+    for builtin in drmas_host::advantage::names() {
+        assert!(
+            row("estimator", builtin, "built-in"),
+            "{builtin}: {listing}"
+        );
+    }
 
     let agent = registry
         .agent("Shout Agent", "prefix = \"Hey:\"")
@@ -205,4 +224,133 @@ fn a_plugin_crate_given_as_the_plugins_folder_is_built_and_loaded_alone() {
     let registry = Registry::load_folder(&crate_dir, BuildProfile::Dev).expect("loads");
     assert_eq!(registry.plugins().len(), 1);
     assert!(registry.agent("Shout Agent", "").is_ok());
+}
+
+/// A sample of prompt group `uid`, episode `trajectory`, agent `agent`.
+fn sample(uid: u32, trajectory: u32, agent: u16) -> Sample {
+    Sample {
+        uid,
+        trajectory,
+        agent,
+        valid: true,
+        ..Sample::default()
+    }
+}
+
+fn params(text: &str) -> toml::Table {
+    toml::from_str(text).expect("params")
+}
+
+#[test]
+fn a_plugin_estimator_is_served_like_a_built_in_one() {
+    let registry = common::fixture_registry();
+    // Two prompt groups; group 0's mean is 0.5, group 1's is 2; a padding sample in group 0.
+    let mut padding = sample(0, 0, 0);
+    padding.padding = true;
+    let samples = [
+        sample(0, 0, 0),
+        sample(0, 0, 1),
+        sample(0, 1, 0),
+        sample(1, 2, 0),
+        sample(1, 3, 0),
+        sample(1, 3, 1),
+        padding,
+    ];
+    let rewards = [1.0, 0.5, 0.0, 2.0, 1.0, 3.0, 9.0];
+
+    let sign = registry.estimator("sign", &params("")).expect("sign");
+    assert_eq!(sign.name(), "sign");
+    let origin = sign
+        .origin()
+        .expect("a plugin's estimator says where it comes from");
+    assert!(
+        origin.starts_with("estimator `sign` of plugin `fixture` ("),
+        "{origin}"
+    );
+    assert_eq!(
+        sign.advantages(&samples, &rewards).expect("advantages"),
+        [1.0, 0.0, -1.0, 0.0, -1.0, 1.0, 0.0]
+    );
+    // Its params arrive as the TOML text of [algorithm.params].
+    let wide = registry
+        .estimator("sign", &params("margin = 0.75"))
+        .expect("sign with a margin");
+    assert_eq!(
+        wide.advantages(&samples, &rewards).expect("advantages"),
+        [0.0, 0.0, 0.0, 0.0, -1.0, 1.0, 0.0]
+    );
+
+    // Built-ins come first and keep their own names.
+    let grpo = registry.estimator("grpo", &params("")).expect("grpo");
+    assert_eq!((grpo.name(), grpo.origin()), ("grpo", None));
+}
+
+#[test]
+fn plugin_estimator_names_and_params_errors_say_what_to_do() {
+    let registry = common::fixture_registry();
+    let error = registry
+        .estimator("sing", &params(""))
+        .expect_err("unknown")
+        .to_string();
+    assert!(error.contains("did you mean `sign`?"), "{error}");
+    assert!(error.contains("built-in: grpo, "), "{error}");
+    assert!(error.ends_with("from plugins: faulty, sign"), "{error}");
+
+    let error = registry
+        .estimator("sign", &params("margn = 1.0"))
+        .expect_err("typo")
+        .to_string();
+    assert!(
+        error.contains("cannot build estimator `sign` of plugin `fixture`"),
+        "{error}"
+    );
+    assert!(error.contains("unknown field `margn`"), "{error}");
+    let error = registry
+        .estimator("sign", &params("margin = -1.0"))
+        .expect_err("negative")
+        .to_string();
+    assert!(
+        error.contains("margin must be a finite number ≥ 0, got -1"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_plugin_estimators_wrong_answers_are_errors_naming_it() {
+    let registry = common::fixture_registry();
+    let mut padding = sample(0, 1, 0);
+    padding.padding = true;
+    let samples = [sample(0, 0, 0), sample(0, 0, 1), padding];
+    let rewards = [1.0, 0.0, 0.0];
+    let answer = |fault: &str| {
+        registry
+            .estimator("faulty", &params(&format!("fault = \"{fault}\"")))
+            .expect("faulty builds")
+            .advantages(&samples, &rewards)
+            .expect_err("a wrong answer")
+            .to_string()
+    };
+    let origin = "estimator `faulty` of plugin `fixture`";
+    for (fault, needle) in [
+        (
+            "short",
+            "returned 2 advantages for 3 samples; an estimator must return one advantage per sample",
+        ),
+        (
+            "nan",
+            "returned the advantage NaN for sample 2 (prompt group 0, trajectory 1, agent 0, \
+             reward 0); advantages must be finite numbers",
+        ),
+        (
+            "padding",
+            "gave padding sample 2 the advantage 1; padding samples only fill the batch and must \
+             get 0",
+        ),
+        ("error", "advantages: asked to fail"),
+        ("panic", "panicked in advantages: asked to panic"),
+    ] {
+        let error = answer(fault);
+        assert!(error.starts_with(origin), "{fault}: {error}");
+        assert!(error.contains(needle), "{fault}: {error}");
+    }
 }

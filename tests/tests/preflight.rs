@@ -41,7 +41,10 @@ fn the_demo_config_resolves_every_part() {
         ),
         "{summary}"
     );
-    assert!(summary.contains("estimator    drmas"), "{summary}");
+    assert!(
+        summary.contains("estimator    drmas (built-in)"),
+        "{summary}"
+    );
 }
 
 #[test]

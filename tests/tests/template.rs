@@ -1,10 +1,13 @@
 //! The cargo-generate template, expanded with the real `cargo generate`, built, tested, and loaded
-//! by the host; and the same plugin built against a modified SDK, refused with a short message.
+//! by the host; the same plugin built against another SDK version, refused with a short message;
+//! its estimator under a built-in's name, refused naming both; and the estimator example of
+//! docs/plugins.md, built and loaded as it is written there.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 
+use drmas_host::advantage::Sample;
 use drmas_host::plugins::Registry;
 use drmas_sdk::AgentContext;
 
@@ -13,8 +16,15 @@ fn plugin_target() -> PathBuf {
     common::repo().join("target").join("e2e-plugins")
 }
 
-/// Expands the template into `parent/name` with the SDK at `sdk`, builds it, returns the library.
-fn generate_and_build(parent: &Path, name: &str, sdk: &Path, run_its_tests: bool) -> PathBuf {
+/// Expands the template into `parent/name` with the SDK at `sdk` and its estimator named
+/// `estimator`, builds it, returns the library.
+fn generate_and_build(
+    parent: &Path,
+    name: &str,
+    sdk: &Path,
+    estimator: &str,
+    run_its_tests: bool,
+) -> PathBuf {
     let generate_works = common::cargo()
         .args(["generate", "--version"])
         .output()
@@ -30,16 +40,12 @@ fn generate_and_build(parent: &Path, name: &str, sdk: &Path, run_its_tests: bool
             .args(["--name", name, "--silent", "--vcs", "none", "--destination"])
             .arg(parent)
             .args(["--define", "agent_name=Template Agent", "--define"])
+            .arg(format!("estimator_name={estimator}"))
+            .arg("--define")
             .arg(format!("sdk_path={}", sdk.display())),
     );
-    let crate_dir = parent.join(name);
-    let manifest = crate_dir.join("Cargo.toml");
-    let mut build = common::cargo();
-    build
-        .args(["build", "--lib", "--manifest-path"])
-        .arg(&manifest)
-        .env("CARGO_TARGET_DIR", plugin_target());
-    common::run(&mut build);
+    let manifest = parent.join(name).join("Cargo.toml");
+    let library = build(&manifest, name);
     if run_its_tests {
         let mut test = common::cargo();
         test.args(["test", "--manifest-path"])
@@ -47,6 +53,17 @@ fn generate_and_build(parent: &Path, name: &str, sdk: &Path, run_its_tests: bool
             .env("CARGO_TARGET_DIR", plugin_target());
         common::run(&mut test);
     }
+    library
+}
+
+/// Builds the plugin crate of `manifest`, named `name`; returns its library.
+fn build(manifest: &Path, name: &str) -> PathBuf {
+    let mut build = common::cargo();
+    build
+        .args(["build", "--lib", "--manifest-path"])
+        .arg(manifest)
+        .env("CARGO_TARGET_DIR", plugin_target());
+    common::run(&mut build);
     plugin_target()
         .join("debug")
         .join(format!("lib{}.so", name.replace('-', "_")))
@@ -55,7 +72,13 @@ fn generate_and_build(parent: &Path, name: &str, sdk: &Path, run_its_tests: bool
 #[test]
 fn a_generated_agent_plugin_builds_passes_its_tests_and_loads() {
     let parent = common::scratch("template");
-    let library = generate_and_build(&parent, "tpl-agent", &common::repo().join("sdk"), true);
+    let library = generate_and_build(
+        &parent,
+        "tpl-agent",
+        &common::repo().join("sdk"),
+        "template_estimator",
+        true,
+    );
 
     let mut registry = Registry::default();
     registry
@@ -73,39 +96,159 @@ fn a_generated_agent_plugin_builds_passes_its_tests_and_loads() {
         .contains("What is 2 + 2?"));
     let parsed = agent.parse("<answer>4</answer>").expect("parse");
     assert_eq!((parsed.action.as_str(), parsed.valid), ("4", true));
+
+    // Its estimator: scale × (reward − the prompt group's mean), through the host.
+    let params: toml::Table = toml::from_str("scale = 0.5").expect("params");
+    let estimator = registry
+        .estimator("template_estimator", &params)
+        .expect("its estimator builds");
+    let call = |uid, trajectory| Sample {
+        uid,
+        trajectory,
+        ..Sample::default()
+    };
+    let samples = [call(0, 0), call(0, 1), call(0, 2), call(1, 3)];
+    assert_eq!(
+        estimator
+            .advantages(&samples, &[3.0, 0.0, 0.0, 4.0])
+            .expect("advantages"),
+        [1.0, -0.5, -0.5, 0.0]
+    );
 }
 
 #[test]
-fn a_plugin_built_against_another_sdk_version_is_refused_with_a_short_message() {
-    let parent = common::scratch("old-sdk");
-    // A copy of the SDK whose version (the ABI version) was bumped, as a future release would be.
-    let sdk = parent.join("sdk");
-    std::fs::create_dir_all(sdk.join("src/ffi")).expect("mkdir");
-    copy_tree(&common::repo().join("sdk"), &sdk);
-    let manifest = sdk.join("Cargo.toml");
-    let text = std::fs::read_to_string(&manifest).expect("read sdk manifest");
-    let text = text
-        .replace("version = \"0.1.0\"", "version = \"0.2.0\"")
-        .replace("[lints]\nworkspace = true\n", "");
-    std::fs::write(&manifest, text).expect("write sdk manifest");
-
-    let library = generate_and_build(&parent, "other-sdk-agent", &sdk, false);
+fn an_estimator_named_like_a_built_in_is_refused_naming_both() {
+    let parent = common::scratch("template-builtin-name");
+    let library = generate_and_build(
+        &parent,
+        "grpo-clash",
+        &common::repo().join("sdk"),
+        "grpo",
+        false,
+    );
     let error = Registry::default()
         .load_file(&library)
         .expect_err("must be refused")
         .to_string();
     assert!(
-        error.contains("was built against drmas-sdk 0.2.0, but this host needs drmas-sdk 0.1.0"),
+        error.contains("plugin `grpo-clash`")
+            && error.contains("libgrpo_clash.so")
+            && error
+                .contains("offers an estimator named `grpo`, but `grpo` is a built-in estimator")
+            && error.contains("rename the plugin's estimator"),
         "{error}"
     );
-    assert!(
-        error.contains("rebuild the plugin against drmas-sdk 0.1.0"),
-        "{error}"
+}
+
+#[test]
+fn a_plugin_built_against_another_sdk_version_is_refused_with_a_short_message() {
+    let host = drmas_sdk::SDK_VERSION;
+    let (major, rest) = host.split_once('.').expect("major.minor.patch");
+    let minor: u32 = rest
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .expect("a numeric minor version");
+    // An older release (what a plugin built before the last ABI change has) and a newer one.
+    let others = [minor.checked_sub(1), Some(minor + 1)];
+    for other in others.into_iter().flatten() {
+        let other = format!("{major}.{other}.0");
+        let parent = common::scratch(&format!("sdk-{other}"));
+        // A copy of the SDK whose version (the ABI version) is `other`.
+        let sdk = parent.join("sdk");
+        std::fs::create_dir_all(sdk.join("src/ffi")).expect("mkdir");
+        copy_tree(&common::repo().join("sdk"), &sdk);
+        let manifest = sdk.join("Cargo.toml");
+        let text = std::fs::read_to_string(&manifest).expect("read sdk manifest");
+        let text = text
+            .replace(
+                &format!("version = \"{host}\""),
+                &format!("version = \"{other}\""),
+            )
+            .replace("[lints]\nworkspace = true\n", "");
+        std::fs::write(&manifest, text).expect("write sdk manifest");
+
+        // A crate name per version: a library path the process opened once is never reopened.
+        let name = format!("sdk-{}-agent", other.replace('.', "-"));
+        let library = generate_and_build(&parent, &name, &sdk, "my_estimator", false);
+        let error = Registry::default()
+            .load_file(&library)
+            .expect_err("must be refused")
+            .to_string();
+        assert!(
+            error.contains(&format!(
+                "was built against drmas-sdk {other}, but this host needs drmas-sdk {host}"
+            )),
+            "{error}"
+        );
+        assert!(
+            error.contains(&format!("rebuild the plugin against drmas-sdk {host}")),
+            "{error}"
+        );
+        assert!(
+            error.lines().count() <= 2,
+            "short, not abi_stable's layout dump: {error}"
+        );
+    }
+}
+
+#[test]
+fn the_guides_estimator_example_builds_and_loads_as_written() {
+    let guide =
+        std::fs::read_to_string(common::repo().join("docs/plugins.md")).expect("docs/plugins.md");
+    let section = &guide[guide.find("## An estimator").expect("an estimator section")..];
+    let start = section.find("```rust\n").expect("a rust block") + "```rust\n".len();
+    let code = &section[start..start + section[start..].find("```").expect("its end")];
+
+    let crate_dir = common::scratch("guide-estimator");
+    std::fs::create_dir_all(crate_dir.join("src")).expect("mkdir");
+    std::fs::write(crate_dir.join("src/lib.rs"), code).expect("write lib.rs");
+    let manifest = crate_dir.join("Cargo.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "[package]\nname = \"loo-estimator\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+             [lib]\ncrate-type = [\"cdylib\"]\n\n[dependencies]\n\
+             drmas-sdk = {{ path = \"{}\" }}\n\
+             serde = {{ version = \"1\", features = [\"derive\"] }}\n\n[workspace]\n",
+            common::repo().join("sdk").display()
+        ),
+    )
+    .expect("write Cargo.toml");
+    let library = build(&manifest, "loo-estimator");
+
+    let mut registry = Registry::default();
+    registry.load_file(&library).expect("the example loads");
+    let estimator = registry
+        .estimator("loo_baseline", &toml::Table::new())
+        .expect("its estimator builds");
+    let call = |uid, padding| Sample {
+        uid,
+        padding,
+        ..Sample::default()
+    };
+    let samples = [
+        call(0, false),
+        call(0, false),
+        call(0, false),
+        call(1, false),
+        call(0, true),
+    ];
+    // Group 0: 1 − (0 + 0.5)/2, 0 − (1 + 0.5)/2, 0.5 − (1 + 0)/2; group 1 is too small.
+    assert_eq!(
+        estimator
+            .advantages(&samples, &[1.0, 0.0, 0.5, 2.0, 9.0])
+            .expect("advantages"),
+        [0.75, -0.75, 0.0, 0.0, 0.0]
     );
-    assert!(
-        error.lines().count() <= 2,
-        "short, not abi_stable's layout dump: {error}"
-    );
+    let error = registry
+        .estimator(
+            "loo_baseline",
+            &toml::from_str("min_group = 1").expect("toml"),
+        )
+        .expect_err("refused")
+        .to_string();
+    assert!(error.contains("min_group must be at least 2"), "{error}");
 }
 
 fn copy_tree(from: &Path, to: &Path) {

@@ -360,6 +360,99 @@ fn run_files_that_cannot_train_fail_before_any_work() {
     assert!(!dir.join("run").exists(), "nothing was written");
 }
 
+#[test]
+fn a_plugin_estimators_advantages_reach_the_update() {
+    let dir = common::scratch(&format!("trainer-plugin-estimator-{}", std::process::id()));
+    // One prompt: samples.jsonl then holds every call of the iteration.
+    let text = run_file("shared", "shared", &group("shared", "llama"), 1)
+        .replace("estimator = \"drmas\"", "estimator = \"sign\"")
+        .replace("prompts_per_batch = 2", "prompts_per_batch = 1");
+    trainer(&dir, &text)
+        .expect("a run file naming a plugin estimator passes the checks")
+        .train()
+        .expect("one iteration");
+
+    // What `sign` must give: ±1 by penalised reward (0.1 off for an invalid call) against the
+    // mean of the prompt group's 8 calls.
+    let calls: Vec<(String, f64)> = std::fs::read_to_string(dir.join("run/samples.jsonl"))
+        .expect("samples.jsonl")
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("a JSON line"))
+        .map(|call| {
+            let penalty = if call["valid"] == true { 0.0 } else { 0.1 };
+            let reward = call["reward"].as_f64().expect("reward");
+            (
+                call["role"].as_str().expect("role").to_owned(),
+                reward - penalty,
+            )
+        })
+        .collect();
+    assert_eq!(calls.len(), 8, "4 episodes × 2 agents");
+    let mean = calls.iter().map(|(_, r)| r).sum::<f64>() / 8.0;
+    let sign = |r: f64| {
+        if r > mean {
+            1.0
+        } else if r < mean {
+            -1.0
+        } else {
+            0.0
+        }
+    };
+    let trained = &metrics(&dir)[1];
+    for role in ["first", "second"] {
+        let own: Vec<f64> = calls
+            .iter()
+            .filter(|(r, _)| r == role)
+            .map(|&(_, reward)| sign(reward))
+            .collect();
+        let expected = own.iter().sum::<f64>() / own.len() as f64;
+        let key = format!("advantage/mean/{role}");
+        let got = trained[&key].as_f64().unwrap_or(f64::NAN);
+        assert!(
+            (got - expected).abs() < 1e-12,
+            "{key}: {got} vs {expected} from {calls:?}"
+        );
+    }
+}
+
+#[test]
+fn a_plugin_estimators_bad_answer_stops_the_run_naming_it() {
+    let dir = common::scratch(&format!("trainer-faulty-estimator-{}", std::process::id()));
+    let text = run_file("shared", "shared", &group("shared", "llama"), 1)
+        .replace("estimator = \"drmas\"", "estimator = \"faulty\"")
+        .replace(
+            "[rollout]",
+            "[algorithm.params]\nfault = \"nan\"\n\n[rollout]",
+        );
+    let error = format!(
+        "{:#}",
+        trainer(&dir, &text)
+            .expect("the checks pass")
+            .train()
+            .expect_err("a NaN advantage")
+    );
+    assert!(
+        error.contains("estimator `faulty` of plugin `fixture`")
+            && error.contains("returned the advantage NaN for sample 15")
+            && error.contains("advantages must be finite numbers"),
+        "{error}"
+    );
+
+    let typo = text.replace("fault = \"nan\"", "falt = \"nan\"");
+    let error = format!("{:#}", trainer(&dir, &typo).err().expect("a params typo"));
+    let line = typo
+        .lines()
+        .position(|l| l.starts_with("estimator = "))
+        .expect("an estimator line")
+        + 1;
+    assert!(error.contains(&format!("run.toml:{line}:13: ")), "{error}");
+    assert!(
+        error.contains("cannot build estimator `faulty` of plugin `fixture`")
+            && error.contains("unknown field `falt`"),
+        "{error}"
+    );
+}
+
 /// `group(name, "llama")` training per-agent (or shared) LoRA adapters, dropout on.
 fn lora_group(name: &str, per_agent: bool) -> String {
     format!(

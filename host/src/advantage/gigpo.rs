@@ -98,7 +98,7 @@ impl Estimator for Gigpo {
         }
     }
 
-    fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> Vec<f64> {
+    fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> anyhow::Result<Vec<f64>> {
         assert_aligned(samples, rewards);
         let norm = NormParams {
             norm_by_std: self.params.norm_by_std,
@@ -116,11 +116,11 @@ impl Estimator for Gigpo {
             _ => group_normalise(samples, rewards, self.by, scores, &norm),
         };
         let step = step_advantages(samples, self.by, &self.params);
-        episode
+        Ok(episode
             .iter()
             .zip(step)
             .map(|(e, s)| e + self.params.step_advantage_w * s)
-            .collect()
+            .collect())
     }
 }
 

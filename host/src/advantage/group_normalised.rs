@@ -43,9 +43,9 @@ impl Estimator for GroupNormalised {
         self.name
     }
 
-    fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> Vec<f64> {
+    fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> anyhow::Result<Vec<f64>> {
         assert_aligned(samples, rewards);
-        match self.score {
+        Ok(match self.score {
             Score::EveryCall => {
                 group_normalise(samples, rewards, self.by, Scores::PerCall, &self.params)
             }
@@ -63,7 +63,7 @@ impl Estimator for GroupNormalised {
                 Scores::PerTrajectory,
                 &self.params,
             ),
-        }
+        })
     }
 
     fn loss_aggregation(&self) -> Option<LossAggregation> {

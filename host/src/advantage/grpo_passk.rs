@@ -41,7 +41,7 @@ impl Estimator for GrpoPassk {
         }
     }
 
-    fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> Vec<f64> {
+    fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> anyhow::Result<Vec<f64>> {
         assert_aligned(samples, rewards);
         let grouping = Grouping::new(samples, self.by, self.by.outcome_scores());
         let stats = moments(&grouping, rewards);
@@ -76,6 +76,6 @@ impl Estimator for GrpoPassk {
                 margin
             };
         }
-        advantages
+        Ok(advantages)
     }
 }

@@ -33,7 +33,7 @@ impl Estimator for ReinforcePpBaseline {
         }
     }
 
-    fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> Vec<f64> {
+    fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> anyhow::Result<Vec<f64>> {
         assert_aligned(samples, rewards);
         let grouping = Grouping::new(samples, self.by, self.by.outcome_scores());
         let stats = moments(&grouping, rewards);
@@ -55,7 +55,7 @@ impl Estimator for ReinforcePpBaseline {
         };
         let n = live().count();
         if n == 0 {
-            return centred;
+            return Ok(centred);
         }
         let mean = live().map(|(_, &x)| x).sum::<f64>() / n as f64;
         let var = if n > 1 {
@@ -71,6 +71,6 @@ impl Estimator for ReinforcePpBaseline {
                 (*x - mean) * scale
             };
         }
-        centred
+        Ok(centred)
     }
 }

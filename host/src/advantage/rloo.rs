@@ -26,11 +26,11 @@ impl Estimator for Rloo {
         }
     }
 
-    fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> Vec<f64> {
+    fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> anyhow::Result<Vec<f64>> {
         assert_aligned(samples, rewards);
         let grouping = Grouping::new(samples, self.by, self.by.outcome_scores());
         let stats = moments(&grouping, rewards);
-        grouping
+        Ok(grouping
             .group
             .iter()
             .zip(rewards)
@@ -42,6 +42,6 @@ impl Estimator for Rloo {
                 }
                 Some(_) => r,
             })
-            .collect()
+            .collect())
     }
 }

@@ -76,7 +76,9 @@ fn grpo_counts_each_trajectory_once() {
     let expected = [hi, hi, lo, lo, lo, lo, 0.0, 0.0, single, single];
     let samples = batch();
     assert_close(
-        &estimator("grpo").advantages(&samples, &raw(&samples)),
+        &estimator("grpo")
+            .advantages(&samples, &raw(&samples))
+            .unwrap(),
         &expected,
     );
     assert!(
@@ -98,7 +100,9 @@ fn grpo_without_std_only_centres() {
     .into_iter()
     .chain([0.0, 0.0, 0.7, 0.7]);
     let samples = batch();
-    let got = estimator_with("grpo", "norm_by_std = false").advantages(&samples, &raw(&samples));
+    let got = estimator_with("grpo", "norm_by_std = false")
+        .advantages(&samples, &raw(&samples))
+        .unwrap();
     assert_close(&got, &expected.collect::<Vec<_>>());
 }
 
@@ -112,7 +116,9 @@ fn grpo_step_pools_every_call() {
     let expected = [hi, hi, lo, lo, lo, lo, 0.0, 0.0, 0.0, 0.0];
     let samples = batch();
     assert_close(
-        &estimator("grpo_step").advantages(&samples, &raw(&samples)),
+        &estimator("grpo_step")
+            .advantages(&samples, &raw(&samples))
+            .unwrap(),
         &expected,
     );
 }
@@ -127,11 +133,15 @@ fn drmas_normalises_each_agent_over_all_its_calls() {
     let expected = [a0_hi, a1, a0_lo, -a1, a0_lo, a0_lo, 0.0, 0.0, 0.0, 0.0];
     let samples = batch();
     assert_close(
-        &estimator("drmas").advantages(&samples, &raw(&samples)),
+        &estimator("drmas")
+            .advantages(&samples, &raw(&samples))
+            .unwrap(),
         &expected,
     );
     let centred = [0.75, 0.5, -0.25, -0.5, -0.25, -0.25, 0.0, 0.0, 0.0, 0.0];
-    let got = estimator_with("drmas", "norm_by_std = false").advantages(&samples, &raw(&samples));
+    let got = estimator_with("drmas", "norm_by_std = false")
+        .advantages(&samples, &raw(&samples))
+        .unwrap();
     assert_close(&got, &centred);
 }
 
@@ -149,7 +159,9 @@ fn drmas_traj_normalises_each_agent_over_its_trajectories() {
     ];
     let samples = batch();
     assert_close(
-        &estimator("drmas_traj").advantages(&samples, &raw(&samples)),
+        &estimator("drmas_traj")
+            .advantages(&samples, &raw(&samples))
+            .unwrap(),
         &expected,
     );
 }
@@ -167,7 +179,9 @@ fn drmas_traj_handles_agent_indices_past_64() {
     let a = 0.5 / (1.0 / 2f64.sqrt() + EPS);
     let expected = [a, 1.0 / (1.0 + EPS), a, -a];
     assert_close(
-        &estimator("drmas_traj").advantages(&samples, &raw(&samples)),
+        &estimator("drmas_traj")
+            .advantages(&samples, &raw(&samples))
+            .unwrap(),
         &expected,
     );
 }
@@ -182,7 +196,7 @@ fn grpo_scores_a_trajectory_by_the_mean_of_its_calls_and_shares_the_advantage() 
     let sigma = 0.375 * 2f64.sqrt();
     let a = 0.375 / (sigma + EPS);
     assert_close(
-        &estimator("grpo").advantages(&samples, &rewards),
+        &estimator("grpo").advantages(&samples, &rewards).unwrap(),
         &[a, a, -a],
     );
     // The same batch never gives the δ/ε advantage of the first-call form when the scores
@@ -194,9 +208,11 @@ fn grpo_scores_a_trajectory_by_the_mean_of_its_calls_and_shares_the_advantage() 
         call(0, 1, 1, 1.0),
     ];
     let rewards = [1.0, 0.5, 1.0, 1.0];
-    let got = estimator("grpo").advantages(&samples, &rewards);
+    let got = estimator("grpo").advantages(&samples, &rewards).unwrap();
     assert!(got.iter().all(|a| a.abs() < 1.0), "{got:?}");
-    let old = estimator("grpo_first_call").advantages(&samples, &rewards);
+    let old = estimator("grpo_first_call")
+        .advantages(&samples, &rewards)
+        .unwrap();
     assert!((old[1] + 0.5 / EPS).abs() < 1e-3, "{old:?}");
 }
 
@@ -207,7 +223,7 @@ fn dr_grpo_centres_the_trajectory_mean_and_needs_its_aggregation() {
     let rewards = [1.0, 0.5, 0.0];
     let dr_grpo = estimator("dr_grpo");
     assert_close(
-        &dr_grpo.advantages(&samples, &rewards),
+        &dr_grpo.advantages(&samples, &rewards).unwrap(),
         &[0.375, 0.375, -0.375],
     );
     assert_eq!(
@@ -251,7 +267,7 @@ fn gigpo_adds_the_anchor_state_advantage_of_discounted_step_returns() {
     ];
     let gigpo = estimator_with("gigpo", "gamma = 0.5\nnorm_by_std = false");
     assert_close(
-        &gigpo.advantages(&samples, &raw(&samples)),
+        &gigpo.advantages(&samples, &raw(&samples)).unwrap(),
         &[0.75, 0.5, -0.75, -0.5],
     );
     // ω scales the step level only.
@@ -260,7 +276,7 @@ fn gigpo_adds_the_anchor_state_advantage_of_discounted_step_returns() {
         "gamma = 0.5\nnorm_by_std = false\nstep_advantage_w = 0.5",
     );
     assert_close(
-        &half.advantages(&samples, &raw(&samples)),
+        &half.advantages(&samples, &raw(&samples)).unwrap(),
         &[0.625, 0.5, -0.625, -0.5],
     );
     let err = build("gigpo", &toml::from_str("gamma = 1.5").unwrap()).unwrap_err();
@@ -276,7 +292,9 @@ fn first_call_statistics_normalise_each_calls_own_reward() {
     let sigma = 1.0 / 2f64.sqrt();
     let expected = [0.5 / (sigma + EPS), 0.0, -0.5 / (sigma + EPS)];
     assert_close(
-        &estimator("grpo_first_call").advantages(&samples, &rewards),
+        &estimator("grpo_first_call")
+            .advantages(&samples, &rewards)
+            .unwrap(),
         &expected,
     );
 }
@@ -296,7 +314,9 @@ fn drmas_traj_averages_each_agents_calls_within_a_trajectory() {
     let a0 = 0.375 / (0.375 * 2f64.sqrt() + EPS);
     let a1 = 0.5 / (1.0 / 2f64.sqrt() + EPS);
     assert_close(
-        &estimator("drmas_traj").advantages(&samples, &rewards),
+        &estimator("drmas_traj")
+            .advantages(&samples, &rewards)
+            .unwrap(),
         &[a0, a1, a0, -a0, -a1],
     );
 }
@@ -308,7 +328,9 @@ fn rloo_subtracts_the_mean_of_the_other_trajectories() {
     let expected = [1.0, 1.0, -0.5, -0.5, -0.5, -0.5, 0.0, 0.0, 0.7, 0.7];
     let samples = batch();
     assert_close(
-        &estimator("rloo").advantages(&samples, &raw(&samples)),
+        &estimator("rloo")
+            .advantages(&samples, &raw(&samples))
+            .unwrap(),
         &expected,
     );
 }
@@ -323,7 +345,9 @@ fn reinforce_pp_baseline_centres_per_group_then_whitens_the_batch() {
     let single = 1.154_555_076_402_822_7;
     let expected = [hi, hi, lo, lo, lo, lo, zero, zero, single, single];
     let samples = batch();
-    let got = estimator("reinforce_pp_baseline").advantages(&samples, &raw(&samples));
+    let got = estimator("reinforce_pp_baseline")
+        .advantages(&samples, &raw(&samples))
+        .unwrap();
     assert_close(&got, &expected);
 }
 
@@ -331,7 +355,9 @@ fn reinforce_pp_baseline_centres_per_group_then_whitens_the_batch() {
 fn reinforce_pp_baseline_of_one_call_is_zero() {
     let samples = [call(0, 0, 0, 3.0)];
     assert_close(
-        &estimator("reinforce_pp_baseline").advantages(&samples, &[3.0]),
+        &estimator("reinforce_pp_baseline")
+            .advantages(&samples, &[3.0])
+            .unwrap(),
         &[0.0],
     );
 }
@@ -344,11 +370,14 @@ fn grpo_passk_rewards_only_the_best_trajectory() {
     let expected = [best, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
     let samples = batch();
     assert_close(
-        &estimator("grpo_passk").advantages(&samples, &raw(&samples)),
+        &estimator("grpo_passk")
+            .advantages(&samples, &raw(&samples))
+            .unwrap(),
         &expected,
     );
-    let got =
-        estimator_with("grpo_passk", "norm_by_std = false").advantages(&samples, &raw(&samples));
+    let got = estimator_with("grpo_passk", "norm_by_std = false")
+        .advantages(&samples, &raw(&samples))
+        .unwrap();
     assert_close(&got, &[1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
 }
 
@@ -370,7 +399,9 @@ fn per_agent_outcome_estimators_score_every_call_of_the_agent() {
         0.0,
     ];
     assert_close(
-        &estimator("rloo_agent").advantages(&samples, &raw(&samples)),
+        &estimator("rloo_agent")
+            .advantages(&samples, &raw(&samples))
+            .unwrap(),
         &rloo,
     );
     // pass@k per agent: agent 0 of uid 0 has best 1 (its first call), runner-up 0, σ = 1/2;
@@ -388,7 +419,9 @@ fn per_agent_outcome_estimators_score_every_call_of_the_agent() {
         0.0,
     ];
     assert_close(
-        &estimator("grpo_passk_agent").advantages(&samples, &raw(&samples)),
+        &estimator("grpo_passk_agent")
+            .advantages(&samples, &raw(&samples))
+            .unwrap(),
         &expected,
     );
 }
@@ -399,7 +432,9 @@ fn grpo_passk_margin_is_over_the_runner_up() {
     let samples = [call(7, 1, 0, 0.2), call(7, 2, 0, 0.8), call(7, 3, 0, 0.5)];
     let expected = [0.0, 0.3 / (0.3 + EPS), 0.0];
     assert_close(
-        &estimator("grpo_passk").advantages(&samples, &raw(&samples)),
+        &estimator("grpo_passk")
+            .advantages(&samples, &raw(&samples))
+            .unwrap(),
         &expected,
     );
 }
@@ -421,8 +456,10 @@ fn padding_gets_zero_and_changes_nothing() {
         ..samples[8]
     });
     for name in names() {
-        let plain = estimator(name).advantages(&samples, &raw(&samples));
-        let with = estimator(name).advantages(&padded, &raw(&padded));
+        let plain = estimator(name)
+            .advantages(&samples, &raw(&samples))
+            .unwrap();
+        let with = estimator(name).advantages(&padded, &raw(&padded)).unwrap();
         assert_eq!(with[3], 0.0, "{name}");
         assert_eq!(with[11], 0.0, "{name}");
         let kept: Vec<f64> = with
@@ -438,14 +475,17 @@ fn padding_gets_zero_and_changes_nothing() {
 #[test]
 fn empty_batch_gives_no_advantages() {
     for name in names() {
-        assert!(estimator(name).advantages(&[], &[]).is_empty(), "{name}");
+        assert!(
+            estimator(name).advantages(&[], &[]).unwrap().is_empty(),
+            "{name}"
+        );
     }
 }
 
 #[test]
 #[should_panic(expected = "one reward per sample")]
 fn misaligned_rewards_panic() {
-    estimator("drmas").advantages(&batch(), &[1.0]);
+    estimator("drmas").advantages(&batch(), &[1.0]).unwrap();
 }
 
 #[test]
@@ -559,7 +599,8 @@ fn unknown_name_lists_the_valid_names_and_the_closest() {
         err,
         EstimatorError::Unknown {
             name: "dr_mas".into(),
-            suggestion: Some("drmas")
+            suggestion: Some("drmas".into()),
+            plugin_names: Vec::new(),
         }
     );
     let text = err.to_string();
@@ -567,12 +608,24 @@ fn unknown_name_lists_the_valid_names_and_the_closest() {
     for name in names() {
         assert!(text.contains(name), "{text}");
     }
+    assert!(
+        text.contains("no loaded plugin offers an estimator"),
+        "{text}"
+    );
+    let with_plugins = EstimatorError::unknown("sing", &["sign".to_owned()]).to_string();
+    assert!(
+        with_plugins.contains("did you mean `sign`?")
+            && with_plugins.contains("built-in: grpo, ")
+            && with_plugins.ends_with("; from plugins: sign"),
+        "{with_plugins}"
+    );
     let err = build("grop", &toml::Table::new()).unwrap_err();
     assert_eq!(
         err,
         EstimatorError::Unknown {
             name: "grop".into(),
-            suggestion: Some("grpo")
+            suggestion: Some("grpo".into()),
+            plugin_names: Vec::new(),
         }
     );
     let err = build("ppo", &toml::Table::new()).unwrap_err();
@@ -580,7 +633,8 @@ fn unknown_name_lists_the_valid_names_and_the_closest() {
         err,
         EstimatorError::Unknown {
             name: "ppo".into(),
-            suggestion: None
+            suggestion: None,
+            plugin_names: Vec::new(),
         }
     );
 }
@@ -616,7 +670,9 @@ fn bad_param_names_the_estimator_and_the_param() {
 fn params_override_the_defaults() {
     let samples = [call(0, 0, 0, 1.0), call(0, 1, 0, 0.0)];
     // σ = 1/√2; ε = 0.5 → A = ±0.5 / (1/√2 + 0.5).
-    let got = estimator_with("drmas", "epsilon = 0.5").advantages(&samples, &raw(&samples));
+    let got = estimator_with("drmas", "epsilon = 0.5")
+        .advantages(&samples, &raw(&samples))
+        .unwrap();
     let a = 0.5 / (1.0 / 2f64.sqrt() + 0.5);
     assert_close(&got, &[a, -a]);
 }
@@ -719,7 +775,7 @@ proptest! {
                 ("norm_by_std = false\nstep_advantage_w = 0.3", true, 0.95, false),
             ] {
                 let omega = if params.contains("0.3") { 0.3 } else { 1.0 };
-                let got = estimator_with(name, params).advantages(&samples, &rewards);
+                let got = estimator_with(name, params).advantages(&samples, &rewards).unwrap();
                 let expected =
                     reference::gigpo(&samples, &rewards, by_agent, mean, omega, gamma, norm, EPS);
                 for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
@@ -740,7 +796,7 @@ proptest! {
         // Per-call rewards differ (penalties, noise), as in a real batch.
         let rewards: Vec<f64> =
             samples.iter().zip(noise.iter().cycle()).map(|(s, n)| s.reward + n).collect();
-        let advantages = estimator("drmas").advantages(&samples, &rewards);
+        let advantages = estimator("drmas").advantages(&samples, &rewards).unwrap();
         let mut groups = std::collections::BTreeMap::<(u32, u16), Vec<(f64, f64)>>::new();
         for ((s, &r), &a) in samples.iter().zip(&rewards).zip(&advantages) {
             groups.entry((s.uid, s.agent)).or_default().push((r, a));
@@ -768,13 +824,13 @@ proptest! {
         // The same scores summed in another order: equal up to rounding.
         let same = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-9);
         let rewards = raw(&samples);
-        let grpo = estimator("grpo").advantages(&samples, &rewards);
+        let grpo = estimator("grpo").advantages(&samples, &rewards).unwrap();
         for name in ["drmas", "drmas_traj"] {
-            let other = estimator(name).advantages(&samples, &rewards);
+            let other = estimator(name).advantages(&samples, &rewards).unwrap();
             prop_assert!(same(&other, &grpo), "{name}: {other:?} vs grpo {grpo:?}");
         }
         // grpo_step counts every call: it matches only when a trajectory is a single call.
-        let step = estimator("grpo_step").advantages(&samples, &rewards);
+        let step = estimator("grpo_step").advantages(&samples, &rewards).unwrap();
         if samples.iter().all(|s| s.agent == 0) {
             prop_assert!(same(&step, &grpo), "grpo_step: {step:?} vs grpo {grpo:?}");
         }
@@ -796,7 +852,7 @@ proptest! {
         let rewards: Vec<f64> =
             samples.iter().zip(noise.iter().cycle()).map(|(s, n)| s.reward + n).collect();
         let close = |name: &str, expected: Vec<f64>| -> Result<(), TestCaseError> {
-            let got = estimator(name).advantages(&samples, &rewards);
+            let got = estimator(name).advantages(&samples, &rewards).unwrap();
             for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
                 // Relative: a σ near 0 makes advantages up to 1/ε.
                 prop_assert!((g - e).abs() <= 1e-9 * e.abs().max(1.0), "{name} sample {i}: {g} vs {e}");
@@ -815,7 +871,7 @@ proptest! {
         close("grpo_passk", reference::grpo_passk(&samples, &rewards, false, true, EPS))?;
         close("grpo_passk_agent", reference::grpo_passk(&samples, &rewards, true, true, EPS))?;
         close("dr_grpo", reference::grpo(&samples, &rewards, false, false, false, EPS))?;
-        let got = estimator_with("grpo", "norm_by_std = false").advantages(&samples, &rewards);
+        let got = estimator_with("grpo", "norm_by_std = false").advantages(&samples, &rewards).unwrap();
         let expected = reference::grpo(&samples, &rewards, false, false, false, EPS);
         prop_assert!(got.iter().zip(&expected).all(|(g, e)| (g - e).abs() < 1e-9));
     }
@@ -832,8 +888,8 @@ proptest! {
         }
         let padded_samples: Vec<Sample> = padded.iter().map(|(_, s)| *s).collect();
         for name in names() {
-            let plain = estimator(name).advantages(&samples, &raw(&samples));
-            let with = estimator(name).advantages(&padded_samples, &raw(&padded_samples));
+            let plain = estimator(name).advantages(&samples, &raw(&samples)).unwrap();
+            let with = estimator(name).advantages(&padded_samples, &raw(&padded_samples)).unwrap();
             for ((origin, _), a) in padded.iter().zip(&with) {
                 match origin {
                     Some(i) => prop_assert_eq!(*a, plain[*i], "{}", name),

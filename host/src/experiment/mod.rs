@@ -103,7 +103,7 @@ impl Experiment {
     /// charts from all of them.
     pub fn run(&self, registry: &Registry) -> anyhow::Result<Outcome> {
         let (base, file) = RunConfig::load(&self.base_config)?;
-        self.check(&base)?;
+        self.check(&base, registry)?;
         let out_dir = absolute(&self.out_dir)?;
         let (mut trained, mut skipped) = (Vec::new(), Vec::new());
         for estimator in &self.estimators {
@@ -148,7 +148,7 @@ impl Experiment {
     }
 
     /// Fails early on an empty, repeated or unknown estimator or seed list.
-    fn check(&self, base: &RunConfig) -> anyhow::Result<()> {
+    fn check(&self, base: &RunConfig, registry: &Registry) -> anyhow::Result<()> {
         if self.estimators.is_empty() || self.seeds.is_empty() {
             bail!("--estimators and --seeds need at least one value each");
         }
@@ -156,7 +156,8 @@ impl Experiment {
             if self.estimators[..index].contains(estimator) {
                 bail!("--estimators names `{estimator}` twice");
             }
-            crate::advantage::build(estimator, &base.algorithm.params)
+            registry
+                .estimator(estimator, &base.algorithm.params)
                 .with_context(|| format!("--estimators: `{estimator}`"))?;
         }
         for (index, seed) in self.seeds.iter().enumerate() {

@@ -5,7 +5,8 @@ use std::fmt;
 use std::ops::Deref;
 
 /// A component behind its trait (`Hosted<dyn Agent>`, `Hosted<dyn Orchestra>`,
-/// `Hosted<dyn Environment>`) and a description of where it came from.
+/// `Hosted<dyn Environment>`, `Hosted<dyn drmas_sdk::Estimator>`) and a description of where it
+/// came from.
 pub struct Hosted<T: ?Sized> {
     component: Box<T>,
     origin: String,

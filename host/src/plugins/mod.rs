@@ -2,9 +2,11 @@
 //! through the SDK's stable ABI, and a registry of their components by (kind, name).
 
 mod discover;
+mod estimator;
 mod hosted;
 mod registry;
 
 pub use discover::{discover, BuildProfile, DiscoverError};
+pub use estimator::PluginEstimator;
 pub use hosted::Hosted;
 pub use registry::{Registry, RegistryError};

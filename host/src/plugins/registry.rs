@@ -1,5 +1,6 @@
 //! Every component of every loaded plugin, by (kind, name). Agents are looked up by name, so a
-//! run file can put any plugin's agent into any orchestra's role.
+//! run file can put any plugin's agent into any orchestra's role; estimators are looked up among
+//! the built-in ones first, then the plugins'.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -7,9 +8,11 @@ use std::path::{Path, PathBuf};
 use drmas_sdk::ffi::{load_plugin, LoadError, LoadedPlugin};
 use drmas_sdk::{Agent, ComponentInfo, ComponentKind, Environment, Orchestra};
 
+use crate::advantage::{self, Estimator, EstimatorError};
 use crate::suggest::similar;
 
 use super::discover::{discover, BuildProfile, DiscoverError};
+use super::estimator::PluginEstimator;
 use super::hosted::Hosted;
 
 /// A plugin or component problem, with the file or name and what to do.
@@ -32,6 +35,16 @@ pub enum RegistryError {
         first: PathBuf,
         /// The library that offered it again.
         second: PathBuf,
+    },
+    /// A plugin offers an estimator under a built-in estimator's name.
+    #[error("plugin `{plugin}` ({library}) offers an estimator named `{name}`, but `{name}` is a built-in estimator; rename the plugin's estimator (run files could not tell the two apart)")]
+    BuiltinEstimator {
+        /// The shared name.
+        name: String,
+        /// The plugin's name.
+        plugin: String,
+        /// Its library.
+        library: PathBuf,
     },
     /// No plugin offers this (kind, name).
     #[error(
@@ -75,6 +88,14 @@ impl Registry {
     fn add(&mut self, plugin: LoadedPlugin) -> Result<(), RegistryError> {
         let slot = self.plugins.len();
         for component in plugin.components() {
+            if component.kind == ComponentKind::Estimator && advantage::is_builtin(&component.name)
+            {
+                return Err(RegistryError::BuiltinEstimator {
+                    name: component.name.clone(),
+                    plugin: plugin.name().to_owned(),
+                    library: plugin.path().to_owned(),
+                });
+            }
             let key = (component.kind, component.name.clone());
             if let Some(&first) = self.index.get(&key) {
                 return Err(RegistryError::Duplicate {
@@ -125,14 +146,17 @@ impl Registry {
         }
     }
 
+    /// The names of the components of `kind`, sorted.
+    fn names(&self, kind: ComponentKind) -> impl Iterator<Item = &str> {
+        self.index
+            .keys()
+            .filter(move |(k, _)| *k == kind)
+            .map(|(_, n)| n.as_str())
+    }
+
     /// ", did you mean `X`?" for close names, else the names of that kind.
     fn hint(&self, kind: ComponentKind, name: &str) -> String {
-        let names: Vec<&str> = self
-            .index
-            .keys()
-            .filter(|(k, _)| *k == kind)
-            .map(|(_, n)| n.as_str())
-            .collect();
+        let names: Vec<&str> = self.names(kind).collect();
         let close = similar(name, names.iter().copied());
         if !close.is_empty() {
             format!(", did you mean {}?", quoted(&close))
@@ -179,6 +203,36 @@ impl Registry {
             .map_err(|e| RegistryError::Component(e.to_string()))?;
         let origin = environment.origin().to_string();
         Ok(Hosted::new(Box::new(environment), origin))
+    }
+
+    /// Builds the estimator `name` with the run file's `[algorithm.params]`: the built-in one of
+    /// that name, else the plugin estimator (which gets the table as TOML text).
+    pub fn estimator(
+        &self,
+        name: &str,
+        params: &toml::Table,
+    ) -> Result<Box<dyn Estimator>, EstimatorError> {
+        if advantage::is_builtin(name) {
+            return advantage::build(name, params);
+        }
+        let Some(&slot) = self.index.get(&(ComponentKind::Estimator, name.to_owned())) else {
+            let plugin_names: Vec<String> = self
+                .names(ComponentKind::Estimator)
+                .map(str::to_owned)
+                .collect();
+            return Err(EstimatorError::unknown(name, &plugin_names));
+        };
+        let config = toml::to_string(params).map_err(|e| {
+            EstimatorError::Plugin(format!("cannot write [algorithm.params] as TOML: {e}"))
+        })?;
+        let estimator = self.plugins[slot]
+            .create_estimator(name, &config)
+            .map_err(|e| EstimatorError::Plugin(e.to_string()))?;
+        let origin = estimator.origin().to_string();
+        Ok(Box::new(PluginEstimator::new(
+            name,
+            Hosted::new(Box::new(estimator), origin),
+        )))
     }
 }
 

@@ -323,7 +323,7 @@ impl Trainer {
         let samples = self.samples(rollout);
         let mut rewards = self.penalty.apply(&samples);
         self.shape_overlong(rollout, &mut rewards, &mut metrics);
-        let advantages = self.estimator.advantages(&samples, &rewards);
+        let advantages = self.estimator.advantages(&samples, &rewards)?;
         record_advantages(&mut metrics, &samples, &rewards, &advantages, &self.team);
 
         let started = Instant::now();

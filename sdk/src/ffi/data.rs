@@ -8,7 +8,7 @@ use abi_stable::StableAbi;
 
 use crate::{
     AgentContext, AgentOutput, ChatMessage, ComponentInfo, ComponentKind, DatasetSpec, Metric,
-    Next, Parsed, Step, Task, Turn,
+    Next, Parsed, Sample, Step, Task, Turn,
 };
 
 /// How a call into a plugin failed.
@@ -52,6 +52,7 @@ pub enum FfiKind {
     Agent,
     Orchestra,
     Environment,
+    Estimator,
 }
 
 impl From<ComponentKind> for FfiKind {
@@ -60,6 +61,7 @@ impl From<ComponentKind> for FfiKind {
             ComponentKind::Agent => FfiKind::Agent,
             ComponentKind::Orchestra => FfiKind::Orchestra,
             ComponentKind::Environment => FfiKind::Environment,
+            ComponentKind::Estimator => FfiKind::Estimator,
         }
     }
 }
@@ -70,6 +72,7 @@ impl From<FfiKind> for ComponentKind {
             FfiKind::Agent => ComponentKind::Agent,
             FfiKind::Orchestra => ComponentKind::Orchestra,
             FfiKind::Environment => ComponentKind::Environment,
+            FfiKind::Estimator => ComponentKind::Estimator,
         }
     }
 }
@@ -386,6 +389,55 @@ impl From<FfiNext> for Next {
             FfiNext::Submit { action } => Next::Submit {
                 action: action.into(),
             },
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy)]
+pub struct FfiSample {
+    pub uid: u32,
+    pub trajectory: u32,
+    pub agent: u16,
+    pub worker_group: u16,
+    pub reward: f64,
+    pub step: u16,
+    pub step_reward: f64,
+    pub state: u64,
+    pub valid: bool,
+    pub padding: bool,
+}
+
+impl From<&Sample> for FfiSample {
+    fn from(s: &Sample) -> Self {
+        Self {
+            uid: s.uid,
+            trajectory: s.trajectory,
+            agent: s.agent,
+            worker_group: s.worker_group,
+            reward: s.reward,
+            step: s.step,
+            step_reward: s.step_reward,
+            state: s.state,
+            valid: s.valid,
+            padding: s.padding,
+        }
+    }
+}
+
+impl From<&FfiSample> for Sample {
+    fn from(s: &FfiSample) -> Self {
+        Self {
+            uid: s.uid,
+            trajectory: s.trajectory,
+            agent: s.agent,
+            worker_group: s.worker_group,
+            reward: s.reward,
+            step: s.step,
+            step_reward: s.step_reward,
+            state: s.state,
+            valid: s.valid,
+            padding: s.padding,
         }
     }
 }

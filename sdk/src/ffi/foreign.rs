@@ -5,15 +5,15 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use abi_stable::std_types::{RResult, RStr};
+use abi_stable::std_types::{RResult, RSlice, RStr};
 
 use super::{
     FfiAgentBox, FfiAgentContext, FfiAgentOutput, FfiDatasetSpec, FfiEnvironmentBox, FfiEpisodeBox,
-    FfiError, FfiErrorKind, FfiOrchestraBox, FfiRoutingBox, FfiTask,
+    FfiError, FfiErrorKind, FfiEstimatorBox, FfiOrchestraBox, FfiRoutingBox, FfiSample, FfiTask,
 };
 use crate::{
     Agent, AgentContext, AgentOutput, ChatMessage, ComponentKind, DatasetSpec, Environment,
-    Episode, Error, Next, Orchestra, Parsed, Reset, Result, Routing, Step, Task,
+    Episode, Error, Estimator, Next, Orchestra, Parsed, Reset, Result, Routing, Sample, Step, Task,
 };
 
 /// Which component of which plugin an object came from; every error it raises names it.
@@ -188,5 +188,30 @@ impl Episode for ForeignEpisode {
         self.origin
             .check("step", self.inner.step(RStr::from(action)))
             .map(Step::from)
+    }
+}
+
+/// An estimator from a loaded plugin.
+pub struct ForeignEstimator {
+    pub(crate) inner: FfiEstimatorBox,
+    pub(crate) origin: Arc<Origin>,
+}
+
+impl ForeignEstimator {
+    /// Where it came from.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+}
+
+impl Estimator for ForeignEstimator {
+    fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> Result<Vec<f64>> {
+        let samples: Vec<FfiSample> = samples.iter().map(FfiSample::from).collect();
+        let advantages = self.origin.check(
+            "advantages",
+            self.inner
+                .advantages(RSlice::from_slice(&samples), RSlice::from_slice(rewards)),
+        )?;
+        Ok(advantages.into())
     }
 }

@@ -12,8 +12,8 @@ use abi_stable::library::{lib_header_from_path, LibraryError};
 use abi_stable::std_types::RStr;
 
 use super::{
-    FfiComponent, FfiKind, FfiLogger, ForeignAgent, ForeignEnvironment, ForeignOrchestra, Origin,
-    PluginModuleRef,
+    FfiComponent, FfiKind, FfiLogger, ForeignAgent, ForeignEnvironment, ForeignEstimator,
+    ForeignOrchestra, Origin, PluginModuleRef,
 };
 use crate::{ComponentInfo, ComponentKind, Error, Result};
 
@@ -230,6 +230,16 @@ impl LoadedPlugin {
     pub fn create_environment(&self, name: &str, config: &str) -> Result<ForeignEnvironment> {
         match self.create(ComponentKind::Environment, name, config)? {
             (FfiComponent::Environment(inner), origin) => Ok(ForeignEnvironment { inner, origin }),
+            (_, origin) => Err(Error::new(format!(
+                "{origin} built a component of another kind"
+            ))),
+        }
+    }
+
+    /// Builds the estimator `name` from its config text (the run file's `[algorithm.params]`).
+    pub fn create_estimator(&self, name: &str, config: &str) -> Result<ForeignEstimator> {
+        match self.create(ComponentKind::Estimator, name, config)? {
+            (FfiComponent::Estimator(inner), origin) => Ok(ForeignEstimator { inner, origin }),
             (_, origin) => Err(Error::new(format!(
                 "{origin} built a component of another kind"
             ))),

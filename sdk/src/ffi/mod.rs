@@ -15,7 +15,7 @@ mod module;
 mod objects;
 mod panic;
 
-pub use foreign::{ForeignAgent, ForeignEnvironment, ForeignOrchestra, Origin};
+pub use foreign::{ForeignAgent, ForeignEnvironment, ForeignEstimator, ForeignOrchestra, Origin};
 pub use load::{load_plugin, LoadError, LoadedPlugin};
 
 // Used by the code `export_plugin!` expands to in plugin crates; not part of the author API.

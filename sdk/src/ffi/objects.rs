@@ -5,14 +5,14 @@
 
 use abi_stable::sabi_trait;
 use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::{RBox, RResult, RStr, RString, RVec};
+use abi_stable::std_types::{RBox, RResult, RSlice, RStr, RString, RVec};
 use abi_stable::StableAbi;
 
 use super::{
     guard, FfiAgentContext, FfiAgentOutput, FfiChatMessage, FfiDatasetSpec, FfiError, FfiNext,
-    FfiParsed, FfiStep, FfiTask,
+    FfiParsed, FfiSample, FfiStep, FfiTask,
 };
-use crate::{Agent, Environment, Episode, Orchestra, Routing};
+use crate::{Agent, Environment, Episode, Estimator, Orchestra, Routing, Sample};
 
 #[sabi_trait]
 pub trait FfiAgent: Send + Sync {
@@ -54,11 +54,22 @@ pub trait FfiEpisode: Send {
     fn step(&mut self, action: RStr<'_>) -> RResult<FfiStep, FfiError>;
 }
 
+#[sabi_trait]
+pub trait FfiEstimator: Send + Sync {
+    #[sabi(last_prefix_field)]
+    fn advantages(
+        &self,
+        samples: RSlice<'_, FfiSample>,
+        rewards: RSlice<'_, f64>,
+    ) -> RResult<RVec<f64>, FfiError>;
+}
+
 pub type FfiAgentBox = FfiAgent_TO<'static, RBox<()>>;
 pub type FfiOrchestraBox = FfiOrchestra_TO<'static, RBox<()>>;
 pub type FfiRoutingBox = FfiRouting_TO<'static, RBox<()>>;
 pub type FfiEnvironmentBox = FfiEnvironment_TO<'static, RBox<()>>;
 pub type FfiEpisodeBox = FfiEpisode_TO<'static, RBox<()>>;
+pub type FfiEstimatorBox = FfiEstimator_TO<'static, RBox<()>>;
 
 #[repr(C)]
 #[derive(StableAbi)]
@@ -74,6 +85,7 @@ pub enum FfiComponent {
     Agent(FfiAgentBox),
     Orchestra(FfiOrchestraBox),
     Environment(FfiEnvironmentBox),
+    Estimator(FfiEstimatorBox),
 }
 
 /// Wraps an author's component so it can cross the boundary.
@@ -94,6 +106,12 @@ impl<T: Orchestra + 'static> Exported<T> {
 impl<T: Environment + 'static> Exported<T> {
     pub(crate) fn environment(value: T) -> FfiEnvironmentBox {
         FfiEnvironment_TO::from_value(Exported(value), TD_Opaque)
+    }
+}
+
+impl<T: Estimator + 'static> Exported<T> {
+    pub(crate) fn estimator(value: T) -> FfiEstimatorBox {
+        FfiEstimator_TO::from_value(Exported(value), TD_Opaque)
     }
 }
 
@@ -159,5 +177,18 @@ impl<T: Environment> FfiEnvironment for Exported<T> {
 impl FfiEpisode for Exported<Box<dyn Episode>> {
     fn step(&mut self, action: RStr<'_>) -> RResult<FfiStep, FfiError> {
         guard(|| self.0.step(action.as_str()).map(FfiStep::from))
+    }
+}
+
+impl<T: Estimator> FfiEstimator for Exported<T> {
+    fn advantages(
+        &self,
+        samples: RSlice<'_, FfiSample>,
+        rewards: RSlice<'_, f64>,
+    ) -> RResult<RVec<f64>, FfiError> {
+        guard(|| {
+            let samples: Vec<Sample> = samples.iter().map(Sample::from).collect();
+            Ok(self.0.advantages(&samples, rewards.as_slice())?.into())
+        })
     }
 }

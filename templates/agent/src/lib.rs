@@ -1,11 +1,17 @@
-//! {{project-name}}: a drmas agent plugin.
+//! {{project-name}}: a drmas plugin with an agent and an advantage estimator.
 //!
 //! Build it with `cargo build --release`, then put this folder (or the built library from
 //! `target/release/`) in the plugins folder that `drmas-host --plugins` points at, and name the
-//! agent in a run file: `agent = "{{agent_name}}"`.
+//! agent in a run file: `agent = "{{agent_name}}"`; and the estimator (src/estimator.rs):
+//! `[algorithm] estimator = "{{estimator_name}}"`. Delete the one you do not need, here and in
+//! `export_plugin!` below.
+
+mod estimator;
 
 use drmas_sdk::{parse_config, Agent, AgentContext, ChatMessage, Component, Parsed, Result};
 use serde::Deserialize;
+
+pub use estimator::MyEstimator;
 
 /// Answers the team's question, ending with `<answer>…</answer>`.
 pub struct MyAgent {
@@ -58,6 +64,7 @@ impl Agent for MyAgent {
 drmas_sdk::export_plugin! {
     name: "{{project-name}}",
     agents: [MyAgent],
+    estimators: [MyEstimator],
 }
 
 #[cfg(test)]

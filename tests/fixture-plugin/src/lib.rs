@@ -1,10 +1,13 @@
-//! A plugin for the end-to-end tests of the plugin boundary: an agent, an orchestra and an
-//! environment that behave normally on ordinary input and fail on request, so tests can check
+//! A plugin for the end-to-end tests of the plugin boundary: agents, orchestras, environments
+//! and estimators that behave normally on ordinary input and fail on request, so tests can check
 //! that errors and panics inside a loaded library come back as errors naming the component.
+
+use std::collections::HashMap;
 
 use drmas_sdk::{
     parse_config, Agent, AgentContext, AgentOutput, ChatMessage, Component, DatasetSpec,
-    Environment, Episode, Error, Next, Orchestra, Parsed, Reset, Result, Routing, Step, Task,
+    Environment, Episode, Error, Estimator, Next, Orchestra, Parsed, Reset, Result, Routing,
+    Sample, Step, Task,
 };
 use serde::Deserialize;
 
@@ -337,9 +340,128 @@ impl Environment for SlowParityEnvironment {
     }
 }
 
+/// +1 for a call whose reward is above its prompt group's mean reward by more than `margin`,
+/// −1 below it by more than `margin`, 0 otherwise (and for padding): numbers a test can check by
+/// hand.
+pub struct SignEstimator {
+    margin: f64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignConfig {
+    #[serde(default)]
+    margin: f64,
+}
+
+impl Component for SignEstimator {
+    const NAME: &'static str = "sign";
+    const DESCRIPTION: &'static str =
+        "±1 by reward against the prompt group's mean (0 within margin)";
+    fn from_config(config: &str) -> Result<Self> {
+        let config: SignConfig = parse_config(config)?;
+        if !(config.margin.is_finite() && config.margin >= 0.0) {
+            return Err(Error::new(format!(
+                "margin must be a finite number ≥ 0, got {}",
+                config.margin
+            )));
+        }
+        Ok(Self {
+            margin: config.margin,
+        })
+    }
+}
+
+impl Estimator for SignEstimator {
+    fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> Result<Vec<f64>> {
+        let mut sums: HashMap<u32, (f64, u32)> = HashMap::new();
+        for (sample, reward) in samples.iter().zip(rewards) {
+            if !sample.padding {
+                let sum = sums.entry(sample.uid).or_default();
+                sum.0 += reward;
+                sum.1 += 1;
+            }
+        }
+        Ok(samples
+            .iter()
+            .zip(rewards)
+            .map(|(sample, reward)| match sums.get(&sample.uid) {
+                Some(&(sum, count)) if !sample.padding => {
+                    let gap = reward - sum / f64::from(count);
+                    if gap > self.margin {
+                        1.0
+                    } else if gap < -self.margin {
+                        -1.0
+                    } else {
+                        0.0
+                    }
+                }
+                _ => 0.0,
+            })
+            .collect())
+    }
+}
+
+/// Answers wrongly in the way its `fault` says: `short` (one advantage too few), `nan`,
+/// `padding` (1 for every sample, padding included), `error` or `panic`.
+pub struct FaultyEstimator {
+    fault: Fault,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FaultyConfig {
+    fault: Fault,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Fault {
+    Short,
+    Nan,
+    Padding,
+    Error,
+    Panic,
+}
+
+impl Component for FaultyEstimator {
+    const NAME: &'static str = "faulty";
+    const DESCRIPTION: &'static str =
+        "answers wrongly as `fault` says (short, nan, padding, error, panic)";
+    fn from_config(config: &str) -> Result<Self> {
+        let config: FaultyConfig = parse_config(config)?;
+        Ok(Self {
+            fault: config.fault,
+        })
+    }
+}
+
+impl Estimator for FaultyEstimator {
+    fn advantages(&self, samples: &[Sample], _rewards: &[f64]) -> Result<Vec<f64>> {
+        match self.fault {
+            Fault::Short => Ok(vec![0.0; samples.len().saturating_sub(1)]),
+            Fault::Nan => Ok(samples
+                .iter()
+                .enumerate()
+                .map(|(i, _)| {
+                    if i + 1 == samples.len() {
+                        f64::NAN
+                    } else {
+                        0.0
+                    }
+                })
+                .collect()),
+            Fault::Padding => Ok(vec![1.0; samples.len()]),
+            Fault::Error => Err(Error::new("asked to fail")),
+            Fault::Panic => panic!("asked to panic"),
+        }
+    }
+}
+
 drmas_sdk::export_plugin! {
     name: "fixture",
     agents: [ShoutAgent],
     orchestras: [RelayOrchestra, PairOrchestra],
     environments: [WordsEnvironment, ParityEnvironment, SlowParityEnvironment],
+    estimators: [SignEstimator, FaultyEstimator],
 }
