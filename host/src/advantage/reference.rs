@@ -115,16 +115,17 @@ fn scores_by_index(
     id2score
 }
 
-/// GiGPO's `episode_norm_reward` with `remove_std = false` and one score per (index,
-/// trajectory) even under the agent index: each call normalised with its own reward
-/// (drmas's `grpo_first_call`, and `drmas_traj_first_call` with `by_agent`).
-pub(super) fn first_call_normalised(
+/// GiGPO's `episode_norm_reward`: scores by [`scores_by_index`], each call normalised with its
+/// own reward (only centred without `norm_by_std`, its `remove_std`).
+fn episode_norm_reward(
     samples: &[Sample],
     rewards: &[f64],
     by_agent: bool,
+    every_call: bool,
+    norm_by_std: bool,
     epsilon: f64,
 ) -> Vec<f64> {
-    let id2score = scores_by_index(samples, rewards, by_agent, false);
+    let id2score = scores_by_index(samples, rewards, by_agent, every_call);
     let mut advantages = vec![0.0; samples.len()];
     for i in live(samples) {
         let scores: Vec<f64> = id2score[&index(&samples[i], by_agent)]
@@ -132,9 +133,24 @@ pub(super) fn first_call_normalised(
             .map(|s| s.1)
             .collect();
         let (mean, std) = mean_std(&scores);
-        advantages[i] = (rewards[i] - mean) / (std + epsilon);
+        advantages[i] = if norm_by_std {
+            (rewards[i] - mean) / (std + epsilon)
+        } else {
+            rewards[i] - mean
+        };
     }
     advantages
+}
+
+/// `episode_norm_reward` with one score per (index, trajectory) even under the agent index:
+/// drmas's `grpo_first_call`, and `drmas_traj_first_call` with `by_agent`.
+pub(super) fn first_call_normalised(
+    samples: &[Sample],
+    rewards: &[f64],
+    by_agent: bool,
+    epsilon: f64,
+) -> Vec<f64> {
+    episode_norm_reward(samples, rewards, by_agent, false, true, epsilon)
 }
 
 /// `compute_rloo_outcome_advantage`.
@@ -272,21 +288,7 @@ pub(super) fn gigpo(
     let episode = if episode_mean && !by_agent {
         grpo(samples, rewards, false, false, norm_by_std, epsilon)
     } else {
-        let id2score = scores_by_index(samples, rewards, by_agent, by_agent);
-        let mut advantages = vec![0.0; samples.len()];
-        for i in live(samples) {
-            let scores: Vec<f64> = id2score[&index(&samples[i], by_agent)]
-                .iter()
-                .map(|s| s.1)
-                .collect();
-            let (mean, std) = mean_std(&scores);
-            advantages[i] = if norm_by_std {
-                (rewards[i] - mean) / (std + epsilon)
-            } else {
-                rewards[i] - mean
-            };
-        }
-        advantages
+        episode_norm_reward(samples, rewards, by_agent, by_agent, norm_by_std, epsilon)
     };
     let returns = step_returns(samples, gamma);
     let mut step_groups: HashMap<(Index, u64), Vec<f64>> = HashMap::new();
