@@ -47,6 +47,7 @@ fn batch(rng: &mut Rng) -> Vec<Sample> {
                         reward,
                         step: 0,
                         step_reward: reward,
+                        call_reward: None,
                         state: 0,
                         valid: rng.unit() > 0.05,
                         padding: false,

@@ -121,6 +121,7 @@ fn measure(side: &str, steps: usize) {
     let calls: Vec<AgentCall> = (0..CALLS)
         .map(|i| AgentCall {
             episode: i,
+            index: 0,
             agent: 0,
             step: 0,
             prompt: tokens(PROMPT),
@@ -129,6 +130,7 @@ fn measure(side: &str, steps: usize) {
             logprobs: vec![-11.0; RESPONSE],
             temperature: 1.0,
             valid: true,
+            breaks_contract: false,
             finish: FinishReason::Length,
         })
         .collect();

@@ -210,6 +210,22 @@ fn prepare(
     Ok((config, file, plan))
 }
 
+/// The roles of the orchestra `name` built with its default params, one line each with the
+/// actions the role accepts; one line saying why when it cannot be built without params.
+fn role_contracts(registry: &plugins::Registry, name: &str) -> Vec<String> {
+    let roles = registry
+        .orchestra(name, "")
+        .map_err(|e| e.to_string())
+        .and_then(|orchestra| orchestra.roles().map_err(|e| e.to_string()));
+    match roles {
+        Ok(roles) => roles
+            .iter()
+            .map(|role| format!("role {}: {}", role.name, role.actions))
+            .collect(),
+        Err(error) => vec![format!("roles: not listed, it needs params ({error})")],
+    }
+}
+
 /// The `plugins` listing: one line per component, grouped by kind; the estimators list the
 /// built-in ones first (a run file's name is looked up among them first), then the plugins'.
 pub fn list_components(registry: &plugins::Registry) -> String {
@@ -225,7 +241,7 @@ pub fn list_components(registry: &plugins::Registry) -> String {
             plugin.path().display()
         );
     }
-    let mut row = |kind: &str, name: &str, source: &str, description: &str| {
+    let row = |out: &mut String, kind: &str, name: &str, source: &str, description: &str| {
         let _ = writeln!(out, "  {kind:<12} {name:<28} {source:<10} {description}");
     };
     let (estimators, others): (Vec<_>, Vec<_>) = registry
@@ -233,17 +249,24 @@ pub fn list_components(registry: &plugins::Registry) -> String {
         .partition(|(component, _)| component.kind == drmas_sdk::ComponentKind::Estimator);
     for (component, plugin) in others {
         row(
+            &mut out,
             component.kind.as_str(),
             &component.name,
             plugin.name(),
             &component.description,
         );
+        if component.kind == drmas_sdk::ComponentKind::Orchestra {
+            for line in role_contracts(registry, &component.name) {
+                let _ = writeln!(out, "{:<55}{line}", "");
+            }
+        }
     }
     for (name, description) in advantage::described() {
-        row("estimator", name, "built-in", description);
+        row(&mut out, "estimator", name, "built-in", description);
     }
     for (component, plugin) in estimators {
         row(
+            &mut out,
             "estimator",
             &component.name,
             plugin.name(),

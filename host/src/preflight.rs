@@ -7,7 +7,7 @@ use std::fmt::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use drmas_sdk::{Agent, DatasetSpec, Environment, Orchestra, PluginError, Task};
+use drmas_sdk::{Agent, DatasetSpec, Environment, Orchestra, Params, PluginError, Role, Task};
 
 use crate::advantage::Estimator;
 use crate::config::{ConfigError, DatasetSection, Device, RunConfig, RunFile, Step};
@@ -17,6 +17,7 @@ use crate::model::gguf::GgufModel;
 use crate::plugins::{Hosted, Registry};
 
 mod output_dir;
+mod params;
 
 pub use output_dir::{check_output_dir, Intent};
 
@@ -30,8 +31,8 @@ pub struct Plan {
     pub environment: Hosted<dyn Environment>,
     /// The orchestra component.
     pub orchestra: Hosted<dyn Orchestra>,
-    /// Agents by role, in run-file order.
-    pub agents: Vec<(String, Hosted<dyn Agent>)>,
+    /// Agents with the role (and its contract) each fills, in run-file order.
+    pub agents: Vec<(Role, Hosted<dyn Agent>)>,
     /// Training tasks.
     pub train_tasks: Vec<Task>,
     /// Evaluation tasks (empty without `eval_data`).
@@ -40,42 +41,71 @@ pub struct Plan {
     pub estimator: Box<dyn Estimator>,
     /// Each worker group's model file and a one-line description of it.
     pub models: Vec<(String, PathBuf, String)>,
+    /// What may go wrong but need not: an agent whose declared actions its role's contract
+    /// refuses. `check` and `train` print them.
+    pub warnings: Vec<String>,
 }
 
 /// Builds the plan of `config` from the components in `registry`.
 pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyhow::Result<Plan> {
-    let toml_text = |table: &toml::Table| toml::to_string(table).unwrap_or_default();
+    let text = |table: &toml::Table| toml::to_string(table).unwrap_or_default();
+    let params = |text: &str| Params::new(text).with_base_dir(&file.dir);
 
-    let environment = registry.environment(
-        config.environment.name.get_ref(),
-        &toml_text(&config.environment.params),
-    )?;
-    let orchestra = registry.orchestra(
-        config.orchestra.name.get_ref(),
-        &toml_text(&config.orchestra.params),
-    )?;
+    let snippet = text(&config.environment.params);
+    let environment = registry
+        .environment(config.environment.name.get_ref(), params(&snippet))
+        .map_err(|e| params::locate(e, &snippet, file, &["environment".into(), "params".into()]))?;
+    let snippet = text(&config.orchestra.params);
+    let orchestra = registry
+        .orchestra(config.orchestra.name.get_ref(), params(&snippet))
+        .map_err(|e| params::locate(e, &snippet, file, &["orchestra".into(), "params".into()]))?;
     let roles = orchestra.roles().map_err(PluginError::from)?;
 
     let mut agents = Vec::new();
-    for section in &config.agents {
-        let role = section.role.get_ref();
-        if !roles.contains(role) {
+    let mut warnings = Vec::new();
+    for (index, section) in config.agents.iter().enumerate() {
+        let name = section.role.get_ref();
+        let Some(role) = roles.iter().find(|role| &role.name == name) else {
+            let names: Vec<&str> = roles.iter().map(|role| role.name.as_str()).collect();
             return Err(file
                 .invalid(
                     section.role.span().start,
                     format!(
-                        "orchestra `{}` has no role `{role}`; its roles: [{}]",
+                        "orchestra `{}` has no role `{name}`; its roles: [{}]",
                         config.orchestra.name.get_ref(),
-                        roles.join(", ")
+                        names.join(", ")
                     ),
                 )
                 .into());
+        };
+        let snippet = text(&section.params);
+        let agent = registry
+            .agent(section.agent.get_ref(), params(&snippet))
+            .map_err(|e| {
+                params::locate(
+                    e,
+                    &snippet,
+                    file,
+                    &["agents".into(), index.into(), "params".into()],
+                )
+            })?;
+        let declared = agent.actions();
+        let refused = role.actions.refused(&declared);
+        if !refused.is_empty() {
+            warnings.push(format!(
+                "{}: agent `{}` in role `{name}` declares the actions {declared}, but orchestra `{}` \
+                 accepts {} there: its calls that answer {} will count as invalid",
+                file.origin,
+                section.agent.get_ref(),
+                config.orchestra.name.get_ref(),
+                role.actions,
+                refused.join(" or ")
+            ));
         }
-        let agent = registry.agent(section.agent.get_ref(), &toml_text(&section.params))?;
         agents.push((role.clone(), agent));
     }
-    for role in &roles {
-        if !agents.iter().any(|(filled, _)| filled == role) {
+    for role in roles.iter().map(|role| &role.name) {
+        if !agents.iter().any(|(filled, _)| &filled.name == role) {
             bail!(
                 "{}: orchestra `{}` needs an agent in role `{role}`; add [[agents]] with role = \"{role}\"",
                 file.origin,
@@ -182,6 +212,7 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
         eval_tasks,
         estimator,
         models,
+        warnings,
     })
 }
 
@@ -357,9 +388,11 @@ impl Plan {
         for ((role, agent), section) in self.agents.iter().zip(&config.agents) {
             let _ = writeln!(
                 out,
-                "  role {role:<10} {} on worker group `{}`",
+                "  role {:<10} {} on worker group `{}`, actions: {}",
+                role.name,
                 agent.origin(),
-                section.worker_group.get_ref()
+                section.worker_group.get_ref(),
+                role.actions
             );
         }
         for (name, path, summary) in &self.models {
@@ -373,6 +406,9 @@ impl Plan {
             Some(origin) => writeln!(out, "estimator    {origin}"),
             None => writeln!(out, "estimator    {} (built-in)", self.estimator.name()),
         };
+        for warning in &self.warnings {
+            let _ = writeln!(out, "warning: {warning}");
+        }
         out
     }
 }

@@ -40,6 +40,7 @@ fn calls(model: &Llama) -> Vec<AgentCall> {
         .enumerate()
         .map(|(i, response)| AgentCall {
             episode: i / 2,
+            index: 0,
             agent: i % 2,
             step: 0,
             prompt: prompts[i % 2].to_vec(),
@@ -48,6 +49,7 @@ fn calls(model: &Llama) -> Vec<AgentCall> {
             logprobs: vec![0.0; response.len()],
             temperature: 1.0,
             valid: true,
+            breaks_contract: false,
             finish: FinishReason::Length,
         })
         .collect();

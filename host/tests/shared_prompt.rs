@@ -25,6 +25,7 @@ fn fixture(name: &str) -> Llama {
 fn call(prompt: &[i64], response: &[i64], temperature: f64) -> AgentCall {
     AgentCall {
         episode: 0,
+        index: 0,
         agent: 0,
         step: 0,
         prompt: prompt.to_vec(),
@@ -33,6 +34,7 @@ fn call(prompt: &[i64], response: &[i64], temperature: f64) -> AgentCall {
         logprobs: vec![0.0; response.len()],
         temperature,
         valid: true,
+        breaks_contract: false,
         finish: FinishReason::Length,
     }
 }

@@ -24,6 +24,7 @@ fn a_nan_advantage_skips_the_step_naming_the_agent_and_keeps_the_weights() {
     let calls: Vec<AgentCall> = (0..2)
         .map(|agent| AgentCall {
             episode: 0,
+            index: 0,
             agent,
             step: 0,
             prompt: vec![5, 17, 3],
@@ -32,6 +33,7 @@ fn a_nan_advantage_skips_the_step_naming_the_agent_and_keeps_the_weights() {
             logprobs: vec![-1.0; 2],
             temperature: 1.0,
             valid: true,
+            breaks_contract: false,
             finish: FinishReason::Length,
         })
         .collect();

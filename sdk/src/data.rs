@@ -82,6 +82,10 @@ pub struct Reset {
     pub episode: Box<dyn crate::Episode>,
     /// What the team sees first (usually the task's question).
     pub observation: String,
+    /// A key of the state the episode starts in, for step-level grouping (GiGPO's anchor
+    /// states): steps with equal keys count as the same state. `None`: the host uses the
+    /// observation text as the key.
+    pub state_key: Option<String>,
 }
 
 /// The result of one environment step.
@@ -93,8 +97,13 @@ pub struct Step {
     pub reward: f64,
     /// Whether the episode has ended.
     pub done: bool,
-    /// Named numbers for metrics (e.g. `exact_match`, `f1`).
+    /// Named numbers for metrics (e.g. `exact_match`, `f1`); the trainer logs each one's batch
+    /// mean as `env/NAME`.
     pub metrics: Vec<Metric>,
+    /// A key of the state the next step starts in, for step-level grouping (GiGPO's anchor
+    /// states): steps with equal keys count as the same state. `None`: the host uses the
+    /// observation text as the key. Ignored when `done`.
+    pub state_key: Option<String>,
 }
 
 /// A named number reported by an environment.
@@ -188,6 +197,17 @@ pub enum Next {
     },
 }
 
+/// A reward for one agent call of an episode, given by its orchestra
+/// ([`crate::Routing::on_step`]) next to the episode reward every call gets.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct CallReward {
+    /// Which call: its index among the episode's agent calls, counted from 0 in the order
+    /// [`crate::Routing::observe`] received them.
+    pub call: u32,
+    /// The reward (finite).
+    pub reward: f64,
+}
+
 /// One agent call of a training batch, as an [`crate::Estimator`] sees it (the host's built-in
 /// estimators read the same record).
 ///
@@ -210,8 +230,14 @@ pub struct Sample {
     pub step: u16,
     /// The reward of that environment step alone.
     pub step_reward: f64,
-    /// A key of the environment state the step started from (a hash of its observation): equal
-    /// keys mean the same observation, for step-level groups.
+    /// The call's own reward, when its orchestra gave it one ([`crate::Routing::on_step`]): a
+    /// verifier paid for a correct verdict, a search call for finding the gold passage. When
+    /// given, the host's penalised reward of the call (`rewards[i]`) starts from it instead of
+    /// `reward`.
+    pub call_reward: Option<f64>,
+    /// A key of the environment state the step started from: a hash of the environment's state
+    /// key when it gave one, else of the observation. Equal keys mean the same state, for
+    /// step-level groups.
     pub state: u64,
     /// Whether the agent's output had a valid format (invalid calls are penalised).
     pub valid: bool,

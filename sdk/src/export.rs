@@ -5,10 +5,12 @@ use abi_stable::library::CheckTypeLayout;
 use abi_stable::prefix_type::PrefixTypeTrait;
 
 use crate::ffi::{guard, Exported, FfiComponentInfo, PluginModule, PluginModuleRef};
-use crate::{Agent, Component, ComponentKind, Environment, Error, Estimator, Orchestra, Result};
+use crate::{
+    Agent, Component, ComponentKind, Environment, Error, Estimator, Orchestra, Params, Result,
+};
 
 // The types the macro's `extern "C"` functions name.
-pub use crate::ffi::{FfiComponent, FfiError, FfiKind, FfiLogger, FfiPluginInfo};
+pub use crate::ffi::{FfiComponent, FfiError, FfiKind, FfiLogger, FfiParams, FfiPluginInfo};
 pub use abi_stable::library::{LibHeader, RootModuleResult};
 pub use abi_stable::std_types::{RResult, RStr};
 
@@ -21,7 +23,7 @@ pub struct Entry {
     kind: ComponentKind,
     name: &'static str,
     description: &'static str,
-    create: fn(&str) -> Result<FfiComponent>,
+    create: fn(&Params) -> Result<FfiComponent>,
 }
 
 impl Entry {
@@ -63,27 +65,27 @@ impl Entry {
     }
 }
 
-fn create_agent<T: Agent + Component>(config: &str) -> Result<FfiComponent> {
+fn create_agent<T: Agent + Component>(params: &Params) -> Result<FfiComponent> {
     Ok(FfiComponent::Agent(Exported::agent(T::from_config(
-        config,
+        params,
     )?)))
 }
 
-fn create_orchestra<T: Orchestra + Component>(config: &str) -> Result<FfiComponent> {
+fn create_orchestra<T: Orchestra + Component>(params: &Params) -> Result<FfiComponent> {
     Ok(FfiComponent::Orchestra(Exported::orchestra(
-        T::from_config(config)?,
+        T::from_config(params)?,
     )))
 }
 
-fn create_environment<T: Environment + Component>(config: &str) -> Result<FfiComponent> {
+fn create_environment<T: Environment + Component>(params: &Params) -> Result<FfiComponent> {
     Ok(FfiComponent::Environment(Exported::environment(
-        T::from_config(config)?,
+        T::from_config(params)?,
     )))
 }
 
-fn create_estimator<T: Estimator + Component>(config: &str) -> Result<FfiComponent> {
+fn create_estimator<T: Estimator + Component>(params: &Params) -> Result<FfiComponent> {
     Ok(FfiComponent::Estimator(Exported::estimator(
-        T::from_config(config)?,
+        T::from_config(params)?,
     )))
 }
 
@@ -110,7 +112,7 @@ pub fn create(
     entries: &[Entry],
     kind: FfiKind,
     name: RStr<'_>,
-    config: RStr<'_>,
+    params: &FfiParams,
 ) -> RResult<FfiComponent, FfiError> {
     let kind = ComponentKind::from(kind);
     guard(|| {
@@ -123,7 +125,7 @@ pub fn create(
                     name.as_str()
                 ))
             })?;
-        (entry.create)(config.as_str())
+        (entry.create)(&Params::from(params))
     })
 }
 
@@ -136,7 +138,7 @@ pub fn set_logger(sink: FfiLogger) {
 pub fn module(
     info: extern "C" fn() -> FfiPluginInfo,
     set_logger: extern "C" fn(FfiLogger),
-    create: extern "C" fn(FfiKind, RStr<'_>, RStr<'_>) -> RResult<FfiComponent, FfiError>,
+    create: extern "C" fn(FfiKind, RStr<'_>, &FfiParams) -> RResult<FfiComponent, FfiError>,
 ) -> PluginModuleRef {
     PluginModule {
         info,
@@ -163,7 +165,8 @@ pub const unsafe fn header(loader: extern "C" fn() -> RootModuleResult) -> LibHe
 /// Exports a plugin: its name and the component types it offers, by kind.
 ///
 /// Each listed type implements [`crate::Component`] and the trait of its kind. Generates the
-/// stable-ABI root module the host loads; the plugin crate must be a `cdylib`.
+/// stable-ABI root module the host loads; the plugin crate must be a `cdylib`. The plugin crate
+/// itself may `#![forbid(unsafe_code)]`: the code this macro writes keeps its `unsafe` to itself.
 ///
 /// ```ignore
 /// drmas_sdk::export_plugin! {
@@ -184,8 +187,11 @@ macro_rules! export_plugin {
         $(, estimators: [$($estimator:ty),* $(,)?])?
         $(,)?
     ) => {
+        // No `allow(unsafe_code)` here: the one `unsafe` block and the `export_name` below come
+        // from this macro, and rustc does not report `unsafe_code` in another crate's macro, so a
+        // plugin crate may `#![forbid(unsafe_code)]` (an `allow` here would collide with it).
         #[doc(hidden)]
-        #[allow(missing_docs, unsafe_code)]
+        #[allow(missing_docs)]
         pub mod __drmas_plugin {
             #[allow(unused_imports)]
             use super::*;
@@ -209,9 +215,9 @@ macro_rules! export_plugin {
             extern "C" fn create(
                 kind: x::FfiKind,
                 name: x::RStr<'_>,
-                config: x::RStr<'_>,
+                params: &x::FfiParams,
             ) -> x::RResult<x::FfiComponent, x::FfiError> {
-                x::create(ENTRIES, kind, name, config)
+                x::create(ENTRIES, kind, name, params)
             }
 
             fn root() -> $crate::ffi::PluginModuleRef {

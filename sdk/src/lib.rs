@@ -21,7 +21,7 @@
 //! Logs written with the [`log`] crate's macros reach the host's log output.
 //!
 //! ```
-//! use drmas_sdk::{Agent, AgentContext, ChatMessage, Component, Parsed, Result};
+//! use drmas_sdk::{Agent, AgentContext, ChatMessage, Component, Params, Parsed, Result};
 //!
 //! /// Answers with one word.
 //! pub struct Echo;
@@ -29,7 +29,7 @@
 //! impl Component for Echo {
 //!     const NAME: &'static str = "Echo Agent";
 //!     const DESCRIPTION: &'static str = "repeats the observation";
-//!     fn from_config(_config: &str) -> Result<Self> {
+//!     fn from_config(_params: &Params) -> Result<Self> {
 //!         Ok(Echo)
 //!     }
 //! }
@@ -53,6 +53,7 @@
 //! ABI compatibility: this crate's version is the plugin ABI version; see docs/plugins.md.
 
 mod config;
+mod contract;
 mod data;
 mod error;
 mod roles;
@@ -61,10 +62,11 @@ mod roles;
 pub mod export;
 pub mod ffi;
 
-pub use config::parse_config;
+pub use config::Params;
+pub use contract::{Actions, Role};
 pub use data::{
-    AgentContext, AgentOutput, ChatMessage, ComponentInfo, ComponentKind, DatasetSpec, Metric,
-    Next, Parsed, Reset, Sample, Step, Task, Turn,
+    AgentContext, AgentOutput, CallReward, ChatMessage, ComponentInfo, ComponentKind, DatasetSpec,
+    Metric, Next, Parsed, Reset, Sample, Step, Task, Turn,
 };
 pub use error::{Error, PluginError, Result};
 pub use roles::{Agent, Component, Environment, Episode, Estimator, Orchestra, Routing};

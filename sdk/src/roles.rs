@@ -2,8 +2,8 @@
 //! through these same traits, whether it was loaded from a library or linked in.
 
 use crate::{
-    AgentContext, AgentOutput, ChatMessage, DatasetSpec, Next, Parsed, Reset, Result, Sample, Step,
-    Task,
+    Actions, AgentContext, AgentOutput, CallReward, ChatMessage, DatasetSpec, Next, Params, Parsed,
+    Reset, Result, Role, Sample, Step, Task,
 };
 
 /// Construction of an exported component from its run-file config (TOML text).
@@ -12,8 +12,10 @@ pub trait Component: Sized + Send + Sync + 'static {
     const NAME: &'static str;
     /// One line saying what it does, shown by `drmas-host plugins`.
     const DESCRIPTION: &'static str;
-    /// Builds the component; parse `config` with [`crate::parse_config`] and a strict struct.
-    fn from_config(config: &str) -> Result<Self>;
+    /// Builds the component from its run-file `params`: parse them with [`Params::parse`] into
+    /// a strict struct, and resolve relative paths with [`Params::resolve`]. An `Err` stops the
+    /// run before any work, naming the component and the run file.
+    fn from_config(params: &Params) -> Result<Self>;
 }
 
 /// A role in a team: turns the team's context into chat messages and parses the model's answer.
@@ -25,12 +27,20 @@ pub trait Agent: Send + Sync {
     /// Extracts the action from the model's raw output (after the response prefix, if the
     /// messages ended with one) and says whether its format was valid.
     fn parse(&self, raw: &str) -> Result<Parsed>;
+    /// The actions [`Agent::parse`] can return, declared so that `drmas-host check` warns when
+    /// they cannot meet the contract of the role the run file puts the agent in. Optional: the
+    /// default, [`Actions::Text`], declares nothing.
+    fn actions(&self) -> Actions {
+        Actions::Text
+    }
 }
 
 /// A multi-agent workflow: creates one [`Routing`] state machine per episode.
 pub trait Orchestra: Send + Sync {
-    /// The roles it calls; the run file must fill each with an agent.
-    fn roles(&self) -> Result<Vec<String>>;
+    /// The roles it calls, each with its contract: the run file must fill each with an agent,
+    /// and an action outside a role's [`Role::actions`] makes that call invalid (penalised and
+    /// counted as `invalid_rate/ROLE`); the routing still receives it, marked invalid.
+    fn roles(&self) -> Result<Vec<Role>>;
     /// Starts routing one episode of `task`.
     fn start(&self, task: &Task) -> Result<Box<dyn Routing>>;
 }
@@ -45,6 +55,14 @@ pub trait Routing: Send {
     fn next(&mut self) -> Result<Next>;
     /// The output of the agent that was just called for `role`.
     fn observe(&mut self, role: &str, output: &AgentOutput) -> Result<()>;
+    /// The environment's answer to the action just submitted (its reward, metrics, and whether
+    /// the episode is done), before the next [`Routing::on_observation`]. Returns rewards for
+    /// single calls of the episode so far (see [`CallReward`]); the default gives none, so every
+    /// call is scored by the episode reward alone.
+    fn on_step(&mut self, step: &Step) -> Result<Vec<CallReward>> {
+        let _ = step;
+        Ok(Vec::new())
+    }
 }
 
 /// A task source and scorer with gym-like episodes.

@@ -4,7 +4,7 @@
 mod common;
 
 use drmas_host::plugins::{BuildProfile, Registry};
-use drmas_sdk::{AgentContext, DatasetSpec};
+use drmas_sdk::{AgentContext, DatasetSpec, Role};
 
 #[test]
 fn the_plugins_folder_offers_the_math_and_search_components() {
@@ -21,6 +21,18 @@ fn the_plugins_folder_offers_the_math_and_search_components() {
     ] {
         assert!(listing.contains(name), "{name} missing from:\n{listing}");
     }
+    // Each orchestra's roles with their contracts.
+    for contract in [
+        "role verifier: approve | reject",
+        "role solver: text",
+        "role verifier: yes | no",
+        "role search: text",
+    ] {
+        assert!(
+            listing.contains(contract),
+            "{contract} missing from:\n{listing}"
+        );
+    }
 
     // A math episode through the loaded library.
     let env = registry
@@ -36,7 +48,13 @@ fn the_plugins_folder_offers_the_math_and_search_components() {
     let orchestra = registry
         .orchestra("math", "max_loops = 2")
         .expect("math orchestra");
-    assert_eq!(orchestra.roles().expect("roles"), ["solver", "verifier"]);
+    assert_eq!(
+        orchestra.roles().expect("roles"),
+        [
+            Role::text("solver"),
+            Role::one_of("verifier", ["approve", "reject"])
+        ]
+    );
     let solver = registry.agent("Solver Agent", "").expect("solver");
     let messages = solver
         .messages(&AgentContext {

@@ -55,7 +55,7 @@ fn a_loaded_plugin_lists_its_components_and_they_work() {
     let orchestra = registry.orchestra("relay", "").expect("orchestra");
     assert_eq!(
         orchestra.roles().expect("roles"),
-        vec!["speaker".to_owned()]
+        [drmas_sdk::Role::text("speaker")]
     );
     let spec = DatasetSpec {
         path: "dog, owl".into(),

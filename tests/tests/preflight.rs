@@ -49,9 +49,6 @@ fn the_demo_config_resolves_every_part() {
 
 #[test]
 fn every_run_file_in_configs_is_ready() {
-    // Component params (the search corpus and index) still resolve against the working
-    // directory, not the run file's folder: check them as `drmas-host` runs from the root.
-    std::env::set_current_dir(common::repo()).expect("cd to the repository");
     let dir = common::repo().join("configs");
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).expect("configs/") {
@@ -280,4 +277,42 @@ mod output_dir {
         check(&root, "run", Intent::Resume).expect("resuming is what the run is for");
         check(&root, "run", Intent::Eval).expect("evaluating beside a run is fine");
     }
+}
+
+#[test]
+fn a_typo_in_a_components_params_names_the_run_files_line() {
+    let text = demo_text().replace(
+        "response_prefix = \"<verify>\"",
+        "respones_prefix = \"<verify>\"",
+    );
+    let line = 1 + text[..text.find("respones_prefix").expect("the typo")]
+        .matches('\n')
+        .count();
+    let error = prepare(&text).expect_err("a typo in the verifier's params");
+    assert!(
+        error.starts_with(&format!("run.toml:{line}:")),
+        "names line {line}: {error}"
+    );
+    assert!(
+        error.contains("agent `Verifier Agent` of plugin `math`")
+            && error.contains("unknown field `respones_prefix`"),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_agent_whose_actions_its_role_refuses_is_a_warning() {
+    let summary = prepare(&demo_text().replace(
+        "agent = \"Verifier Agent\"",
+        "agent = \"Search Verifier Agent\"",
+    ))
+    .expect("a warning, not an error");
+    assert!(
+        summary.contains(
+            "warning: run.toml: agent `Search Verifier Agent` in role `verifier` declares the \
+             actions yes | no, but orchestra `math` accepts approve | reject there"
+        ),
+        "{summary}"
+    );
+    assert!(!prepare(&demo_text()).expect("the demo").contains("warning"));
 }

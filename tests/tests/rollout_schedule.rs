@@ -25,7 +25,7 @@ fn rollout(schedule: Schedule) -> Rollout {
     let environment = registry
         .environment(
             "slow-parity",
-            &format!("sleep_ms = {}", SLOW_RESET_S * 1000.0),
+            format!("sleep_ms = {}", SLOW_RESET_S * 1000.0),
         )
         .expect("slow-parity environment");
     let model = |family: &str| {
@@ -37,6 +37,7 @@ fn rollout(schedule: Schedule) -> Rollout {
     let (qwen2_generator, qwen2_codec) = LocalGenerator::split(&mut qwen2);
     let member = |role: &str, group| TeamMember {
         role: role.to_owned(),
+        actions: drmas_sdk::Actions::Text,
         agent: registry.agent("Shout Agent", "").expect("agent"),
         group,
         adapter: None,

@@ -1,5 +1,6 @@
-//! The cargo-generate template, expanded with the real `cargo generate`, built, tested, and loaded
-//! by the host; the same plugin built against another SDK version, refused with a short message;
+//! The cargo-generate templates (agent and estimator, orchestra, environment), expanded with the
+//! real `cargo generate`, built, tested, loaded by the host and trained together for an
+//! iteration; the agent plugin built against another SDK version, refused with a short message;
 //! its estimator under a built-in's name, refused naming both; and the estimator example of
 //! docs/plugins.md, built and loaded as it is written there.
 
@@ -8,7 +9,9 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use drmas_host::advantage::Sample;
+use drmas_host::config::RunConfig;
 use drmas_host::plugins::Registry;
+use drmas_host::trainer::Trainer;
 use drmas_sdk::AgentContext;
 
 /// Builds of generated plugins share one target dir, so reruns are incremental.
@@ -16,13 +19,14 @@ fn plugin_target() -> PathBuf {
     common::repo().join("target").join("e2e-plugins")
 }
 
-/// Expands the template into `parent/name` with the SDK at `sdk` and its estimator named
-/// `estimator`, builds it, returns the library.
+/// Expands `templates/TEMPLATE` into `parent/name` with the SDK at `sdk` and the placeholder
+/// values `defines`, builds it (and runs its tests when `run_its_tests`), returns the library.
 fn generate_and_build(
+    template: &str,
     parent: &Path,
     name: &str,
     sdk: &Path,
-    estimator: &str,
+    defines: &[(&str, &str)],
     run_its_tests: bool,
 ) -> PathBuf {
     let generate_works = common::cargo()
@@ -30,21 +34,27 @@ fn generate_and_build(
         .output()
         .is_ok_and(|o| o.status.success());
     assert!(generate_works, "cargo-generate is missing: scripts/test.sh installs it (cargo install cargo-generate@0.23.14 --locked)");
-    common::run(
-        common::cargo()
-            .args(["generate", "--path"])
-            // cargo-generate refuses to expand anything when it cannot name an author (no $USER,
-            // as in containers and CI images); the template has no author field, so any name do.
-            .env("CARGO_NAME", "drmas template test")
-            .arg(common::repo().join("templates/agent"))
-            .args(["--name", name, "--silent", "--vcs", "none", "--destination"])
-            .arg(parent)
-            .args(["--define", "agent_name=Template Agent", "--define"])
-            .arg(format!("estimator_name={estimator}"))
-            .arg("--define")
-            .arg(format!("sdk_path={}", sdk.display())),
+    let mut generate = common::cargo();
+    generate
+        .args(["generate", "--path"])
+        // cargo-generate refuses to expand anything when it cannot name an author (no $USER,
+        // as in containers and CI images); the templates have no author field, so any name do.
+        .env("CARGO_NAME", "drmas template test")
+        .arg(common::repo().join("templates").join(template))
+        .args(["--name", name, "--silent", "--vcs", "none", "--destination"])
+        .arg(parent)
+        .arg("--define")
+        .arg(format!("sdk_path={}", sdk.display()));
+    for (key, value) in defines {
+        generate.arg("--define").arg(format!("{key}={value}"));
+    }
+    common::run(&mut generate);
+    let crate_dir = parent.join(name);
+    assert!(
+        crate_dir.join(".gitignore").is_file(),
+        "the {template} template ships a .gitignore"
     );
-    let manifest = parent.join(name).join("Cargo.toml");
+    let manifest = crate_dir.join("Cargo.toml");
     let library = build(&manifest, name);
     if run_its_tests {
         let mut test = common::cargo();
@@ -54,6 +64,27 @@ fn generate_and_build(
         common::run(&mut test);
     }
     library
+}
+
+/// The agent template (an agent and an estimator named `estimator`), expanded and built.
+fn generate_agent_plugin(
+    parent: &Path,
+    name: &str,
+    sdk: &Path,
+    estimator: &str,
+    run_its_tests: bool,
+) -> PathBuf {
+    generate_and_build(
+        "agent",
+        parent,
+        name,
+        sdk,
+        &[
+            ("agent_name", "Template Agent"),
+            ("estimator_name", estimator),
+        ],
+        run_its_tests,
+    )
 }
 
 /// Builds the plugin crate of `manifest`, named `name`; returns its library.
@@ -72,7 +103,7 @@ fn build(manifest: &Path, name: &str) -> PathBuf {
 #[test]
 fn a_generated_agent_plugin_builds_passes_its_tests_and_loads() {
     let parent = common::scratch("template");
-    let library = generate_and_build(
+    let library = generate_agent_plugin(
         &parent,
         "tpl-agent",
         &common::repo().join("sdk"),
@@ -117,9 +148,115 @@ fn a_generated_agent_plugin_builds_passes_its_tests_and_loads() {
 }
 
 #[test]
+fn generated_orchestra_and_environment_plugins_train_an_iteration_with_the_agent() {
+    let parent = common::scratch("template-team");
+    let sdk = common::repo().join("sdk");
+    let libraries = [
+        generate_agent_plugin(&parent, "tpl-team-agent", &sdk, "team_estimator", false),
+        generate_and_build(
+            "orchestra",
+            &parent,
+            "tpl-orchestra",
+            &sdk,
+            &[("orchestra_name", "tpl-review")],
+            true,
+        ),
+        generate_and_build(
+            "environment",
+            &parent,
+            "tpl-environment",
+            &sdk,
+            &[("environment_name", "tpl-quiz")],
+            true,
+        ),
+    ];
+    let mut registry = Registry::default();
+    for library in &libraries {
+        registry
+            .load_file(library)
+            .expect("a generated plugin loads");
+    }
+
+    let run = parent.join("run");
+    std::fs::create_dir_all(&run).expect("mkdir");
+    let tasks: String = (1..=4)
+        .map(|n| {
+            format!(
+                "{{\"id\": \"{n}\", \"question\": \"{n} + {n}?\", \"answer\": \"{}\"}}\n",
+                2 * n
+            )
+        })
+        .collect();
+    std::fs::write(run.join("quiz.jsonl"), tasks).expect("write tasks");
+    let text = format!(
+        r#"
+[run]
+output_dir = "out"
+seed = 2
+iterations = 1
+save_every = 0
+
+[environment]
+name = "tpl-quiz"
+train_data = {{ path = "quiz.jsonl" }}
+params = {{ max_tries = 2 }}
+
+[orchestra]
+name = "tpl-review"
+params = {{ pay_reviewer = true }}
+
+[[agents]]
+role = "proposer"
+agent = "Template Agent"
+worker_group = "shared"
+max_new_tokens = 4
+
+[[agents]]
+role = "reviewer"
+agent = "Template Agent"
+worker_group = "shared"
+max_new_tokens = 4
+
+[worker_groups.shared]
+model = "{}"
+learning_rate = 1e-3
+
+[algorithm]
+estimator = "team_estimator"
+
+[rollout]
+prompts_per_batch = 2
+group_size = 2
+max_response_tokens = 8
+"#,
+        common::repo()
+            .join("host/tests/fixtures/hf/llama")
+            .display()
+    );
+    let path = run.join("run.toml");
+    std::fs::write(&path, text).expect("write run.toml");
+    let (config, file) = RunConfig::load(&path).expect("run file");
+    let plan = drmas_host::preflight::prepare(&config, &file, &registry)
+        .expect("the generated components pass the checks");
+    Trainer::new(config, &file, plan)
+        .expect("trainer")
+        .train()
+        .expect("one iteration");
+    let metrics = std::fs::read_to_string(run.join("out/metrics.jsonl")).expect("metrics");
+    for key in [
+        "\"env/correct\"",
+        "\"env/tries\"",
+        "\"calls/proposer\"",
+        "\"contract_break_rate/reviewer\"",
+    ] {
+        assert!(metrics.contains(key), "{key} in {metrics}");
+    }
+}
+
+#[test]
 fn an_estimator_named_like_a_built_in_is_refused_naming_both() {
     let parent = common::scratch("template-builtin-name");
-    let library = generate_and_build(
+    let library = generate_agent_plugin(
         &parent,
         "grpo-clash",
         &common::repo().join("sdk"),
@@ -160,17 +297,15 @@ fn a_plugin_built_against_another_sdk_version_is_refused_with_a_short_message() 
         copy_tree(&common::repo().join("sdk"), &sdk);
         let manifest = sdk.join("Cargo.toml");
         let text = std::fs::read_to_string(&manifest).expect("read sdk manifest");
-        let text = text
-            .replace(
-                &format!("version = \"{host}\""),
-                &format!("version = \"{other}\""),
-            )
-            .replace("[lints]\nworkspace = true\n", "");
+        let text = text.replace(
+            &format!("version = \"{host}\""),
+            &format!("version = \"{other}\""),
+        );
         std::fs::write(&manifest, text).expect("write sdk manifest");
 
         // A crate name per version: a library path the process opened once is never reopened.
         let name = format!("sdk-{}-agent", other.replace('.', "-"));
-        let library = generate_and_build(&parent, &name, &sdk, "my_estimator", false);
+        let library = generate_agent_plugin(&parent, &name, &sdk, "my_estimator", false);
         let error = Registry::default()
             .load_file(&library)
             .expect_err("must be refused")
@@ -192,33 +327,78 @@ fn a_plugin_built_against_another_sdk_version_is_refused_with_a_short_message() 
     }
 }
 
-#[test]
-fn the_guides_estimator_example_builds_and_loads_as_written() {
+/// Each ` ```rust ` block of docs/plugins.md as a whole plugin crate, built as written; returns
+/// each plugin's name (from its `export_plugin!`) and library.
+fn build_the_guides_examples() -> Vec<(String, PathBuf)> {
     let guide =
         std::fs::read_to_string(common::repo().join("docs/plugins.md")).expect("docs/plugins.md");
-    let section = &guide[guide.find("## An estimator").expect("an estimator section")..];
-    let start = section.find("```rust\n").expect("a rust block") + "```rust\n".len();
-    let code = &section[start..start + section[start..].find("```").expect("its end")];
+    let blocks: Vec<&str> = guide
+        .split("```rust\n")
+        .skip(1)
+        .map(|rest| &rest[..rest.find("```").expect("a block's end")])
+        .collect();
+    assert!(blocks.len() >= 4, "an agent, an orchestra, an environment, an estimator");
+    blocks
+        .into_iter()
+        .map(|code| {
+            let name_at = code.find("export_plugin! { name: \"").expect("an export_plugin!")
+                + "export_plugin! { name: \"".len();
+            let name = &code[name_at..name_at + code[name_at..].find('"').expect("name's end")];
+            let crate_dir = common::scratch(&format!("guide-{name}"));
+            std::fs::create_dir_all(crate_dir.join("src")).expect("mkdir");
+            std::fs::write(crate_dir.join("src/lib.rs"), code).expect("write lib.rs");
+            let manifest = crate_dir.join("Cargo.toml");
+            std::fs::write(
+                &manifest,
+                format!(
+                    "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+                     [lib]\ncrate-type = [\"cdylib\"]\n\n[dependencies]\n\
+                     drmas-sdk = {{ path = \"{}\" }}\n\
+                     serde = {{ version = \"1\", features = [\"derive\"] }}\n\n[workspace]\n",
+                    common::repo().join("sdk").display()
+                ),
+            )
+            .expect("write Cargo.toml");
+            (name.to_owned(), build(&manifest, name))
+        })
+        .collect()
+}
 
-    let crate_dir = common::scratch("guide-estimator");
-    std::fs::create_dir_all(crate_dir.join("src")).expect("mkdir");
-    std::fs::write(crate_dir.join("src/lib.rs"), code).expect("write lib.rs");
-    let manifest = crate_dir.join("Cargo.toml");
-    std::fs::write(
-        &manifest,
-        format!(
-            "[package]\nname = \"loo-estimator\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
-             [lib]\ncrate-type = [\"cdylib\"]\n\n[dependencies]\n\
-             drmas-sdk = {{ path = \"{}\" }}\n\
-             serde = {{ version = \"1\", features = [\"derive\"] }}\n\n[workspace]\n",
-            common::repo().join("sdk").display()
-        ),
-    )
-    .expect("write Cargo.toml");
-    let library = build(&manifest, "loo-estimator");
-
+#[test]
+fn the_guides_examples_build_and_load_as_written() {
     let mut registry = Registry::default();
-    registry.load_file(&library).expect("the example loads");
+    for (name, library) in build_the_guides_examples() {
+        registry
+            .load_file(&library)
+            .unwrap_or_else(|e| panic!("the guide's `{name}` loads: {e}"));
+    }
+    let judge = registry
+        .agent("Guide Judge", "prefix = true")
+        .expect("the agent");
+    assert_eq!(
+        judge.parse("<verdict> Yes</verdict>").expect("parse"),
+        drmas_sdk::Parsed {
+            action: "yes".into(),
+            valid: true
+        }
+    );
+    let roles = registry
+        .orchestra("guide-drafts", "")
+        .expect("the orchestra")
+        .roles()
+        .expect("roles");
+    assert_eq!(roles[1], drmas_sdk::Role::one_of("judge", ["yes", "no"]));
+    let environment = registry
+        .environment("guide-backwards", "")
+        .expect("the environment");
+    let tasks = environment
+        .load_tasks(&drmas_sdk::DatasetSpec {
+            path: "builtin:animals".into(),
+            ..Default::default()
+        })
+        .expect("tasks");
+    let mut reset = environment.reset(&tasks[0]).expect("reset");
+    assert_eq!(reset.episode.step("retto").expect("step").reward, 1.0);
     let estimator = registry
         .estimator("loo_baseline", &toml::Table::new())
         .expect("its estimator builds");

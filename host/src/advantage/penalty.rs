@@ -3,7 +3,9 @@
 
 use super::Sample;
 
-/// Per-agent invalid-format penalty: r' = r − coef_agent × (1 − valid).
+/// Per-agent invalid-format penalty: r' = r − coef_agent × (1 − valid), where r is the call's
+/// own reward when its orchestra gave one ([`Sample::call_reward`]) and the episode reward
+/// otherwise.
 ///
 /// Applied per call before any estimator, so an invalid call's advantage drops relative to the
 /// valid calls of its group while the episode reward itself stays untouched in the [`Sample`].
@@ -42,10 +44,11 @@ impl Penalty {
                     self.coefs.len()
                 )
             });
+        let reward = sample.call_reward.unwrap_or(sample.reward);
         if sample.valid {
-            sample.reward
+            reward
         } else {
-            sample.reward - coef
+            reward - coef
         }
     }
 
@@ -53,5 +56,32 @@ impl Penalty {
     /// [`Estimator`](super::Estimator) takes.
     pub fn apply(&self, samples: &[Sample]) -> Vec<f64> {
         samples.iter().map(|sample| self.reward(sample)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Penalty, Sample};
+
+    #[test]
+    fn a_calls_own_reward_replaces_the_episode_reward_before_the_penalty() {
+        let episode = Sample {
+            reward: 1.0,
+            valid: true,
+            ..Sample::default()
+        };
+        let own = Sample {
+            call_reward: Some(0.25),
+            ..episode
+        };
+        let own_invalid = Sample {
+            valid: false,
+            ..own
+        };
+        let penalty = Penalty::uniform(0.5, 1);
+        assert_eq!(
+            penalty.apply(&[episode, own, own_invalid]),
+            [1.0, 0.25, -0.25]
+        );
     }
 }

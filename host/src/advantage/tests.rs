@@ -18,6 +18,7 @@ fn call(uid: u32, trajectory: u32, agent: u16, reward: f64) -> Sample {
         reward,
         step: 0,
         step_reward: reward,
+        call_reward: None,
         state: 0,
         valid: true,
         padding: false,

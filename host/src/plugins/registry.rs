@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use drmas_sdk::ffi::{load_plugin, LoadError, LoadedPlugin};
-use drmas_sdk::{Agent, ComponentInfo, ComponentKind, Environment, Orchestra};
+use drmas_sdk::{Agent, ComponentInfo, ComponentKind, Environment, Orchestra, Params};
 
 use crate::advantage::{self, Estimator, EstimatorError};
 use crate::suggest::similar;
@@ -167,39 +167,43 @@ impl Registry {
         }
     }
 
-    /// Builds the agent `name` with its config text.
-    pub fn agent(&self, name: &str, config: &str) -> Result<Hosted<dyn Agent>, RegistryError> {
+    /// Builds the agent `name` with its params (TOML text and the run file's folder).
+    pub fn agent(
+        &self,
+        name: &str,
+        params: impl Into<Params>,
+    ) -> Result<Hosted<dyn Agent>, RegistryError> {
         let plugin = self.plugin_for(ComponentKind::Agent, name)?;
         let agent = plugin
-            .create_agent(name, config)
+            .create_agent(name, &params.into())
             .map_err(|e| RegistryError::Component(e.to_string()))?;
         let origin = agent.origin().to_string();
         Ok(Hosted::new(Box::new(agent), origin))
     }
 
-    /// Builds the orchestra `name` with its config text.
+    /// Builds the orchestra `name` with its params (TOML text and the run file's folder).
     pub fn orchestra(
         &self,
         name: &str,
-        config: &str,
+        params: impl Into<Params>,
     ) -> Result<Hosted<dyn Orchestra>, RegistryError> {
         let plugin = self.plugin_for(ComponentKind::Orchestra, name)?;
         let orchestra = plugin
-            .create_orchestra(name, config)
+            .create_orchestra(name, &params.into())
             .map_err(|e| RegistryError::Component(e.to_string()))?;
         let origin = orchestra.origin().to_string();
         Ok(Hosted::new(Box::new(orchestra), origin))
     }
 
-    /// Builds the environment `name` with its config text.
+    /// Builds the environment `name` with its params (TOML text and the run file's folder).
     pub fn environment(
         &self,
         name: &str,
-        config: &str,
+        params: impl Into<Params>,
     ) -> Result<Hosted<dyn Environment>, RegistryError> {
         let plugin = self.plugin_for(ComponentKind::Environment, name)?;
         let environment = plugin
-            .create_environment(name, config)
+            .create_environment(name, &params.into())
             .map_err(|e| RegistryError::Component(e.to_string()))?;
         let origin = environment.origin().to_string();
         Ok(Hosted::new(Box::new(environment), origin))
@@ -226,7 +230,7 @@ impl Registry {
             EstimatorError::Plugin(format!("cannot write [algorithm.params] as TOML: {e}"))
         })?;
         let estimator = self.plugins[slot]
-            .create_estimator(name, &config)
+            .create_estimator(name, &Params::new(config))
             .map_err(|e| EstimatorError::Plugin(e.to_string()))?;
         let origin = estimator.origin().to_string();
         Ok(Box::new(PluginEstimator::new(

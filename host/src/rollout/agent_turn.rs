@@ -128,15 +128,18 @@ pub(super) fn complete(
     let member = &team[call.member];
     let raw = call.response_prefix + &codecs[member.group].decode(&generation.tokens)?;
     let parsed = member.agent.parse(&raw).map_err(PluginError::from)?;
+    let breaks_contract = !member.actions.allows(&parsed.action);
     let output = AgentOutput {
         raw: raw.clone(),
         action: parsed.action,
-        valid: parsed.valid,
+        valid: parsed.valid && !breaks_contract,
     };
     let step = state.step();
+    let index = state.calls();
     state.deliver(team, &output)?;
     Ok(AgentCall {
         episode: call.episode,
+        index,
         agent: call.member,
         step,
         prompt: call.request.prompt,
@@ -144,7 +147,8 @@ pub(super) fn complete(
         text: raw,
         logprobs: generation.logprobs,
         temperature: member.sampling.temperature,
-        valid: parsed.valid,
+        valid: output.valid,
+        breaks_contract,
         finish: generation.finish,
     })
 }

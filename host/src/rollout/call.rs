@@ -7,6 +7,10 @@ use crate::engine::FinishReason;
 pub struct AgentCall {
     /// Index of the episode (in the rollout's episode list) the call belongs to.
     pub episode: usize,
+    /// The call's index among its episode's calls, in the order they were made: what the
+    /// orchestra's rewards for single calls name (its own reward is
+    /// [`EpisodeOutcome::call_reward`](super::EpisodeOutcome::call_reward)`(index)`).
+    pub index: usize,
     /// Index of the calling agent in the run's agent list.
     pub agent: usize,
     /// The environment step the call was made in (0 for the first): its reward is
@@ -22,8 +26,11 @@ pub struct AgentCall {
     pub logprobs: Vec<f32>,
     /// The temperature the response was sampled at (the training forward divides by it too).
     pub temperature: f64,
-    /// Whether the agent judged the output's format valid.
+    /// Whether the output counts as valid: the agent judged its format valid and its action
+    /// meets the role's contract.
     pub valid: bool,
+    /// Whether the action fell outside the role's contract (which also makes it invalid).
+    pub breaks_contract: bool,
     /// Why generation stopped.
     pub finish: FinishReason,
 }

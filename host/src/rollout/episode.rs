@@ -3,24 +3,30 @@
 
 use anyhow::{bail, Context};
 use drmas_sdk::{
-    AgentContext, AgentOutput, Environment, Episode, Metric, Next, Orchestra, PluginError, Routing,
-    Task,
+    AgentContext, AgentOutput, CallReward, Environment, Episode, Metric, Next, Orchestra,
+    PluginError, Routing, Task,
 };
 
 use super::TeamMember;
 
 /// More agent calls than this in one episode means a routing that never submits.
 const MAX_CALLS_PER_EPISODE: usize = 256;
+/// More environment steps than this in one episode means an environment that never ends it.
+const MAX_STEPS_PER_EPISODE: u32 = 256;
 
 /// How an episode ended.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EpisodeOutcome {
     /// The environment's reward for each step, in order.
     pub step_rewards: Vec<f64>,
-    /// A key of the state each step started from — a hash of the observation the team acted
-    /// on (the reset observation for step 0) — so steps of different episodes that met the
-    /// same state can be compared (GiGPO's anchor states). One per step begun.
+    /// A key of the state each step started from — a hash of the environment's state key when
+    /// it gave one, else of the observation the team acted on (the reset observation for step
+    /// 0) — so steps of different episodes that met the same state can be compared (GiGPO's
+    /// anchor states). One per step begun.
     pub step_states: Vec<u64>,
+    /// The rewards the orchestra gave single calls, by the call's index in the episode
+    /// (`None`: the call has only the episode reward).
+    pub call_rewards: Vec<Option<f64>>,
     /// The environment's metrics, the latest value of each name.
     pub metrics: Vec<Metric>,
     /// Environment steps taken.
@@ -46,13 +52,45 @@ impl EpisodeOutcome {
     pub fn step_state(&self, step: usize) -> u64 {
         self.step_states.get(step).copied().unwrap_or(0)
     }
+
+    /// The reward the orchestra gave the episode's call `index` on its own, if any.
+    pub fn call_reward(&self, index: usize) -> Option<f64> {
+        self.call_rewards.get(index).copied().flatten()
+    }
+
+    /// Records the orchestra's rewards for single calls, checking each names a call made so
+    /// far and is finite.
+    fn record_call_rewards(&mut self, rewards: Vec<CallReward>) -> anyhow::Result<()> {
+        for CallReward { call, reward } in rewards {
+            let index = call as usize;
+            if index >= self.calls {
+                bail!(
+                    "the orchestra gave call {call} its own reward, but the episode has made {} \
+                     calls (calls count from 0 in the order `observe` received them)",
+                    self.calls
+                );
+            }
+            if !reward.is_finite() {
+                bail!("the orchestra gave call {call} the reward {reward}; rewards must be finite");
+            }
+            if self.call_rewards.len() <= index {
+                self.call_rewards.resize(index + 1, None);
+            }
+            self.call_rewards[index] = Some(reward);
+        }
+        Ok(())
+    }
 }
 
-/// The state key of an observation: equal texts give equal keys within a run.
-fn state_key(observation: &str) -> u64 {
+/// The key of a state: the environment's own key when it gave one, else its observation text.
+/// Equal inputs give equal keys within a run; a given key never equals an observation's.
+fn state_key(key: Option<&str>, observation: &str) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    observation.hash(&mut hasher);
+    match key {
+        Some(key) => ("state key", key).hash(&mut hasher),
+        None => observation.hash(&mut hasher),
+    }
     hasher.finish()
 }
 
@@ -91,7 +129,7 @@ impl EpisodeState {
             pending: None,
             done: false,
             outcome: EpisodeOutcome {
-                step_states: vec![state_key(&reset.observation)],
+                step_states: vec![state_key(reset.state_key.as_deref(), &reset.observation)],
                 ..EpisodeOutcome::default()
             },
         })
@@ -121,6 +159,8 @@ impl EpisodeState {
                     let step = self.episode.step(&action).map_err(PluginError::from)?;
                     self.outcome.steps += 1;
                     self.outcome.step_rewards.push(step.reward);
+                    let rewards = self.routing.on_step(&step).map_err(PluginError::from)?;
+                    self.outcome.record_call_rewards(rewards)?;
                     for metric in step.metrics {
                         match self
                             .outcome
@@ -134,8 +174,15 @@ impl EpisodeState {
                     }
                     if step.done {
                         self.done = true;
+                    } else if self.outcome.steps >= MAX_STEPS_PER_EPISODE {
+                        bail!(
+                            "the environment took {MAX_STEPS_PER_EPISODE} steps in one episode \
+                             without ending it; does it ever return done = true?"
+                        );
                     } else {
-                        self.outcome.step_states.push(state_key(&step.observation));
+                        self.outcome
+                            .step_states
+                            .push(state_key(step.state_key.as_deref(), &step.observation));
                         self.routing
                             .on_observation(&step.observation)
                             .map_err(PluginError::from)?;
@@ -154,6 +201,11 @@ impl EpisodeState {
     /// The call the episode waits for, if any.
     pub fn pending(&self) -> Option<&(usize, AgentContext)> {
         self.pending.as_ref()
+    }
+
+    /// Agent calls delivered so far: the index the next call gets in the episode.
+    pub fn calls(&self) -> usize {
+        self.outcome.calls
     }
 
     /// Hands the pending call's output back to the routing.

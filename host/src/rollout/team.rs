@@ -1,6 +1,6 @@
 //! [`TeamMember`]: one agent of the run with the worker group and sampling settings it uses.
 
-use drmas_sdk::Agent;
+use drmas_sdk::{Actions, Agent};
 
 use crate::engine::SamplingParams;
 use crate::plugins::Hosted;
@@ -9,6 +9,8 @@ use crate::plugins::Hosted;
 pub struct TeamMember {
     /// The orchestra role it fills.
     pub role: String,
+    /// The role's contract: an action outside it makes the call invalid.
+    pub actions: Actions,
     /// The agent component.
     pub agent: Hosted<dyn Agent>,
     /// Index of the worker group whose model generates for it.

@@ -87,6 +87,7 @@ mod tests {
             for agent in 0..2 {
                 calls.push(AgentCall {
                     episode,
+                    index: agent,
                     agent,
                     step: 0,
                     prompt: vec![1],
@@ -95,6 +96,7 @@ mod tests {
                     logprobs: vec![0.0],
                     temperature: 1.0,
                     valid: true,
+                    breaks_contract: false,
                     finish: FinishReason::Stop,
                 });
             }
@@ -106,6 +108,7 @@ mod tests {
                 .map(|&r| EpisodeOutcome {
                     step_rewards: vec![r],
                     step_states: vec![0],
+                    call_rewards: Vec::new(),
                     metrics: Vec::new(),
                     steps: 1,
                     calls: 2,

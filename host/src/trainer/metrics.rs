@@ -178,6 +178,10 @@ pub(super) fn record_rollout(
             calls.iter().filter(|c| !c.valid).count() as f64 / n,
         );
         metrics.set(
+            format!("contract_break_rate/{role}"),
+            calls.iter().filter(|c| c.breaks_contract).count() as f64 / n,
+        );
+        metrics.set(
             format!("response_len/{role}"),
             calls.iter().map(|c| c.response.len()).sum::<usize>() as f64 / n,
         );

@@ -432,6 +432,7 @@ impl Trainer {
                 reward: rollout.episodes[call.episode].reward(),
                 step: call.step as u16,
                 step_reward: rollout.episodes[call.episode].step_reward(call.step),
+                call_reward: rollout.episodes[call.episode].call_reward(call.index),
                 state: rollout.episodes[call.episode].step_state(call.step),
                 valid: call.valid,
                 padding: false,
@@ -503,7 +504,7 @@ impl Trainer {
         Ok((report, lr))
     }
 
-    /// Appends the first prompt group's calls (role, text, validity, episode reward) to
+    /// Appends the first prompt group's calls (role, text, validity, episode and own reward) to
     /// `samples.jsonl`, so what the agents actually write can be read along the metrics.
     fn write_samples(
         &self,
@@ -526,6 +527,7 @@ impl Trainer {
                 "role": self.team[call.agent].role,
                 "valid": call.valid,
                 "reward": rollout.episodes[call.episode].reward(),
+                "call_reward": rollout.episodes[call.episode].call_reward(call.index),
                 "text": call.text,
             });
             writeln!(file, "{line}").with_context(|| format!("writing {}", path.display()))?;

@@ -31,7 +31,8 @@ pub fn team(config: &RunConfig, plan: &mut Plan, phase: Phase) -> Vec<TeamMember
         .map(|(((role, agent), section), adapter)| {
             let (sampling, max_new_tokens) = sampling(config, section, phase);
             TeamMember {
-                role,
+                role: role.name,
+                actions: role.actions,
                 agent,
                 group: groups
                     .iter()

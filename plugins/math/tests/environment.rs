@@ -9,7 +9,7 @@ fn data(path: &str) -> String {
 
 #[test]
 fn generated_tasks_are_scored_by_the_checker() {
-    let env = MathEnvironment::from_config("level = 1\nseed = 3").expect("config");
+    let env = MathEnvironment::from_config(&"level = 1\nseed = 3".into()).expect("config");
     let spec = DatasetSpec {
         path: "builtin:generated".into(),
         split: "test".into(),
@@ -38,7 +38,7 @@ fn generated_tasks_are_scored_by_the_checker() {
 
 #[test]
 fn gsm8k_and_math500_are_detected_from_their_fields() {
-    let env = MathEnvironment::from_config("").expect("config");
+    let env = MathEnvironment::from_config(&"".into()).expect("config");
     let gsm8k = DatasetSpec {
         path: data("gsm8k/test.jsonl"),
         limit: Some(3),
@@ -60,7 +60,7 @@ fn gsm8k_and_math500_are_detected_from_their_fields() {
 
 #[test]
 fn relative_paths_resolve_against_the_run_file_folder_and_missing_files_are_named() {
-    let env = MathEnvironment::from_config("format = \"gsm8k\"").expect("config");
+    let env = MathEnvironment::from_config(&"format = \"gsm8k\"".into()).expect("config");
     let spec = DatasetSpec {
         path: "gsm8k/test.jsonl".into(),
         base_dir: data(""),
@@ -82,7 +82,7 @@ fn relative_paths_resolve_against_the_run_file_folder_and_missing_files_are_name
 
 #[test]
 fn a_bad_split_or_config_key_is_an_error() {
-    let env = MathEnvironment::from_config("").expect("config");
+    let env = MathEnvironment::from_config(&"".into()).expect("config");
     let spec = DatasetSpec {
         path: "builtin:generated".into(),
         split: "dev".into(),
@@ -93,6 +93,6 @@ fn a_bad_split_or_config_key_is_an_error() {
         .expect_err("bad split")
         .message()
         .contains("not `dev`"));
-    assert!(MathEnvironment::from_config("levle = 2").is_err());
-    assert!(MathEnvironment::from_config("level = 4").is_err());
+    assert!(MathEnvironment::from_config(&"levle = 2".into()).is_err());
+    assert!(MathEnvironment::from_config(&"level = 4".into()).is_err());
 }

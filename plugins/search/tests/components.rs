@@ -9,7 +9,7 @@ fn data(path: &str) -> String {
 
 #[test]
 fn agents_check_their_own_formats() {
-    let search = SearchAgent::from_config("").expect("config");
+    let search = SearchAgent::from_config(&"".into()).expect("config");
     let parsed = search
         .parse("<think>need the author</think><search> hamlet author </search>")
         .expect("parse");
@@ -25,7 +25,7 @@ fn agents_check_their_own_formats() {
     );
     assert!(!search.parse("hamlet author").expect("parse").valid);
 
-    let answer = AnswerAgent::from_config("").expect("config");
+    let answer = AnswerAgent::from_config(&"".into()).expect("config");
     let parsed = answer
         .parse("<think>known</think><answer>William Shakespeare</answer>")
         .expect("parse");
@@ -35,16 +35,16 @@ fn agents_check_their_own_formats() {
     );
     assert!(!answer.parse("Shakespeare").expect("parse").valid);
 
-    let verifier = SearchVerifierAgent::from_config("").expect("config");
+    let verifier = SearchVerifierAgent::from_config(&"".into()).expect("config");
     assert_eq!(
         verifier.parse("<verify>NO</verify>").expect("parse").action,
         "no"
     );
     let unsure = verifier.parse("maybe").expect("parse");
     assert_eq!((unsure.action.as_str(), unsure.valid), ("yes", false));
-    let strict = SearchVerifierAgent::from_config("unparseable = \"no\"").expect("config");
+    let strict = SearchVerifierAgent::from_config(&"unparseable = \"no\"".into()).expect("config");
     assert_eq!(strict.parse("maybe").expect("parse").action, "no");
-    assert!(SearchVerifierAgent::from_config("unparseable = \"perhaps\"").is_err());
+    assert!(SearchVerifierAgent::from_config(&"unparseable = \"perhaps\"".into()).is_err());
 }
 
 /// The search environment over the bundled NQ corpus, its BM25 index in a fresh temp folder
@@ -56,7 +56,7 @@ fn nq_environment(test: &str, params: &str) -> (SearchEnvironment, std::path::Pa
         data("nq/corpus.jsonl"),
         index.display()
     );
-    let env = SearchEnvironment::from_config(&config).expect("config");
+    let env = SearchEnvironment::from_config(&config.as_str().into()).expect("config");
     (env, index)
 }
 
@@ -173,7 +173,7 @@ fn an_oversized_query_is_refused_to_the_model_without_ending_the_rollout() {
 #[test]
 fn an_unreachable_http_retriever_is_reported_with_its_url() {
     let config = "[retriever]\nkind = \"http\"\nurl = \"http://127.0.0.1:9\"\ntimeout_secs = 1\nmax_tries = 1\n";
-    let env = SearchEnvironment::from_config(config).expect("config");
+    let env = SearchEnvironment::from_config(&config.into()).expect("config");
     let task = drmas_sdk::Task {
         id: "1".into(),
         prompt: "q".into(),
@@ -221,16 +221,18 @@ fn a_response_prefix_ends_each_agents_messages() {
     };
     for (agent, prefix) in [
         (
-            Box::new(SearchVerifierAgent::from_config("response_prefix = \"<verify>\"").expect("v"))
-                as Box<dyn Agent>,
+            Box::new(
+                SearchVerifierAgent::from_config(&"response_prefix = \"<verify>\"".into())
+                    .expect("v"),
+            ) as Box<dyn Agent>,
             "<verify>",
         ),
         (
-            Box::new(SearchAgent::from_config("response_prefix = \"<think>\"").expect("s")),
+            Box::new(SearchAgent::from_config(&"response_prefix = \"<think>\"".into()).expect("s")),
             "<think>",
         ),
         (
-            Box::new(AnswerAgent::from_config("response_prefix = \"<think>\"").expect("a")),
+            Box::new(AnswerAgent::from_config(&"response_prefix = \"<think>\"".into()).expect("a")),
             "<think>",
         ),
     ] {
@@ -244,7 +246,7 @@ fn a_response_prefix_ends_each_agents_messages() {
             .content
             .contains("who wrote hamlet"));
     }
-    let plain = AnswerAgent::from_config("").expect("a");
+    let plain = AnswerAgent::from_config(&"".into()).expect("a");
     let messages = plain.messages(&context).expect("messages");
     assert_eq!(messages.last().expect("a message").role, "user");
 }

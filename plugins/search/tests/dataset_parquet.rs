@@ -200,8 +200,10 @@ fn search_r1_jsonl() -> String {
 
 /// A search environment whose retriever is never called (loading tasks does not search).
 fn environment() -> SearchEnvironment {
-    SearchEnvironment::from_config("[retriever]\nkind = \"http\"\nurl = \"http://127.0.0.1:9\"\n")
-        .expect("environment config")
+    SearchEnvironment::from_config(
+        &"[retriever]\nkind = \"http\"\nurl = \"http://127.0.0.1:9\"\n".into(),
+    )
+    .expect("environment config")
 }
 
 /// The environment's tasks from `path`.

@@ -60,7 +60,7 @@ fn write_qa(path: &Path) {
 
 fn load(path: &Path) -> Result<usize, String> {
     let environment = SearchEnvironment::from_config(
-        "[retriever]\nkind = \"http\"\nurl = \"http://127.0.0.1:9\"\n",
+        &"[retriever]\nkind = \"http\"\nurl = \"http://127.0.0.1:9\"\n".into(),
     )
     .expect("environment config");
     let spec = DatasetSpec {

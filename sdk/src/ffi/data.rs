@@ -7,8 +7,8 @@ use abi_stable::std_types::{ROption, RString, RVec};
 use abi_stable::StableAbi;
 
 use crate::{
-    AgentContext, AgentOutput, ChatMessage, ComponentInfo, ComponentKind, DatasetSpec, Metric,
-    Next, Parsed, Sample, Step, Task, Turn,
+    Actions, AgentContext, AgentOutput, CallReward, ChatMessage, ComponentInfo, ComponentKind,
+    DatasetSpec, Metric, Next, Params, Parsed, Role, Sample, Step, Task, Turn,
 };
 
 /// How a call into a plugin failed.
@@ -207,6 +207,7 @@ pub struct FfiStep {
     pub reward: f64,
     pub done: bool,
     pub metrics: RVec<FfiMetric>,
+    pub state_key: ROption<RString>,
 }
 
 impl From<Step> for FfiStep {
@@ -223,6 +224,7 @@ impl From<Step> for FfiStep {
                     value: m.value,
                 })
                 .collect(),
+            state_key: s.state_key.map(RString::from).into(),
         }
     }
 }
@@ -241,6 +243,7 @@ impl From<FfiStep> for Step {
                     value: m.value,
                 })
                 .collect(),
+            state_key: s.state_key.into_option().map(String::from),
         }
     }
 }
@@ -403,6 +406,7 @@ pub struct FfiSample {
     pub reward: f64,
     pub step: u16,
     pub step_reward: f64,
+    pub call_reward: ROption<f64>,
     pub state: u64,
     pub valid: bool,
     pub padding: bool,
@@ -418,6 +422,7 @@ impl From<&Sample> for FfiSample {
             reward: s.reward,
             step: s.step,
             step_reward: s.step_reward,
+            call_reward: s.call_reward.into(),
             state: s.state,
             valid: s.valid,
             padding: s.padding,
@@ -435,9 +440,111 @@ impl From<&FfiSample> for Sample {
             reward: s.reward,
             step: s.step,
             step_reward: s.step_reward,
+            call_reward: s.call_reward.into_option(),
             state: s.state,
             valid: s.valid,
             padding: s.padding,
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone)]
+pub struct FfiParams {
+    pub text: RString,
+    pub base_dir: RString,
+}
+
+impl From<&Params> for FfiParams {
+    fn from(p: &Params) -> Self {
+        Self {
+            text: p.text().into(),
+            base_dir: p.base_dir().to_string_lossy().as_ref().into(),
+        }
+    }
+}
+
+impl From<&FfiParams> for Params {
+    fn from(p: &FfiParams) -> Self {
+        Params::new(p.text.as_str()).with_base_dir(p.base_dir.as_str())
+    }
+}
+
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone)]
+pub enum FfiActions {
+    Text,
+    OneOf(RVec<RString>),
+}
+
+impl From<Actions> for FfiActions {
+    fn from(a: Actions) -> Self {
+        match a {
+            Actions::Text => FfiActions::Text,
+            Actions::OneOf(actions) => {
+                FfiActions::OneOf(actions.into_iter().map(RString::from).collect())
+            }
+        }
+    }
+}
+
+impl From<FfiActions> for Actions {
+    fn from(a: FfiActions) -> Self {
+        match a {
+            FfiActions::Text => Actions::Text,
+            FfiActions::OneOf(actions) => {
+                Actions::OneOf(actions.into_iter().map(String::from).collect())
+            }
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone)]
+pub struct FfiRole {
+    pub name: RString,
+    pub actions: FfiActions,
+}
+
+impl From<Role> for FfiRole {
+    fn from(r: Role) -> Self {
+        Self {
+            name: r.name.into(),
+            actions: r.actions.into(),
+        }
+    }
+}
+
+impl From<FfiRole> for Role {
+    fn from(r: FfiRole) -> Self {
+        Self {
+            name: r.name.into(),
+            actions: r.actions.into(),
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy)]
+pub struct FfiCallReward {
+    pub call: u32,
+    pub reward: f64,
+}
+
+impl From<CallReward> for FfiCallReward {
+    fn from(r: CallReward) -> Self {
+        Self {
+            call: r.call,
+            reward: r.reward,
+        }
+    }
+}
+
+impl From<FfiCallReward> for CallReward {
+    fn from(r: FfiCallReward) -> Self {
+        Self {
+            call: r.call,
+            reward: r.reward,
         }
     }
 }

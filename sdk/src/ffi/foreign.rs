@@ -9,11 +9,13 @@ use abi_stable::std_types::{RResult, RSlice, RStr};
 
 use super::{
     FfiAgentBox, FfiAgentContext, FfiAgentOutput, FfiDatasetSpec, FfiEnvironmentBox, FfiEpisodeBox,
-    FfiError, FfiErrorKind, FfiEstimatorBox, FfiOrchestraBox, FfiRoutingBox, FfiSample, FfiTask,
+    FfiError, FfiErrorKind, FfiEstimatorBox, FfiOrchestraBox, FfiRoutingBox, FfiSample, FfiStep,
+    FfiTask,
 };
 use crate::{
-    Agent, AgentContext, AgentOutput, ChatMessage, ComponentKind, DatasetSpec, Environment,
-    Episode, Error, Estimator, Next, Orchestra, Parsed, Reset, Result, Routing, Sample, Step, Task,
+    Actions, Agent, AgentContext, AgentOutput, CallReward, ChatMessage, ComponentKind, DatasetSpec,
+    Environment, Episode, Error, Estimator, Next, Orchestra, Parsed, Reset, Result, Role, Routing,
+    Sample, Step, Task,
 };
 
 /// Which component of which plugin an object came from; every error it raises names it.
@@ -84,6 +86,17 @@ impl Agent for ForeignAgent {
             .check("parse", self.inner.parse(RStr::from(raw)))
             .map(Parsed::from)
     }
+
+    /// A plugin that fails to say is treated as declaring nothing; the error goes to the log.
+    fn actions(&self) -> Actions {
+        match self.origin.check("actions", self.inner.actions()) {
+            Ok(actions) => actions.into(),
+            Err(error) => {
+                log::warn!("{error}");
+                Actions::Text
+            }
+        }
+    }
 }
 
 /// An orchestra from a loaded plugin.
@@ -100,9 +113,9 @@ impl ForeignOrchestra {
 }
 
 impl Orchestra for ForeignOrchestra {
-    fn roles(&self) -> Result<Vec<String>> {
+    fn roles(&self) -> Result<Vec<Role>> {
         let roles = self.origin.check("roles", self.inner.roles())?;
-        Ok(roles.into_iter().map(String::from).collect())
+        Ok(roles.into_iter().map(Role::from).collect())
     }
 
     fn start(&self, task: &Task) -> Result<Box<dyn Routing>> {
@@ -140,6 +153,13 @@ impl Routing for ForeignRouting {
                 .observe(RStr::from(role), &FfiAgentOutput::from(output)),
         )
     }
+
+    fn on_step(&mut self, step: &Step) -> Result<Vec<CallReward>> {
+        let rewards = self
+            .origin
+            .check("on_step", self.inner.on_step(&FfiStep::from(step.clone())))?;
+        Ok(rewards.into_iter().map(CallReward::from).collect())
+    }
 }
 
 /// An environment from a loaded plugin.
@@ -174,6 +194,7 @@ impl Environment for ForeignEnvironment {
                 origin: self.origin.clone(),
             }),
             observation: reset.observation.into(),
+            state_key: reset.state_key.into_option().map(String::from),
         })
     }
 }

@@ -12,10 +12,10 @@ use abi_stable::library::{lib_header_from_path, LibraryError};
 use abi_stable::std_types::RStr;
 
 use super::{
-    FfiComponent, FfiKind, FfiLogger, ForeignAgent, ForeignEnvironment, ForeignEstimator,
-    ForeignOrchestra, Origin, PluginModuleRef,
+    FfiComponent, FfiKind, FfiLogger, FfiParams, ForeignAgent, ForeignEnvironment,
+    ForeignEstimator, ForeignOrchestra, Origin, PluginModuleRef,
 };
-use crate::{ComponentInfo, ComponentKind, Error, Result};
+use crate::{ComponentInfo, ComponentKind, Error, Params, Result};
 
 /// Why a library could not be loaded as a plugin. Each message names the file and what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,7 +191,7 @@ impl LoadedPlugin {
         &self,
         kind: ComponentKind,
         name: &str,
-        config: &str,
+        params: &Params,
     ) -> Result<(FfiComponent, Arc<Origin>)> {
         let origin = Arc::new(Origin {
             kind,
@@ -199,16 +199,19 @@ impl LoadedPlugin {
             plugin: self.name.clone(),
             file: self.path.clone(),
         });
-        let built =
-            (self.module.create())(FfiKind::from(kind), RStr::from(name), RStr::from(config))
-                .into_result()
-                .map_err(|e| Error::new(format!("cannot build {origin}: {}", e.message)))?;
+        let built = (self.module.create())(
+            FfiKind::from(kind),
+            RStr::from(name),
+            &FfiParams::from(params),
+        )
+        .into_result()
+        .map_err(|e| Error::new(format!("cannot build {origin}: {}", e.message)))?;
         Ok((built, origin))
     }
 
-    /// Builds the agent `name` from its config text.
-    pub fn create_agent(&self, name: &str, config: &str) -> Result<ForeignAgent> {
-        match self.create(ComponentKind::Agent, name, config)? {
+    /// Builds the agent `name` from its params.
+    pub fn create_agent(&self, name: &str, params: &Params) -> Result<ForeignAgent> {
+        match self.create(ComponentKind::Agent, name, params)? {
             (FfiComponent::Agent(inner), origin) => Ok(ForeignAgent { inner, origin }),
             (_, origin) => Err(Error::new(format!(
                 "{origin} built a component of another kind"
@@ -216,9 +219,9 @@ impl LoadedPlugin {
         }
     }
 
-    /// Builds the orchestra `name` from its config text.
-    pub fn create_orchestra(&self, name: &str, config: &str) -> Result<ForeignOrchestra> {
-        match self.create(ComponentKind::Orchestra, name, config)? {
+    /// Builds the orchestra `name` from its params.
+    pub fn create_orchestra(&self, name: &str, params: &Params) -> Result<ForeignOrchestra> {
+        match self.create(ComponentKind::Orchestra, name, params)? {
             (FfiComponent::Orchestra(inner), origin) => Ok(ForeignOrchestra { inner, origin }),
             (_, origin) => Err(Error::new(format!(
                 "{origin} built a component of another kind"
@@ -226,9 +229,9 @@ impl LoadedPlugin {
         }
     }
 
-    /// Builds the environment `name` from its config text.
-    pub fn create_environment(&self, name: &str, config: &str) -> Result<ForeignEnvironment> {
-        match self.create(ComponentKind::Environment, name, config)? {
+    /// Builds the environment `name` from its params.
+    pub fn create_environment(&self, name: &str, params: &Params) -> Result<ForeignEnvironment> {
+        match self.create(ComponentKind::Environment, name, params)? {
             (FfiComponent::Environment(inner), origin) => Ok(ForeignEnvironment { inner, origin }),
             (_, origin) => Err(Error::new(format!(
                 "{origin} built a component of another kind"
@@ -236,9 +239,9 @@ impl LoadedPlugin {
         }
     }
 
-    /// Builds the estimator `name` from its config text (the run file's `[algorithm.params]`).
-    pub fn create_estimator(&self, name: &str, config: &str) -> Result<ForeignEstimator> {
-        match self.create(ComponentKind::Estimator, name, config)? {
+    /// Builds the estimator `name` from its params (the run file's `[algorithm.params]`).
+    pub fn create_estimator(&self, name: &str, params: &Params) -> Result<ForeignEstimator> {
+        match self.create(ComponentKind::Estimator, name, params)? {
             (FfiComponent::Estimator(inner), origin) => Ok(ForeignEstimator { inner, origin }),
             (_, origin) => Err(Error::new(format!(
                 "{origin} built a component of another kind"

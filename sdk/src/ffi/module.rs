@@ -10,7 +10,7 @@ use abi_stable::sabi_types::VersionStrings;
 use abi_stable::std_types::{RResult, RStr};
 use abi_stable::{declare_root_module_statics, package_version_strings, StableAbi};
 
-use super::{FfiComponent, FfiError, FfiKind, FfiLogger, FfiPluginInfo};
+use super::{FfiComponent, FfiError, FfiKind, FfiLogger, FfiParams, FfiPluginInfo};
 
 #[repr(C)]
 #[derive(StableAbi)]
@@ -21,9 +21,9 @@ pub struct PluginModule {
     pub info: extern "C" fn() -> FfiPluginInfo,
     /// Installs the host's log sink; called once right after loading.
     pub set_logger: extern "C" fn(FfiLogger),
-    /// Builds a component of `kind` named `name` from its config text.
+    /// Builds a component of `kind` named `name` from its params.
     #[sabi(last_prefix_field)]
-    pub create: extern "C" fn(FfiKind, RStr<'_>, RStr<'_>) -> RResult<FfiComponent, FfiError>,
+    pub create: extern "C" fn(FfiKind, RStr<'_>, &FfiParams) -> RResult<FfiComponent, FfiError>,
 }
 
 impl RootModule for PluginModuleRef {

@@ -5,12 +5,12 @@
 
 use abi_stable::sabi_trait;
 use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::{RBox, RResult, RSlice, RStr, RString, RVec};
+use abi_stable::std_types::{RBox, ROption, RResult, RSlice, RStr, RString, RVec};
 use abi_stable::StableAbi;
 
 use super::{
-    guard, FfiAgentContext, FfiAgentOutput, FfiChatMessage, FfiDatasetSpec, FfiError, FfiNext,
-    FfiParsed, FfiSample, FfiStep, FfiTask,
+    guard, FfiActions, FfiAgentContext, FfiAgentOutput, FfiCallReward, FfiChatMessage,
+    FfiDatasetSpec, FfiError, FfiNext, FfiParsed, FfiRole, FfiSample, FfiStep, FfiTask,
 };
 use crate::{Agent, Environment, Episode, Estimator, Orchestra, Routing, Sample};
 
@@ -18,13 +18,15 @@ use crate::{Agent, Environment, Episode, Estimator, Orchestra, Routing, Sample};
 pub trait FfiAgent: Send + Sync {
     fn messages(&self, context: &FfiAgentContext) -> RResult<RVec<FfiChatMessage>, FfiError>;
 
-    #[sabi(last_prefix_field)]
     fn parse(&self, raw: RStr<'_>) -> RResult<FfiParsed, FfiError>;
+
+    #[sabi(last_prefix_field)]
+    fn actions(&self) -> RResult<FfiActions, FfiError>;
 }
 
 #[sabi_trait]
 pub trait FfiOrchestra: Send + Sync {
-    fn roles(&self) -> RResult<RVec<RString>, FfiError>;
+    fn roles(&self) -> RResult<RVec<FfiRole>, FfiError>;
 
     #[sabi(last_prefix_field)]
     fn start(&self, task: &FfiTask) -> RResult<FfiRoutingBox, FfiError>;
@@ -36,8 +38,10 @@ pub trait FfiRouting: Send {
 
     fn next(&mut self) -> RResult<FfiNext, FfiError>;
 
-    #[sabi(last_prefix_field)]
     fn observe(&mut self, role: RStr<'_>, output: &FfiAgentOutput) -> RResult<(), FfiError>;
+
+    #[sabi(last_prefix_field)]
+    fn on_step(&mut self, step: &FfiStep) -> RResult<RVec<FfiCallReward>, FfiError>;
 }
 
 #[sabi_trait]
@@ -76,6 +80,7 @@ pub type FfiEstimatorBox = FfiEstimator_TO<'static, RBox<()>>;
 pub struct FfiReset {
     pub episode: FfiEpisodeBox,
     pub observation: RString,
+    pub state_key: ROption<RString>,
 }
 
 /// A component built by a plugin, of any kind.
@@ -126,11 +131,15 @@ impl<T: Agent> FfiAgent for Exported<T> {
     fn parse(&self, raw: RStr<'_>) -> RResult<FfiParsed, FfiError> {
         guard(|| self.0.parse(raw.as_str()).map(FfiParsed::from))
     }
+
+    fn actions(&self) -> RResult<FfiActions, FfiError> {
+        guard(|| Ok(self.0.actions().into()))
+    }
 }
 
 impl<T: Orchestra> FfiOrchestra for Exported<T> {
-    fn roles(&self) -> RResult<RVec<RString>, FfiError> {
-        guard(|| Ok(self.0.roles()?.into_iter().map(RString::from).collect()))
+    fn roles(&self) -> RResult<RVec<FfiRole>, FfiError> {
+        guard(|| Ok(self.0.roles()?.into_iter().map(FfiRole::from).collect()))
     }
 
     fn start(&self, task: &FfiTask) -> RResult<FfiRoutingBox, FfiError> {
@@ -153,6 +162,13 @@ impl FfiRouting for Exported<Box<dyn Routing>> {
     fn observe(&mut self, role: RStr<'_>, output: &FfiAgentOutput) -> RResult<(), FfiError> {
         guard(|| self.0.observe(role.as_str(), &output.into()))
     }
+
+    fn on_step(&mut self, step: &FfiStep) -> RResult<RVec<FfiCallReward>, FfiError> {
+        guard(|| {
+            let rewards = self.0.on_step(&step.clone().into())?;
+            Ok(rewards.into_iter().map(FfiCallReward::from).collect())
+        })
+    }
 }
 
 impl<T: Environment> FfiEnvironment for Exported<T> {
@@ -169,6 +185,7 @@ impl<T: Environment> FfiEnvironment for Exported<T> {
             Ok(FfiReset {
                 episode: FfiEpisode_TO::from_value(Exported(reset.episode), TD_Opaque),
                 observation: reset.observation.into(),
+                state_key: reset.state_key.map(RString::from).into(),
             })
         })
     }

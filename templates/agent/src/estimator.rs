@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use drmas_sdk::{parse_config, Component, Error, Estimator, Result, Sample};
+use drmas_sdk::{Component, Error, Estimator, Params, Result, Sample};
 use serde::Deserialize;
 
 /// Each call's advantage is `scale × (r − μ)`, where r is its penalised reward and μ the mean
@@ -29,8 +29,8 @@ impl Component for MyEstimator {
     const NAME: &'static str = "{{estimator_name}}";
     const DESCRIPTION: &'static str = "scale × (reward − the prompt group's mean reward)";
 
-    fn from_config(config: &str) -> Result<Self> {
-        let config: Config = parse_config(config)?;
+    fn from_config(params: &Params) -> Result<Self> {
+        let config: Config = params.parse()?;
         if !(config.scale.is_finite() && config.scale > 0.0) {
             return Err(Error::new(format!("scale must be finite and > 0, got {}", config.scale)));
         }
@@ -69,7 +69,7 @@ mod tests {
 
     #[test]
     fn centres_each_prompt_group_and_scales() {
-        let estimator = MyEstimator::from_config("scale = 2.0").expect("config");
+        let estimator = MyEstimator::from_config(&"scale = 2.0".into()).expect("config");
         let padding = Sample { padding: true, ..call(0, 2) };
         let samples = [call(0, 0), call(0, 1), call(1, 2), padding];
         let advantages = estimator.advantages(&samples, &[1.0, 0.0, 5.0, 7.0]).expect("advantages");
@@ -78,7 +78,7 @@ mod tests {
 
     #[test]
     fn refuses_a_scale_that_is_not_positive() {
-        let error = MyEstimator::from_config("scale = 0.0").err().expect("refused");
+        let error = MyEstimator::from_config(&"scale = 0.0".into()).err().expect("refused");
         assert!(error.message().contains("scale must be finite and > 0"), "{error}");
     }
 }

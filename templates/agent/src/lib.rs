@@ -6,9 +6,11 @@
 //! `[algorithm] estimator = "{{estimator_name}}"`. Delete the one you do not need, here and in
 //! `export_plugin!` below.
 
+#![forbid(unsafe_code)]
+
 mod estimator;
 
-use drmas_sdk::{parse_config, Agent, AgentContext, ChatMessage, Component, Parsed, Result};
+use drmas_sdk::{Agent, AgentContext, ChatMessage, Component, Params, Parsed, Result};
 use serde::Deserialize;
 
 pub use estimator::MyEstimator;
@@ -34,8 +36,8 @@ impl Component for MyAgent {
     const NAME: &'static str = "{{agent_name}}";
     const DESCRIPTION: &'static str = "answers the question, ending with <answer>...</answer>";
 
-    fn from_config(config: &str) -> Result<Self> {
-        let config: Config = parse_config(config)?;
+    fn from_config(params: &Params) -> Result<Self> {
+        let config: Config = params.parse()?;
         Ok(Self { instruction: config.instruction })
     }
 }
@@ -73,7 +75,7 @@ mod tests {
 
     #[test]
     fn parses_the_answer_tag_and_flags_its_absence() {
-        let agent = MyAgent::from_config("").expect("default config");
+        let agent = MyAgent::from_config(&"".into()).expect("default config");
         let parsed = agent.parse("Because 2 + 2 = 4. <answer>4</answer>").expect("parse");
         assert_eq!((parsed.action.as_str(), parsed.valid), ("4", true));
         assert!(!agent.parse("four").expect("parse").valid);
@@ -81,7 +83,7 @@ mod tests {
 
     #[test]
     fn messages_carry_the_question_and_the_team() {
-        let agent = MyAgent::from_config("instruction = \"Be brief.\"").expect("config");
+        let agent = MyAgent::from_config(&"instruction = \"Be brief.\"".into()).expect("config");
         let context = AgentContext {
             question: "What is 2 + 2?".into(),
             history: vec![drmas_sdk::Turn { role: "Solver".into(), text: "5".into() }],

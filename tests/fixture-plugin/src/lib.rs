@@ -5,9 +5,9 @@
 use std::collections::HashMap;
 
 use drmas_sdk::{
-    parse_config, Agent, AgentContext, AgentOutput, ChatMessage, Component, DatasetSpec,
-    Environment, Episode, Error, Estimator, Next, Orchestra, Parsed, Reset, Result, Routing,
-    Sample, Step, Task,
+    Actions, Agent, AgentContext, AgentOutput, CallReward, ChatMessage, Component, DatasetSpec,
+    Environment, Episode, Error, Estimator, Next, Orchestra, Params, Parsed, Reset, Result, Role,
+    Routing, Sample, Step, Task,
 };
 use serde::Deserialize;
 
@@ -34,8 +34,8 @@ fn default_prefix() -> String {
 impl Component for ShoutAgent {
     const NAME: &'static str = "Shout Agent";
     const DESCRIPTION: &'static str = "upper-cases the observation (panics on `panic`)";
-    fn from_config(config: &str) -> Result<Self> {
-        let config: ShoutConfig = parse_config(config)?;
+    fn from_config(params: &Params) -> Result<Self> {
+        let config: ShoutConfig = params.parse()?;
         Ok(Self {
             prefix: config.prefix,
             response_prefix: config.response_prefix,
@@ -72,14 +72,14 @@ pub struct RelayOrchestra;
 impl Component for RelayOrchestra {
     const NAME: &'static str = "relay";
     const DESCRIPTION: &'static str = "calls `speaker` once per step and submits its action";
-    fn from_config(_config: &str) -> Result<Self> {
+    fn from_config(_params: &Params) -> Result<Self> {
         Ok(Self)
     }
 }
 
 impl Orchestra for RelayOrchestra {
-    fn roles(&self) -> Result<Vec<String>> {
-        Ok(vec!["speaker".into()])
+    fn roles(&self) -> Result<Vec<Role>> {
+        Ok(vec![Role::text("speaker")])
     }
 
     fn start(&self, task: &Task) -> Result<Box<dyn Routing>> {
@@ -138,8 +138,8 @@ struct WordsConfig {
 impl Component for WordsEnvironment {
     const NAME: &'static str = "words";
     const DESCRIPTION: &'static str = "reward 1 for upper-casing the word";
-    fn from_config(config: &str) -> Result<Self> {
-        let config: WordsConfig = parse_config(config)?;
+    fn from_config(params: &Params) -> Result<Self> {
+        let config: WordsConfig = params.parse()?;
         if config.fail {
             return Err(Error::new("configured to fail"));
         }
@@ -171,6 +171,7 @@ impl Environment for WordsEnvironment {
                 word: task.payload.clone(),
             }),
             observation: task.prompt.clone(),
+            state_key: None,
         })
     }
 }
@@ -190,26 +191,51 @@ impl Episode for WordEpisode {
                 name: "length".into(),
                 value: action.len() as f64,
             }],
+            state_key: None,
         })
     }
 }
 
 /// Two agents in a row: `first` answers the task, `second` sees that answer and its action is
-/// submitted. The smallest workflow with two roles, for trainer tests.
-pub struct PairOrchestra;
+/// submitted. The smallest workflow with two roles, for trainer tests. With `second_actions`,
+/// the `second` role accepts only those actions; with `second_call_reward`, the `second` call
+/// gets that reward of its own once the environment has answered.
+pub struct PairOrchestra {
+    second: Actions,
+    second_call_reward: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PairConfig {
+    #[serde(default)]
+    second_actions: Option<Vec<String>>,
+    #[serde(default)]
+    second_call_reward: Option<f64>,
+}
 
 impl Component for PairOrchestra {
     const NAME: &'static str = "pair";
     const DESCRIPTION: &'static str =
         "calls `first`, then `second` on its answer, submits `second`'s action";
-    fn from_config(_config: &str) -> Result<Self> {
-        Ok(Self)
+    fn from_config(params: &Params) -> Result<Self> {
+        let config: PairConfig = params.parse()?;
+        Ok(Self {
+            second: config.second_actions.map_or(Actions::Text, Actions::OneOf),
+            second_call_reward: config.second_call_reward,
+        })
     }
 }
 
 impl Orchestra for PairOrchestra {
-    fn roles(&self) -> Result<Vec<String>> {
-        Ok(vec!["first".into(), "second".into()])
+    fn roles(&self) -> Result<Vec<Role>> {
+        Ok(vec![
+            Role::text("first"),
+            Role {
+                name: "second".into(),
+                actions: self.second.clone(),
+            },
+        ])
     }
 
     fn start(&self, task: &Task) -> Result<Box<dyn Routing>> {
@@ -217,6 +243,7 @@ impl Orchestra for PairOrchestra {
             question: task.prompt.clone(),
             first: None,
             second: None,
+            second_call_reward: self.second_call_reward,
         }))
     }
 }
@@ -225,6 +252,7 @@ struct Pair {
     question: String,
     first: Option<String>,
     second: Option<String>,
+    second_call_reward: Option<f64>,
 }
 
 impl Routing for Pair {
@@ -258,18 +286,41 @@ impl Routing for Pair {
         }
         Ok(())
     }
+
+    fn on_step(&mut self, _step: &Step) -> Result<Vec<CallReward>> {
+        // Calls count from 0 in the order they were made: `first` is 0, `second` is 1.
+        Ok(self
+            .second_call_reward
+            .map(|reward| CallReward { call: 1, reward })
+            .into_iter()
+            .collect())
+    }
 }
 
 /// Tasks are words; the reward is 1 when the action has an even number of characters. Any
 /// model, even an untrained random one, earns it about half of the time, so rewards vary
-/// within every group and the trainer always has a signal to follow.
-pub struct ParityEnvironment;
+/// within every group and the trainer always has a signal to follow. With `start_state`, every
+/// episode starts in the state of that key, whatever its word.
+#[derive(Default)]
+pub struct ParityEnvironment {
+    start_state: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ParityConfig {
+    #[serde(default)]
+    start_state: Option<String>,
+}
 
 impl Component for ParityEnvironment {
     const NAME: &'static str = "parity";
     const DESCRIPTION: &'static str = "reward 1 for an action of even length";
-    fn from_config(_config: &str) -> Result<Self> {
-        Ok(Self)
+    fn from_config(params: &Params) -> Result<Self> {
+        let config: ParityConfig = params.parse()?;
+        Ok(Self {
+            start_state: config.start_state,
+        })
     }
 }
 
@@ -282,6 +333,7 @@ impl Environment for ParityEnvironment {
         Ok(Reset {
             episode: Box::new(ParityEpisode),
             observation: task.prompt.clone(),
+            state_key: self.start_state.clone(),
         })
     }
 }
@@ -299,6 +351,7 @@ impl Episode for ParityEpisode {
             },
             done: true,
             metrics: Vec::new(),
+            state_key: None,
         })
     }
 }
@@ -319,8 +372,8 @@ impl Component for SlowParityEnvironment {
     const NAME: &'static str = "slow-parity";
     const DESCRIPTION: &'static str =
         "`parity`, with resets of words starting with `s` sleeping `sleep_ms`";
-    fn from_config(config: &str) -> Result<Self> {
-        let config: SlowConfig = parse_config(config)?;
+    fn from_config(params: &Params) -> Result<Self> {
+        let config: SlowConfig = params.parse()?;
         Ok(Self {
             sleep: std::time::Duration::from_millis(config.sleep_ms),
         })
@@ -336,7 +389,7 @@ impl Environment for SlowParityEnvironment {
         if task.payload.starts_with('s') {
             std::thread::sleep(self.sleep);
         }
-        ParityEnvironment.reset(task)
+        ParityEnvironment::default().reset(task)
     }
 }
 
@@ -358,8 +411,8 @@ impl Component for SignEstimator {
     const NAME: &'static str = "sign";
     const DESCRIPTION: &'static str =
         "±1 by reward against the prompt group's mean (0 within margin)";
-    fn from_config(config: &str) -> Result<Self> {
-        let config: SignConfig = parse_config(config)?;
+    fn from_config(params: &Params) -> Result<Self> {
+        let config: SignConfig = params.parse()?;
         if !(config.margin.is_finite() && config.margin >= 0.0) {
             return Err(Error::new(format!(
                 "margin must be a finite number ≥ 0, got {}",
@@ -428,8 +481,8 @@ impl Component for FaultyEstimator {
     const NAME: &'static str = "faulty";
     const DESCRIPTION: &'static str =
         "answers wrongly as `fault` says (short, nan, padding, error, panic)";
-    fn from_config(config: &str) -> Result<Self> {
-        let config: FaultyConfig = parse_config(config)?;
+    fn from_config(params: &Params) -> Result<Self> {
+        let config: FaultyConfig = params.parse()?;
         Ok(Self {
             fault: config.fault,
         })

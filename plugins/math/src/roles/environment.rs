@@ -8,8 +8,7 @@
 use std::path::Path;
 
 use drmas_sdk::{
-    parse_config, Component, DatasetSpec, Environment, Episode, Error, Metric, Reset, Result, Step,
-    Task,
+    Component, DatasetSpec, Environment, Episode, Error, Metric, Params, Reset, Result, Step, Task,
 };
 use serde::Deserialize;
 
@@ -66,9 +65,9 @@ impl Component for MathEnvironment {
     const NAME: &'static str = "math";
     const DESCRIPTION: &'static str = "one-step math tasks scored by a MATH-style answer checker";
 
-    fn from_config(config: &str) -> Result<Self> {
+    fn from_config(params: &Params) -> Result<Self> {
         Ok(Self {
-            config: parse_config(config)?,
+            config: params.parse()?,
         })
     }
 }
@@ -155,6 +154,7 @@ impl Environment for MathEnvironment {
                 done: false,
             }),
             observation: task.prompt.clone(),
+            state_key: None,
         })
     }
 }
@@ -191,6 +191,7 @@ impl Episode for MathEpisode {
                     value: answered,
                 },
             ],
+            state_key: None,
         })
     }
 }

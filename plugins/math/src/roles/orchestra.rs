@@ -4,17 +4,25 @@
 //! `math`, per task, up to `max_loops` loops: Solver → Verifier (skipped on the last loop);
 //! an approval ends the loop, a rejection sends the Solver back with the team's context. The
 //! last Solver output is the action.
+//!
+//! Contracts: the solver writes free text; the verifier's action is `approve` or `reject`. The
+//! host marks any other verifier action invalid (penalised, counted in `invalid_rate/verifier`);
+//! such a verdict ends the loop like an approval, as Dr. MAS treats a verdict it cannot read.
 
 use drmas_sdk::{
-    parse_config, AgentContext, AgentOutput, Component, Error, Next, Orchestra, Result, Routing,
+    AgentContext, AgentOutput, Component, Error, Next, Orchestra, Params, Result, Role, Routing,
     Task, Turn,
 };
 use serde::Deserialize;
+
+use super::Verdict;
 
 /// The Solver role's name in run files.
 pub const SOLVER: &str = "solver";
 /// The Verifier role's name in run files.
 pub const VERIFIER: &str = "verifier";
+/// The Verifier role's actions.
+pub const VERDICTS: [&str; 2] = [Verdict::Approve.as_str(), Verdict::Reject.as_str()];
 
 /// Solver ↔ Verifier refinement.
 pub struct MathOrchestra {
@@ -37,8 +45,8 @@ impl Component for MathOrchestra {
     const DESCRIPTION: &'static str =
         "Solver -> Verifier loop: a rejection sends the Solver back, up to max_loops";
 
-    fn from_config(config: &str) -> Result<Self> {
-        let config: MathOrchestraConfig = parse_config(config)?;
+    fn from_config(params: &Params) -> Result<Self> {
+        let config: MathOrchestraConfig = params.parse()?;
         if config.max_loops == 0 {
             return Err(Error::new("max_loops must be at least 1"));
         }
@@ -49,8 +57,8 @@ impl Component for MathOrchestra {
 }
 
 impl Orchestra for MathOrchestra {
-    fn roles(&self) -> Result<Vec<String>> {
-        Ok(vec![SOLVER.into(), VERIFIER.into()])
+    fn roles(&self) -> Result<Vec<Role>> {
+        Ok(vec![Role::text(SOLVER), Role::one_of(VERIFIER, VERDICTS)])
     }
 
     fn start(&self, task: &Task) -> Result<Box<dyn Routing>> {
@@ -65,18 +73,18 @@ impl Component for SolverOnlyOrchestra {
     const NAME: &'static str = "solver-only";
     const DESCRIPTION: &'static str = "a single Solver call per task (single-agent baseline)";
 
-    fn from_config(config: &str) -> Result<Self> {
+    fn from_config(params: &Params) -> Result<Self> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Empty {}
-        let _: Empty = parse_config(config)?;
+        let _: Empty = params.parse()?;
         Ok(Self)
     }
 }
 
 impl Orchestra for SolverOnlyOrchestra {
-    fn roles(&self) -> Result<Vec<String>> {
-        Ok(vec![SOLVER.into()])
+    fn roles(&self) -> Result<Vec<Role>> {
+        Ok(vec![Role::text(SOLVER)])
     }
 
     fn start(&self, task: &Task) -> Result<Box<dyn Routing>> {
@@ -170,10 +178,18 @@ impl Routing for Refinement {
                     text: output.raw.clone(),
                 });
                 self.loops_done += 1;
-                self.stage = if output.action == "reject" {
-                    Stage::Solve
-                } else {
-                    Stage::Done
+                self.stage = match Verdict::from_action(&output.action) {
+                    Some(Verdict::Reject) => Stage::Solve,
+                    Some(Verdict::Approve) => Stage::Done,
+                    // Outside the contract: the host marked the call invalid and penalises it.
+                    None if !output.valid => Stage::Done,
+                    None => {
+                        return Err(Error::new(format!(
+                            "the verifier's action `{}` is neither `approve` nor `reject`, yet \
+                             valid: the host must check the verifier role's contract",
+                            output.action
+                        )))
+                    }
                 };
             }
             (stage, role) => {

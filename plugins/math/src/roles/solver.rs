@@ -1,6 +1,6 @@
 //! `Solver Agent`: reasons step by step and ends with `\boxed{answer}`.
 
-use drmas_sdk::{parse_config, Agent, AgentContext, ChatMessage, Component, Parsed, Result};
+use drmas_sdk::{Agent, AgentContext, ChatMessage, Component, Params, Parsed, Result};
 use serde::Deserialize;
 
 use super::template::{chat, render};
@@ -46,9 +46,9 @@ impl Component for SolverAgent {
     const DESCRIPTION: &'static str =
         "solves a math problem step by step, ending with \\boxed{answer}";
 
-    fn from_config(config: &str) -> Result<Self> {
+    fn from_config(params: &Params) -> Result<Self> {
         Ok(Self {
-            config: parse_config(config)?,
+            config: params.parse()?,
         })
     }
 }

@@ -1,7 +1,7 @@
 //! `Verifier Agent`: judges the team's latest solution with `<verify>approve</verify>` or
 //! `<verify>reject</verify>`.
 
-use drmas_sdk::{parse_config, Agent, AgentContext, ChatMessage, Component, Parsed, Result};
+use drmas_sdk::{Actions, Agent, AgentContext, ChatMessage, Component, Params, Parsed, Result};
 use serde::Deserialize;
 
 use super::template::{chat, render};
@@ -23,11 +23,18 @@ pub enum Verdict {
 
 impl Verdict {
     /// The action text the orchestra reads.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Verdict::Approve => "approve",
             Verdict::Reject => "reject",
         }
+    }
+
+    /// The verdict an action names exactly (`approve` or `reject`), if any.
+    pub fn from_action(action: &str) -> Option<Verdict> {
+        [Verdict::Approve, Verdict::Reject]
+            .into_iter()
+            .find(|verdict| verdict.as_str() == action)
     }
 
     /// The last `<verify>…</verify>` verdict in `text`, if any.
@@ -76,9 +83,9 @@ impl Component for VerifierAgent {
     const NAME: &'static str = "Verifier Agent";
     const DESCRIPTION: &'static str = "approves or rejects the team's latest math solution";
 
-    fn from_config(config: &str) -> Result<Self> {
+    fn from_config(params: &Params) -> Result<Self> {
         Ok(Self {
-            config: parse_config(config)?,
+            config: params.parse()?,
         })
     }
 }
@@ -108,5 +115,9 @@ impl Agent for VerifierAgent {
                 valid: false,
             },
         })
+    }
+
+    fn actions(&self) -> Actions {
+        Actions::one_of([Verdict::Approve.as_str(), Verdict::Reject.as_str()])
     }
 }

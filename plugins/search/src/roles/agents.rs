@@ -1,7 +1,7 @@
 //! The three agents of Dr.MAS's search workflow. Each checks its own output format: a valid
 //! call is what the orchestra and environment can act on; an invalid one can be penalised.
 
-use drmas_sdk::{parse_config, Agent, AgentContext, ChatMessage, Component, Parsed, Result};
+use drmas_sdk::{Actions, Agent, AgentContext, ChatMessage, Component, Params, Parsed, Result};
 use serde::Deserialize;
 
 use crate::tags::{extract_answer, extract_last, extract_search};
@@ -115,8 +115,8 @@ impl Component for SearchVerifierAgent {
     const DESCRIPTION: &'static str =
         "says whether the gathered information answers the question (<verify>yes|no</verify>)";
 
-    fn from_config(config: &str) -> Result<Self> {
-        let config: VerifierConfig = parse_config(config)?;
+    fn from_config(params: &Params) -> Result<Self> {
+        let config: VerifierConfig = params.parse()?;
         if config.unparseable != "yes" && config.unparseable != "no" {
             return Err(drmas_sdk::Error::new(format!(
                 "unparseable must be \"yes\" or \"no\", not {:?}",
@@ -153,6 +153,10 @@ impl Agent for SearchVerifierAgent {
             },
         })
     }
+
+    fn actions(&self) -> Actions {
+        Actions::one_of(["yes", "no"])
+    }
 }
 
 /// Writes a search query.
@@ -164,8 +168,8 @@ impl Component for SearchAgent {
     const NAME: &'static str = "Search Agent";
     const DESCRIPTION: &'static str = "writes one <think> block, then <search>query</search>";
 
-    fn from_config(config: &str) -> Result<Self> {
-        let config: PromptConfig = parse_config(config)?;
+    fn from_config(params: &Params) -> Result<Self> {
+        let config: PromptConfig = params.parse()?;
         Ok(Self {
             prompt: Prompt::new(
                 config.system,
@@ -207,8 +211,8 @@ impl Component for AnswerAgent {
     const DESCRIPTION: &'static str =
         "writes one <think> block, then <answer>final answer</answer>";
 
-    fn from_config(config: &str) -> Result<Self> {
-        let config: PromptConfig = parse_config(config)?;
+    fn from_config(params: &Params) -> Result<Self> {
+        let config: PromptConfig = params.parse()?;
         Ok(Self {
             prompt: Prompt::new(
                 config.system,

@@ -10,8 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use drmas_sdk::{
-    parse_config, Component, DatasetSpec, Environment, Episode, Error, Metric, Reset, Result, Step,
-    Task,
+    Component, DatasetSpec, Environment, Episode, Error, Metric, Params, Reset, Result, Step, Task,
 };
 use serde::{Deserialize, Serialize};
 
@@ -80,14 +79,15 @@ impl Component for SearchEnvironment {
     const DESCRIPTION: &'static str =
         "multi-turn QA over a retriever (BM25 or HTTP), reward = exact match";
 
-    fn from_config(config: &str) -> Result<Self> {
-        let config: Config = parse_config(config)?;
+    fn from_config(params: &Params) -> Result<Self> {
+        let config: Config = params.parse()?;
         let retriever: Arc<dyn Retriever> = match config.retriever {
             RetrieverConfig::Bm25 { corpus, index_dir } => {
                 let progress = |message: &str| drmas_sdk::log::info!("{message}");
+                // Relative paths resolve against the run file's folder, like the run file's own.
                 Arc::new(Bm25Retriever::open_or_build(
-                    &corpus,
-                    &index_dir,
+                    &params.resolve(&corpus),
+                    &params.resolve(&index_dir),
                     &Bm25Options::default(),
                     &progress,
                 )?)
@@ -183,6 +183,7 @@ impl Environment for SearchEnvironment {
                 golden: payload.golden_answers,
             }),
             observation: task.prompt.clone(),
+            state_key: None,
         })
     }
 }
@@ -218,6 +219,7 @@ impl Episode for SearchEpisode {
                     metric("f1", f1_score(&answer, &self.golden)),
                     metric("turns", f64::from(self.turns)),
                 ],
+                state_key: None,
             });
         }
         let observation = match extract_search(action) {
@@ -239,6 +241,7 @@ impl Episode for SearchEpisode {
             reward: 0.0,
             done: out_of_turns,
             metrics: vec![metric("turns", f64::from(self.turns))],
+            state_key: None,
         })
     }
 }

@@ -1,8 +1,13 @@
 //! Orchestra `search`: each turn the Verifier routes to the Search Agent (while turns remain) or
 //! to the Answer Agent. The team context carries earlier outputs and retrieved documents.
+//!
+//! Contracts: the verifier's action is `yes` (the information suffices: answer) or `no`
+//! (search); the search and answer roles write free text (a query, an answer). The host marks
+//! any other verifier action invalid (penalised, counted in `invalid_rate/verifier`); the turn
+//! then goes to the Answer Agent, as for `yes`.
 
 use drmas_sdk::{
-    parse_config, AgentContext, AgentOutput, Component, Error, Next, Orchestra, Result, Routing,
+    AgentContext, AgentOutput, Component, Error, Next, Orchestra, Params, Result, Role, Routing,
     Task, Turn,
 };
 use serde::Deserialize;
@@ -13,6 +18,8 @@ pub const VERIFIER: &str = "verifier";
 pub const SEARCH: &str = "search";
 /// The Answer Agent's role.
 pub const ANSWER: &str = "answer";
+/// The verifier's actions: `yes`, enough is known to answer; `no`, search.
+pub const ROUTES: [&str; 2] = ["yes", "no"];
 
 /// Verifier → Search | Answer, per environment turn.
 pub struct SearchOrchestra {
@@ -36,8 +43,8 @@ impl Component for SearchOrchestra {
     const DESCRIPTION: &'static str =
         "Verifier routes to Search (while turns remain) or Answer, each turn";
 
-    fn from_config(config: &str) -> Result<Self> {
-        let config: Config = parse_config(config)?;
+    fn from_config(params: &Params) -> Result<Self> {
+        let config: Config = params.parse()?;
         if config.max_turns == 0 {
             return Err(Error::new("max_turns must be at least 1"));
         }
@@ -48,8 +55,12 @@ impl Component for SearchOrchestra {
 }
 
 impl Orchestra for SearchOrchestra {
-    fn roles(&self) -> Result<Vec<String>> {
-        Ok(vec![VERIFIER.into(), SEARCH.into(), ANSWER.into()])
+    fn roles(&self) -> Result<Vec<Role>> {
+        Ok(vec![
+            Role::one_of(VERIFIER, ROUTES),
+            Role::text(SEARCH),
+            Role::text(ANSWER),
+        ])
     }
 
     fn start(&self, task: &Task) -> Result<Box<dyn Routing>> {
@@ -144,10 +155,17 @@ impl Routing for Hierarchy {
                     role: "Verifier Agent".into(),
                     text: output.raw.clone(),
                 });
-                self.stage = if output.action == "no" {
-                    Stage::Search
-                } else {
-                    Stage::Answer
+                self.stage = match output.action.as_str() {
+                    "no" => Stage::Search,
+                    "yes" => Stage::Answer,
+                    // Outside the contract: the host marked the call invalid and penalises it.
+                    _ if !output.valid => Stage::Answer,
+                    other => {
+                        return Err(Error::new(format!(
+                            "the verifier's action `{other}` is neither `yes` nor `no`, yet valid: \
+                             the host must check the verifier role's contract"
+                        )))
+                    }
                 };
             }
             (Stage::Search, SEARCH) => {

@@ -45,7 +45,7 @@ fn drive(orchestra: &dyn Orchestra, replies: &[(&str, &str)]) -> (Vec<String>, S
 
 #[test]
 fn an_approval_on_the_first_loop_ends_the_episode() {
-    let orchestra = MathOrchestra::from_config("").expect("config");
+    let orchestra = MathOrchestra::from_config(&"".into()).expect("config");
     let (called, action) = drive(
         &orchestra,
         &[
@@ -59,7 +59,7 @@ fn an_approval_on_the_first_loop_ends_the_episode() {
 
 #[test]
 fn rejections_loop_until_max_loops_and_the_verifier_is_skipped_on_the_last() {
-    let orchestra = MathOrchestra::from_config("max_loops = 3").expect("config");
+    let orchestra = MathOrchestra::from_config(&"max_loops = 3".into()).expect("config");
     let replies = [
         ("\\boxed{4}", "\\boxed{4}"),
         ("<verify>reject</verify>", "reject"),
@@ -77,7 +77,7 @@ fn rejections_loop_until_max_loops_and_the_verifier_is_skipped_on_the_last() {
 
 #[test]
 fn the_retry_sees_the_team_context() {
-    let orchestra = MathOrchestra::from_config("").expect("config");
+    let orchestra = MathOrchestra::from_config(&"".into()).expect("config");
     let mut routing = orchestra.start(&task()).expect("start");
     routing
         .on_observation("What is 2 + 3?")
@@ -97,7 +97,7 @@ fn the_retry_sees_the_team_context() {
         panic!("expected the solver")
     };
     assert_eq!(role, "solver");
-    let solver = SolverAgent::from_config("").expect("solver");
+    let solver = SolverAgent::from_config(&"".into()).expect("solver");
     let prompt = &solver.messages(&context).expect("messages")[0].content;
     assert!(
         prompt.contains("The output of \"Solver Agent\": I get \\boxed{4}"),
@@ -118,7 +118,7 @@ fn solver_only_calls_once() {
 
 #[test]
 fn an_output_for_a_role_that_was_not_called_is_an_error() {
-    let orchestra = MathOrchestra::from_config("").expect("config");
+    let orchestra = MathOrchestra::from_config(&"".into()).expect("config");
     let mut routing = orchestra.start(&task()).expect("start");
     let error = routing
         .observe("verifier", &output("x", "approve"))
@@ -142,13 +142,13 @@ fn verdicts_parse_and_unparseable_ones_follow_the_config() {
     assert_eq!(Verdict::find("<verify>maybe</verify>"), None);
     assert_eq!(Verdict::find("<verify>reject"), None);
 
-    let default = VerifierAgent::from_config("").expect("config");
+    let default = VerifierAgent::from_config(&"".into()).expect("config");
     let parsed = default.parse("looks fine").expect("parse");
     assert_eq!((parsed.action.as_str(), parsed.valid), ("approve", false));
-    let strict = VerifierAgent::from_config("unparseable = \"reject\"").expect("config");
+    let strict = VerifierAgent::from_config(&"unparseable = \"reject\"".into()).expect("config");
     assert_eq!(strict.parse("looks fine").expect("parse").action, "reject");
     assert!(
-        VerifierAgent::from_config("unparsable = \"reject\"").is_err(),
+        VerifierAgent::from_config(&"unparsable = \"reject\"".into()).is_err(),
         "typos are errors"
     );
 }
@@ -159,11 +159,12 @@ fn a_response_prefix_ends_the_verifier_messages_as_an_assistant_turn() {
         question: "1+1?".into(),
         ..AgentContext::default()
     };
-    let plain = VerifierAgent::from_config("").expect("config");
+    let plain = VerifierAgent::from_config(&"".into()).expect("config");
     let messages = plain.messages(&context).expect("messages");
     assert_eq!(messages.last().map(|m| m.role.as_str()), Some("user"));
 
-    let prefixed = VerifierAgent::from_config("response_prefix = \"<verify>\"").expect("config");
+    let prefixed =
+        VerifierAgent::from_config(&"response_prefix = \"<verify>\"".into()).expect("config");
     let messages = prefixed.messages(&context).expect("messages");
     assert_eq!(messages.len(), 2);
     assert_eq!(messages[1], ChatMessage::assistant("<verify>"));
@@ -174,14 +175,14 @@ fn a_response_prefix_ends_the_verifier_messages_as_an_assistant_turn() {
 
 #[test]
 fn the_solver_is_valid_only_with_a_final_answer() {
-    let solver = SolverAgent::from_config("").expect("config");
+    let solver = SolverAgent::from_config(&"".into()).expect("config");
     assert!(solver.parse("so \\boxed{5}").expect("parse").valid);
     assert!(!solver.parse("I think five").expect("parse").valid);
 }
 
 #[test]
 fn max_loops_zero_is_refused() {
-    let error = MathOrchestra::from_config("max_loops = 0")
+    let error = MathOrchestra::from_config(&"max_loops = 0".into())
         .err()
         .expect("must fail");
     assert!(error.message().contains("max_loops must be at least 1"));

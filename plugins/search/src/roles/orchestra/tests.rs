@@ -38,7 +38,7 @@ fn turn(routing: &mut dyn Routing, observation: &str, replies: &[&str]) -> (Vec<
 
 #[test]
 fn the_verifier_routes_to_search_then_to_answer() {
-    let orchestra = SearchOrchestra::from_config("max_turns = 4").expect("config");
+    let orchestra = SearchOrchestra::from_config(&"max_turns = 4".into()).expect("config");
     let mut routing = orchestra.start(&task()).expect("start");
     let (called, action) = turn(
         routing.as_mut(),
@@ -59,7 +59,7 @@ fn the_verifier_routes_to_search_then_to_answer() {
 
 #[test]
 fn the_last_turn_goes_straight_to_the_answer_agent() {
-    let orchestra = SearchOrchestra::from_config("max_turns = 2").expect("config");
+    let orchestra = SearchOrchestra::from_config(&"max_turns = 2".into()).expect("config");
     let mut routing = orchestra.start(&task()).expect("start");
     let _ = turn(routing.as_mut(), "who wrote hamlet", &["no", "q1"]);
     let (called, action) = turn(
@@ -73,7 +73,7 @@ fn the_last_turn_goes_straight_to_the_answer_agent() {
 
 #[test]
 fn later_agents_see_the_retrieved_documents() {
-    let orchestra = SearchOrchestra::from_config("").expect("config");
+    let orchestra = SearchOrchestra::from_config(&"".into()).expect("config");
     let mut routing = orchestra.start(&task()).expect("start");
     let _ = turn(routing.as_mut(), "who wrote hamlet", &["no", "q1"]);
     routing
@@ -90,7 +90,7 @@ fn later_agents_see_the_retrieved_documents() {
 
 #[test]
 fn an_unexpected_role_is_an_error() {
-    let orchestra = SearchOrchestra::from_config("").expect("config");
+    let orchestra = SearchOrchestra::from_config(&"".into()).expect("config");
     let mut routing = orchestra.start(&task()).expect("start");
     routing.on_observation("q").expect("obs");
     assert!(routing.observe("answer", &output("x")).is_err());

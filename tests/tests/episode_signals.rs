@@ -1,0 +1,231 @@
+//! What an orchestra and an environment tell the host about single calls and states, end to end
+//! through the fixture plugin on a tiny random model: a role's contract makes calls outside it
+//! invalid (and counted); an orchestra's reward for one call reaches the estimator in place of
+//! the episode reward; an environment's state key replaces the observation as the state.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use drmas_host::config::{RunConfig, Schedule};
+use drmas_host::engine::{LocalGenerator, SamplingParams};
+use drmas_host::model::pretrained::Pretrained;
+use drmas_host::rng::SeededRng;
+use drmas_host::rollout::{self, Crew, RolloutLimits, TeamMember};
+use drmas_host::trainer::Trainer;
+use drmas_sdk::{Actions, DatasetSpec};
+use serde_json::Value;
+use tch::{Device, Kind};
+
+fn tiny_llama() -> std::path::PathBuf {
+    common::repo().join("host/tests/fixtures/hf/llama")
+}
+
+/// One iteration of `first` and `second` (a `pair` with `orchestra_params`) on one prompt of
+/// four episodes, with `estimator`; returns the calls of `samples.jsonl` and the metrics.
+fn train_pair(test: &str, orchestra_params: &str, estimator: &str) -> (Vec<Value>, Vec<Value>) {
+    let dir = common::scratch(&format!("{test}-{}", std::process::id()));
+    let text = format!(
+        r#"
+[run]
+output_dir = "run"
+seed = 11
+iterations = 1
+save_every = 0
+
+[environment]
+name = "parity"
+train_data = {{ path = "alpha, beta, gamma" }}
+
+[orchestra]
+name = "pair"
+params = {{ {orchestra_params} }}
+
+[[agents]]
+role = "first"
+agent = "Shout Agent"
+worker_group = "shared"
+max_new_tokens = 4
+
+[[agents]]
+role = "second"
+agent = "Shout Agent"
+worker_group = "shared"
+max_new_tokens = 3
+
+[worker_groups.shared]
+model = "{}"
+learning_rate = 1e-3
+
+[algorithm]
+estimator = "{estimator}"
+invalid_action_penalty = 0.1
+
+[rollout]
+prompts_per_batch = 1
+group_size = 4
+max_response_tokens = 8
+"#,
+        tiny_llama().display()
+    );
+    let path = dir.join("run.toml");
+    std::fs::write(&path, text).expect("write run.toml");
+    let (config, file) = RunConfig::load(&path).expect("run file");
+    let plan = drmas_host::preflight::prepare(&config, &file, &common::fixture_registry())
+        .expect("the run file passes the checks");
+    Trainer::new(config, &file, plan)
+        .expect("trainer")
+        .train()
+        .expect("one iteration");
+    (
+        read_lines(&dir.join("run/samples.jsonl")),
+        read_lines(&dir.join("run/metrics.jsonl")),
+    )
+}
+
+fn read_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
+}
+
+/// The metric `key` of the iteration that trained.
+fn metric(metrics: &[Value], key: &str) -> f64 {
+    metrics
+        .iter()
+        .find_map(|line| line[key].as_f64())
+        .unwrap_or_else(|| panic!("no {key} in {metrics:?}"))
+}
+
+fn role(call: &Value) -> &str {
+    call["role"].as_str().expect("role")
+}
+
+#[test]
+fn an_action_outside_its_roles_contract_is_an_invalid_call_counted_per_agent() {
+    let (calls, metrics) = train_pair("contract", r#"second_actions = ["ALPHA", "BETA"]"#, "drmas");
+    let second: Vec<&Value> = calls.iter().filter(|c| role(c) == "second").collect();
+    assert_eq!(second.len(), 4, "{calls:?}");
+    let mut breaks = 0;
+    for call in &second {
+        // The Shout Agent's action is its text upper-cased, valid without lower-case letters.
+        let text = call["text"].as_str().expect("text");
+        let in_contract = ["ALPHA", "BETA"].contains(&text.to_uppercase().as_str());
+        let well_formed = !text.chars().any(char::is_lowercase);
+        breaks += usize::from(!in_contract);
+        assert_eq!(call["valid"], in_contract && well_formed, "{call}");
+    }
+    assert!(breaks > 0, "a random model writes other words: {second:?}");
+    assert_eq!(
+        metric(&metrics, "contract_break_rate/second"),
+        breaks as f64 / 4.0
+    );
+    assert_eq!(metric(&metrics, "contract_break_rate/first"), 0.0);
+    assert!(metric(&metrics, "invalid_rate/second") >= breaks as f64 / 4.0);
+}
+
+#[test]
+fn an_orchestras_reward_for_one_call_reaches_the_estimator() {
+    let (calls, metrics) = train_pair("call-reward", "second_call_reward = 0.75", "sign");
+    assert_eq!(calls.len(), 8, "4 episodes × 2 agents: {calls:?}");
+    // `sign` gives ±1 by penalised reward against the mean of the prompt group's 8 calls; the
+    // `second` calls start from their own reward, 0.75, the `first` ones from the episode's.
+    let rewards: Vec<(String, f64)> = calls
+        .iter()
+        .map(|call| {
+            let own = call["call_reward"].as_f64();
+            match role(call) {
+                "second" => assert_eq!(own, Some(0.75), "{call}"),
+                _ => assert_eq!(own, None, "{call}"),
+            }
+            let reward = own.unwrap_or_else(|| call["reward"].as_f64().expect("reward"));
+            let penalty = if call["valid"] == true { 0.0 } else { 0.1 };
+            (role(call).to_owned(), reward - penalty)
+        })
+        .collect();
+    let mean = rewards.iter().map(|(_, r)| r).sum::<f64>() / 8.0;
+    for agent in ["first", "second"] {
+        let own: Vec<f64> = rewards
+            .iter()
+            .filter(|(r, _)| r == agent)
+            .map(|&(_, reward)| {
+                if reward > mean {
+                    1.0
+                } else if reward < mean {
+                    -1.0
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let expected = own.iter().sum::<f64>() / own.len() as f64;
+        let key = format!("advantage/mean/{agent}");
+        assert!(
+            (metric(&metrics, &key) - expected).abs() < 1e-12,
+            "{key}: {} vs {expected} from {rewards:?}",
+            metric(&metrics, &key)
+        );
+    }
+}
+
+/// Each episode's first state key, for tasks `words` of the `parity` environment with `params`.
+fn first_states(params: &str, words: &str) -> Vec<u64> {
+    let registry = common::fixture_registry();
+    let orchestra = registry.orchestra("relay", "").expect("relay orchestra");
+    let environment = registry
+        .environment("parity", params)
+        .expect("parity environment");
+    let mut model = Pretrained::load(&tiny_llama(), Device::Cpu, Kind::Float).expect("model");
+    let (generator, codec) = LocalGenerator::split(&mut model);
+    let team = [TeamMember {
+        role: "speaker".into(),
+        actions: Actions::Text,
+        agent: registry.agent("Shout Agent", "").expect("agent"),
+        group: 0,
+        adapter: None,
+        sampling: SamplingParams::with_temperature(1.0),
+        max_new_tokens: 2,
+    }];
+    let tasks = environment
+        .load_tasks(&DatasetSpec {
+            path: words.into(),
+            ..DatasetSpec::default()
+        })
+        .expect("tasks");
+    let tasks: Vec<_> = tasks.iter().collect();
+    let rollout = rollout::run(
+        &Crew {
+            orchestra: &*orchestra,
+            environment: &*environment,
+            team: &team,
+            codecs: &[codec],
+            generators: &[&generator],
+        },
+        &tasks,
+        RolloutLimits {
+            max_prompt_tokens: 64,
+            max_batch: 8,
+            schedule: Schedule::Rounds,
+            batch_wait: Duration::from_millis(10),
+        },
+        &mut SeededRng::new(1),
+        &mut |_| {},
+    )
+    .expect("rollout");
+    rollout.episodes.iter().map(|e| e.step_states[0]).collect()
+}
+
+#[test]
+fn a_state_key_from_the_environment_replaces_the_observation_as_the_state() {
+    // Without a key the observation (the word) is the state: equal words, equal states.
+    let by_observation = first_states("", "alpha, beta, alpha");
+    assert_eq!(by_observation[0], by_observation[2]);
+    assert_ne!(by_observation[0], by_observation[1]);
+    // With one, every episode starts in the keyed state whatever its word.
+    let by_key = first_states("start_state = \"start\"", "alpha, beta, alpha");
+    assert!(by_key.iter().all(|&state| state == by_key[0]), "{by_key:?}");
+    assert_ne!(by_key[0], by_observation[0]);
+}
