@@ -337,11 +337,16 @@ fn build_the_guides_examples() -> Vec<(String, PathBuf)> {
         .skip(1)
         .map(|rest| &rest[..rest.find("```").expect("a block's end")])
         .collect();
-    assert!(blocks.len() >= 4, "an agent, an orchestra, an environment, an estimator");
+    assert!(
+        blocks.len() >= 4,
+        "an agent, an orchestra, an environment, an estimator"
+    );
     blocks
         .into_iter()
         .map(|code| {
-            let name_at = code.find("export_plugin! { name: \"").expect("an export_plugin!")
+            let name_at = code
+                .find("export_plugin! { name: \"")
+                .expect("an export_plugin!")
                 + "export_plugin! { name: \"".len();
             let name = &code[name_at..name_at + code[name_at..].find('"').expect("name's end")];
             let crate_dir = common::scratch(&format!("guide-{name}"));

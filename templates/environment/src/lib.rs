@@ -16,8 +16,7 @@
 #![forbid(unsafe_code)]
 
 use drmas_sdk::{
-    Component, DatasetSpec, Environment, Episode, Error, Metric, Params, Reset, Result, Step,
-    Task,
+    Component, DatasetSpec, Environment, Episode, Error, Metric, Params, Reset, Result, Step, Task,
 };
 use serde::Deserialize;
 
@@ -174,8 +173,8 @@ mod tests {
 
     #[test]
     fn a_wrong_answer_gets_another_try_and_a_right_one_the_reward() {
-        let tasks = tasks("{\"id\": \"1\", \"question\": \"2 + 2?\", \"answer\": \"4\"}\n")
-            .expect("tasks");
+        let tasks =
+            tasks("{\"id\": \"1\", \"question\": \"2 + 2?\", \"answer\": \"4\"}\n").expect("tasks");
         let quiz = Quiz::from_config(&"max_tries = 2".into()).expect("config");
         let mut reset = quiz.reset(&tasks[0]).expect("reset");
         assert_eq!(reset.observation, "2 + 2?");

@@ -9,8 +9,8 @@
 #![forbid(unsafe_code)]
 
 use drmas_sdk::{
-    AgentContext, AgentOutput, CallReward, Component, Error, Next, Orchestra, Params, Result,
-    Role, Routing, Step, Task, Turn,
+    AgentContext, AgentOutput, CallReward, Component, Error, Next, Orchestra, Params, Result, Role,
+    Routing, Step, Task, Turn,
 };
 use serde::Deserialize;
 
@@ -222,15 +222,21 @@ mod tests {
     fn a_revision_sends_the_proposer_back_and_an_acceptance_submits() {
         let orchestra = ProposeReview::from_config(&"max_rounds = 3".into()).expect("config");
         let mut routing = orchestra.start(&Task::default()).expect("start");
-        routing.on_observation("What is 2 + 2?").expect("observation");
+        routing
+            .on_observation("What is 2 + 2?")
+            .expect("observation");
         assert_eq!(act(&mut *routing), PROPOSER);
         routing.observe(PROPOSER, &output("5")).expect("observe");
         assert_eq!(act(&mut *routing), REVIEWER);
-        routing.observe(REVIEWER, &output("revise")).expect("observe");
+        routing
+            .observe(REVIEWER, &output("revise"))
+            .expect("observe");
         assert_eq!(act(&mut *routing), PROPOSER);
         routing.observe(PROPOSER, &output("4")).expect("observe");
         assert_eq!(act(&mut *routing), REVIEWER);
-        routing.observe(REVIEWER, &output("accept")).expect("observe");
+        routing
+            .observe(REVIEWER, &output("accept"))
+            .expect("observe");
         assert_eq!(
             routing.next().expect("next"),
             Next::Submit { action: "4".into() }
@@ -245,7 +251,9 @@ mod tests {
         act(&mut *routing);
         routing.observe(PROPOSER, &output("4")).expect("observe");
         act(&mut *routing);
-        routing.observe(REVIEWER, &output("accept")).expect("observe");
+        routing
+            .observe(REVIEWER, &output("accept"))
+            .expect("observe");
         let step = Step {
             reward: 1.0,
             done: true,
@@ -253,7 +261,10 @@ mod tests {
         };
         assert_eq!(
             routing.on_step(&step).expect("on_step"),
-            [CallReward { call: 1, reward: 1.0 }]
+            [CallReward {
+                call: 1,
+                reward: 1.0
+            }]
         );
     }
 

@@ -187,3 +187,49 @@ fn max_loops_zero_is_refused() {
         .expect("must fail");
     assert!(error.message().contains("max_loops must be at least 1"));
 }
+
+#[test]
+fn a_verdict_outside_the_contract_ends_the_loop_only_when_marked_invalid() {
+    let orchestra = MathOrchestra::from_config(&"".into()).expect("config");
+    let roles = orchestra.roles().expect("roles");
+    assert_eq!(roles[1], Role::one_of(VERIFIER, ["approve", "reject"]));
+    let verifier = VerifierAgent::from_config(&"".into()).expect("verifier");
+    assert!(roles[1].actions.refused(&verifier.actions()).is_empty());
+
+    let mut routing = orchestra.start(&task()).expect("start");
+    routing
+        .on_observation("What is 2 + 3?")
+        .expect("observation");
+    routing.next().expect("solver's turn");
+    routing
+        .observe(SOLVER, &output("\\boxed{5}", "\\boxed{5}"))
+        .expect("observe");
+    routing.next().expect("verifier's turn");
+    // As the host delivers it: `approved` is outside the contract, so the call is invalid.
+    let invalid = AgentOutput {
+        valid: false,
+        ..output("approved", "approved")
+    };
+    let mut checked = orchestra.start(&task()).expect("start");
+    checked.on_observation("q").expect("observation");
+    checked.next().expect("solver's turn");
+    checked
+        .observe(SOLVER, &output("\\boxed{5}", "\\boxed{5}"))
+        .expect("observe");
+    checked.next().expect("verifier's turn");
+    checked.observe(VERIFIER, &invalid).expect("observe");
+    assert_eq!(
+        checked.next().expect("next"),
+        Next::Submit {
+            action: "\\boxed{5}".into()
+        }
+    );
+    // Marked valid, it can only come from a host that skipped the contract: an error.
+    let error = routing
+        .observe(VERIFIER, &output("approved", "approved"))
+        .expect_err("refused");
+    assert!(
+        error.message().contains("neither `approve` nor `reject`"),
+        "{error}"
+    );
+}
