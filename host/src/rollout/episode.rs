@@ -231,3 +231,47 @@ impl EpisodeState {
         self.outcome
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use drmas_sdk::CallReward;
+
+    use super::EpisodeOutcome;
+
+    #[test]
+    fn call_rewards_land_on_their_calls_and_bad_ones_are_refused() {
+        let mut outcome = EpisodeOutcome {
+            calls: 3,
+            ..EpisodeOutcome::default()
+        };
+        outcome
+            .record_call_rewards(vec![CallReward {
+                call: 1,
+                reward: 0.5,
+            }])
+            .expect("a call made so far");
+        assert_eq!(
+            [0, 1, 2, 3].map(|call| outcome.call_reward(call)),
+            [None, Some(0.5), None, None]
+        );
+        let later = outcome
+            .record_call_rewards(vec![CallReward {
+                call: 3,
+                reward: 1.0,
+            }])
+            .expect_err("call 3 is not made yet");
+        assert!(
+            later
+                .to_string()
+                .contains("gave call 3 its own reward, but the episode has made 3"),
+            "{later}"
+        );
+        let nan = outcome
+            .record_call_rewards(vec![CallReward {
+                call: 0,
+                reward: f64::NAN,
+            }])
+            .expect_err("not finite");
+        assert!(nan.to_string().contains("rewards must be finite"), "{nan}");
+    }
+}
