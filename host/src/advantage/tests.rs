@@ -634,11 +634,11 @@ fn unknown_name_lists_the_valid_names_and_the_closest() {
             plugin_names: Vec::new(),
         }
     );
-    let err = build("ppo", &toml::Table::new()).unwrap_err();
+    let err = build("xyzzy", &toml::Table::new()).unwrap_err();
     assert_eq!(
         err,
         EstimatorError::Unknown {
-            name: "ppo".into(),
+            name: "xyzzy".into(),
             suggestion: None,
             plugin_names: Vec::new(),
         }
@@ -652,6 +652,8 @@ fn bad_param_names_the_estimator_and_the_param() {
         ("grpo", "epsilon = \"small\"", "epsilon"),
         ("grpo_passk", "epsilon = -1.0", "epsilon"),
         ("rloo", "epsilon = 1e-6", "epsilon"),
+        ("ppo", "lam = 1.5", "lam"),
+        ("ppo", "whiten = \"group\"", "whiten"),
         (
             "reinforce_pp_baseline_agent",
             "norm_by_std = true",
