@@ -305,9 +305,17 @@ pub struct AlgorithmSection {
     /// DAPO's overlong reward shaping.
     #[serde(default)]
     pub overlong_penalty: crate::advantage::OverlongPenalty,
-    /// The critic of estimators that have one (`ppo`).
+    /// The critic of estimators that have one (`ppo`), when the file sets it (see
+    /// [`Self::critic_settings`]).
     #[serde(default)]
-    pub critic: CriticSection,
+    pub critic: Option<CriticSection>,
+}
+
+impl AlgorithmSection {
+    /// The critic's settings: the file's `[algorithm.critic]` or the defaults.
+    pub fn critic_settings(&self) -> CriticSection {
+        self.critic.unwrap_or_default()
+    }
 }
 
 impl Default for AlgorithmSection {
@@ -319,7 +327,7 @@ impl Default for AlgorithmSection {
             loss: LossSection::default(),
             dynamic_sampling: DynamicSamplingSection::default(),
             overlong_penalty: crate::advantage::OverlongPenalty::default(),
-            critic: CriticSection::default(),
+            critic: None,
         }
     }
 }

@@ -447,6 +447,22 @@ fn run_files_that_cannot_train_fail_before_any_work() {
         trainer(&dir, &missing).err().expect("missing model")
     );
     assert!(error.contains("/nowhere/model does not exist"), "{error}");
+
+    let critic_without_ppo = run_file("shared", "shared", &group("shared", "llama"), 1).replace(
+        "[rollout]",
+        "[algorithm.critic]\nwarmup_iterations = 1\n\n[rollout]",
+    );
+    let error = format!(
+        "{:#}",
+        trainer(&dir, &critic_without_ppo)
+            .err()
+            .expect("a critic for drmas")
+    );
+    assert!(
+        error.contains("[algorithm.critic] configures a critic, but estimator `drmas` has none")
+            && error.contains("run.toml:"),
+        "{error}"
+    );
     assert!(!dir.join("run").exists(), "nothing was written");
 }
 

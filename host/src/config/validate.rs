@@ -168,7 +168,7 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
         &["algorithm", "overlong_penalty"],
     );
     s.float("factor", overlong.factor, Range::NonNegative);
-    let critic = &algorithm.critic;
+    let critic = algorithm.critic_settings();
     let mut s = problems.section("[algorithm.critic]".into(), &["algorithm", "critic"]);
     s.float("learning_rate", critic.learning_rate, Range::Positive);
     s.float("weight_decay", critic.weight_decay, Range::NonNegative);

@@ -163,7 +163,7 @@ impl Trainer {
             )?;
             group.set_adapter_learning_rates(setup::adapter_learning_rates(&config, name));
             if plan.estimator.uses_critic() {
-                group.add_critic(config.algorithm.critic.weight_decay)?;
+                group.add_critic(config.algorithm.critic_settings().weight_decay)?;
             }
             groups.push(group);
         }
@@ -350,8 +350,8 @@ impl Trainer {
         let started = Instant::now();
         let bar = phase_bar(self.groups.len() as u64, "update");
         let mut trained_tokens = 0;
-        let critic_warmup =
-            values.is_some() && self.iteration <= self.config.algorithm.critic.warmup_iterations;
+        let critic_warmup = values.is_some()
+            && self.iteration <= self.config.algorithm.critic_settings().warmup_iterations;
         for index in 0..self.groups.len() {
             if let (Some(values), Some(returns)) = (&values, &estimate.returns) {
                 self.update_critic(index, rollout, values, returns, &mut metrics)?;
@@ -482,7 +482,10 @@ impl Trainer {
                 .collect();
             let calls: Vec<&AgentCall> = own.iter().map(|&i| &rollout.calls[i]).collect();
             let values = critic
-                .values(&calls, self.config.algorithm.critic.micro_batch_size)
+                .values(
+                    &calls,
+                    self.config.algorithm.critic_settings().micro_batch_size,
+                )
                 .with_context(|| format!("worker group `{}`: the critic's values", group.name))?;
             for (&i, row) in own.iter().zip(values.rows()) {
                 rows[i] = row.to_vec();
@@ -514,7 +517,7 @@ impl Trainer {
                 &calls,
                 &returns.select(&own),
                 &values.select(&own),
-                &self.config.algorithm.critic,
+                &self.config.algorithm.critic_settings(),
             )
             .with_context(|| format!("updating the critic of worker group `{}`", group.name))?;
         if report.skipped {
