@@ -20,6 +20,7 @@ mod settings;
 use std::process::Command;
 use std::time::Instant;
 
+use drmas_host::advantage::PerToken;
 use drmas_host::config::LossSection;
 use drmas_host::engine::FinishReason;
 use drmas_host::model::lora::{LoraSettings, TARGET_MODULES};
@@ -135,9 +136,11 @@ fn measure(side: &str, steps: usize) {
         })
         .collect();
     let refs: Vec<&AgentCall> = calls.iter().collect();
-    let advantages: Vec<f64> = (0..CALLS)
+    let per_call: Vec<f64> = (0..CALLS)
         .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 })
         .collect();
+    let lengths: Vec<usize> = calls.iter().map(|c| c.response.len()).collect();
+    let advantages = PerToken::broadcast(&per_call, &lengths);
     let agents = [AgentTraining {
         loss: LossSection::default(),
         micro_batch_size: CALLS,

@@ -14,6 +14,7 @@
 
 mod diagnostics;
 mod estimator;
+mod gae;
 mod gigpo;
 mod group_normalised;
 mod grouping;
@@ -21,6 +22,7 @@ mod grpo_passk;
 mod normalise;
 mod overlong;
 mod penalty;
+mod per_token;
 mod registry;
 mod reinforce_pp_baseline;
 mod rloo;
@@ -38,8 +40,9 @@ pub use diagnostics::{AgentDiagnostics, Diagnostics};
 /// data. The rewards an estimator normalises are passed alongside (see [`Penalty::apply`]) so the
 /// same batch can be scored with and without the penalty.
 pub use drmas_sdk::Sample;
-pub use estimator::Estimator;
+pub use estimator::{Estimator, TokenEstimate, TokenInput};
 pub use normalise::NormParams;
 pub use overlong::OverlongPenalty;
 pub use penalty::Penalty;
+pub use per_token::PerToken;
 pub use registry::{build, described, is_builtin, names, EstimatorError};

@@ -305,6 +305,17 @@ pub struct AlgorithmSection {
     /// DAPO's overlong reward shaping.
     #[serde(default)]
     pub overlong_penalty: crate::advantage::OverlongPenalty,
+    /// The critic of estimators that have one (`ppo`), when the file sets it (see
+    /// [`Self::critic_settings`]).
+    #[serde(default)]
+    pub critic: Option<CriticSection>,
+}
+
+impl AlgorithmSection {
+    /// The critic's settings: the file's `[algorithm.critic]` or the defaults.
+    pub fn critic_settings(&self) -> CriticSection {
+        self.critic.unwrap_or_default()
+    }
 }
 
 impl Default for AlgorithmSection {
@@ -316,6 +327,42 @@ impl Default for AlgorithmSection {
             loss: LossSection::default(),
             dynamic_sampling: DynamicSamplingSection::default(),
             overlong_penalty: crate::advantage::OverlongPenalty::default(),
+            critic: None,
+        }
+    }
+}
+
+/// `[algorithm.critic]`: the value model of an estimator with a critic (`ppo`) — per worker
+/// group, a copy of the group's model with a value head, trained on the estimator's returns by
+/// its own optimizer (verl's critic worker, colocated with its group).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CriticSection {
+    /// Peak learning rate of the critic's AdamW (no warmup).
+    pub learning_rate: f64,
+    /// AdamW's decoupled weight decay.
+    pub weight_decay: f64,
+    /// Value predictions further than this from the values the returns were computed with are
+    /// clipped in the loss (verl's `cliprange_value`).
+    pub cliprange_value: f64,
+    /// Clips the critic's gradient norm (0: off).
+    pub grad_clip: f64,
+    /// Calls per critic forward/backward pass.
+    pub micro_batch_size: usize,
+    /// Iterations at the start in which only the critic trains and the policy waits (verl's
+    /// `critic_warmup`).
+    pub warmup_iterations: u32,
+}
+
+impl Default for CriticSection {
+    fn default() -> Self {
+        Self {
+            learning_rate: 1e-5,
+            weight_decay: 0.01,
+            cliprange_value: 0.5,
+            grad_clip: 1.0,
+            micro_batch_size: 4,
+            warmup_iterations: 0,
         }
     }
 }

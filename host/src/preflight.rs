@@ -148,6 +148,18 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
             &config.algorithm.params,
         )
         .map_err(|e| file.invalid(config.algorithm.estimator.span().start, e.to_string()))?;
+    if config.algorithm.critic.is_some() && !estimator.uses_critic() {
+        return Err(file
+            .invalid_at(
+                &["algorithm".into(), "critic".into()],
+                format!(
+                    "[algorithm.critic] configures a critic, but estimator `{}` has none (`ppo` \
+                     has): remove the table or set `estimator = \"ppo\"`",
+                    estimator.name()
+                ),
+            )
+            .into());
+    }
     if let Some(required) = estimator.loss_aggregation() {
         let chosen = config.algorithm.loss.aggregation;
         if chosen != required {

@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use drmas_host::advantage::PerToken;
 use drmas_host::config::{LossAggregation, LossSection};
 use drmas_host::engine::FinishReason;
 use drmas_host::model::llama::Llama;
@@ -54,7 +55,7 @@ fn calls(model: &Llama) -> Vec<AgentCall> {
         })
         .collect();
     let refs: Vec<&AgentCall> = calls.iter().collect();
-    let batch = TrainingBatch::new(&refs, &[0.0; 8], Device::Cpu);
+    let batch = TrainingBatch::new(&refs, &broadcast(&refs, &[0.0; 8]), Device::Cpu);
     let logprobs = tch::no_grad(|| {
         let logits = batch.response_logits(model, None, false).expect("forward");
         batch.token_logprobs(&logits, false).0
@@ -93,7 +94,7 @@ fn step(aggregation: LossAggregation, micro: usize) -> [f64; 4] {
         Reference::None,
         &mut optimizer,
         &refs,
-        &advantages,
+        &broadcast(&refs, &advantages),
         &[agent.clone(), agent],
         0.0,
         1e-3,
@@ -134,4 +135,10 @@ fn the_step_is_the_same_for_every_micro_batch_size() {
             }
         }
     }
+}
+
+/// Each call's advantage over its response tokens.
+fn broadcast(calls: &[&AgentCall], per_call: &[f64]) -> PerToken {
+    let lengths: Vec<usize> = calls.iter().map(|c| c.response.len()).collect();
+    PerToken::broadcast(per_call, &lengths)
 }

@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use drmas_host::advantage::PerToken;
 use drmas_host::engine::FinishReason;
 use drmas_host::model::llama::Llama;
 use drmas_host::model::pretrained::Pretrained;
@@ -65,7 +66,7 @@ fn a_shared_prompt_gives_each_call_its_own_logprobs() {
     let refs: Vec<&AgentCall> = calls.iter().collect();
     for name in ["llama", "qwen2", "qwen3"] {
         let model = fixture(name);
-        let batch = TrainingBatch::new(&refs, &[0.0; 5], Device::Cpu);
+        let batch = TrainingBatch::new(&refs, &broadcast(&refs, &[0.0; 5]), Device::Cpu);
         assert_eq!(batch.prompts(), 2, "{name}: two distinct prompts");
         assert_eq!(
             batch.forward_tokens,
@@ -109,8 +110,7 @@ fn gradient(model: &Llama, batches: &[TrainingBatch]) -> Tensor {
     }
     for batch in batches {
         let logprobs = batch_logprobs(model, batch);
-        let objective = (logprobs * &batch.response_mask).sum_dim_intlist(1, false, Kind::Float)
-            * &batch.advantages;
+        let objective = logprobs * &batch.response_mask * &batch.advantages;
         objective.sum(Kind::Float).backward();
     }
     let grads: Vec<Tensor> = variables.iter().map(|v| v.grad().flatten(0, -1)).collect();
@@ -125,12 +125,18 @@ fn sharing_a_prompt_leaves_the_gradient_unchanged() {
     let refs: Vec<&AgentCall> = calls.iter().collect();
     let shared = gradient(
         &model,
-        &[TrainingBatch::new(&refs, &advantages, Device::Cpu)],
+        &[TrainingBatch::new(
+            &refs,
+            &broadcast(&refs, &advantages),
+            Device::Cpu,
+        )],
     );
     let alone: Vec<TrainingBatch> = calls
         .iter()
         .zip(advantages)
-        .map(|(call, advantage)| TrainingBatch::new(&[call], &[advantage], Device::Cpu))
+        .map(|(call, advantage)| {
+            TrainingBatch::new(&[call], &broadcast(&[call], &[advantage]), Device::Cpu)
+        })
         .collect();
     let alone = gradient(&model, &alone);
     let scale = alone.abs().max().double_value(&[]);
@@ -167,4 +173,10 @@ fn continuing_a_prompt_the_prefix_lacks_is_an_error_naming_the_indices() {
         too_many.contains("one prompt index per row, shape [1]"),
         "{too_many}"
     );
+}
+
+/// Each call's advantage over its response tokens.
+fn broadcast(calls: &[&AgentCall], per_call: &[f64]) -> PerToken {
+    let lengths: Vec<usize> = calls.iter().map(|c| c.response.len()).collect();
+    PerToken::broadcast(per_call, &lengths)
 }

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use drmas_host::advantage::PerToken;
 use drmas_host::config::LossSection;
 use drmas_host::engine::FinishReason;
 use drmas_host::model::pretrained::Pretrained;
@@ -48,7 +49,10 @@ fn a_nan_advantage_skips_the_step_naming_the_agent_and_keeps_the_weights() {
         Reference::None,
         &mut optimizer,
         &refs,
-        &[0.5, f64::NAN],
+        &PerToken::broadcast(
+            &[0.5, f64::NAN],
+            &calls.iter().map(|c| c.response.len()).collect::<Vec<_>>(),
+        ),
         &[training.clone(), training],
         1.0,
         1e-3,

@@ -332,6 +332,96 @@ fn a_resumed_run_ends_exactly_where_an_uninterrupted_one_does() {
 }
 
 #[test]
+fn ppo_trains_a_critic_per_group_waits_through_its_warmup_and_resumes_exactly() {
+    let groups = format!("{}\n{}", group("llama", "llama"), group("qwen", "qwen2"));
+    let ppo = |iterations| {
+        run_file("llama", "qwen", &groups, iterations)
+            .replace(
+                "estimator = \"drmas\"",
+                "estimator = \"ppo\"\nparams = { gamma = 1.0, lam = 0.95, whiten = \"agent\" }",
+            )
+            .replace(
+                "[rollout]",
+                "[algorithm.critic]\nlearning_rate = 1e-3\nwarmup_iterations = 1\n\
+                 micro_batch_size = 2\n\n[rollout]",
+            )
+    };
+    let straight = common::scratch(&format!("trainer-ppo-{}", std::process::id()));
+    let end = trainer(&straight, &ppo(3))
+        .expect("trainer")
+        .train()
+        .expect("three iterations")
+        .checkpoint
+        .expect("checkpoint");
+    let lines = metrics(&straight);
+    // Line 0 is the evaluation before training; iteration 1 trains only the critics.
+    let (warmup, trained) = (&lines[1], &lines[2]);
+    assert_eq!(warmup["critic/warmup"], 1.0, "{warmup}");
+    assert!(warmup.get("grad_norm/agent/first").is_none(), "{warmup}");
+    assert_eq!(trained["critic/warmup"], 0.0, "{trained}");
+    for line in [warmup, trained] {
+        for group in ["llama", "qwen"] {
+            for key in ["critic/vf_loss", "critic/grad_norm"] {
+                let value = line[format!("{key}/{group}")].as_f64().expect(key);
+                assert!(value.is_finite() && value >= 0.0, "{key}/{group} = {value}");
+            }
+        }
+    }
+    assert!(trained["grad_norm/agent/first"]
+        .as_f64()
+        .is_some_and(|n| n > 0.0));
+    assert!(end.join("llama/critic.safetensors").is_file());
+
+    let resumed = common::scratch(&format!("trainer-ppo-resumed-{}", std::process::id()));
+    trainer(&resumed, &ppo(1))
+        .expect("trainer")
+        .train()
+        .expect("first iteration");
+    let first_checkpoint = resumed.join("run/checkpoints/iteration_00001");
+    let saved = tch::Tensor::read_safetensors(first_checkpoint.join("llama/model.safetensors"))
+        .expect("checkpoint weights");
+    let original = drmas_host::model::pretrained::Pretrained::load(
+        Path::new(&tiny_model("llama")),
+        tch::Device::Cpu,
+        tch::Kind::Float,
+    )
+    .expect("fixture");
+    let original = original.model.var_store().variables();
+    for (name, tensor) in &saved {
+        assert!(
+            tensor.equal(&original[name]),
+            "{name}: the policy moved during the critic's warm-up"
+        );
+    }
+    let mut rest = trainer(&resumed, &ppo(3)).expect("trainer");
+    assert_eq!(rest.resume().expect("resume"), Some(1));
+    let resumed_end = rest
+        .train()
+        .expect("the rest")
+        .checkpoint
+        .expect("checkpoint");
+    for group in ["llama", "qwen"] {
+        assert!(
+            weights(&end, group) == weights(&resumed_end, group),
+            "{group}"
+        );
+        let critic = |dir: &Path| std::fs::read(dir.join(group).join("critic.safetensors"));
+        assert!(
+            critic(&end).expect("critic") == critic(&resumed_end).expect("critic"),
+            "{group}: resumed critic differs"
+        );
+    }
+    let again = metrics(&resumed);
+    for key in [
+        "critic/vf_loss/llama",
+        "critic/values_mean",
+        "advantage/mean/second",
+    ] {
+        assert_eq!(lines[3][key], again[3][key], "{key}");
+    }
+}
+
+#[test]
 fn run_files_that_cannot_train_fail_before_any_work() {
     let dir = common::scratch(&format!("trainer-bad-{}", std::process::id()));
     let conflict = run_file("shared", "shared", &group("shared", "llama"), 1).replacen(
@@ -357,6 +447,22 @@ fn run_files_that_cannot_train_fail_before_any_work() {
         trainer(&dir, &missing).err().expect("missing model")
     );
     assert!(error.contains("/nowhere/model does not exist"), "{error}");
+
+    let critic_without_ppo = run_file("shared", "shared", &group("shared", "llama"), 1).replace(
+        "[rollout]",
+        "[algorithm.critic]\nwarmup_iterations = 1\n\n[rollout]",
+    );
+    let error = format!(
+        "{:#}",
+        trainer(&dir, &critic_without_ppo)
+            .err()
+            .expect("a critic for drmas")
+    );
+    assert!(
+        error.contains("[algorithm.critic] configures a critic, but estimator `drmas` has none")
+            && error.contains("run.toml:"),
+        "{error}"
+    );
     assert!(!dir.join("run").exists(), "nothing was written");
 }
 

@@ -2,8 +2,32 @@
 
 use std::fmt;
 
-use super::Sample;
+use super::{PerToken, Sample};
 use crate::config::LossAggregation;
+
+/// What [`Estimator::token_advantages`] reads: the batch, its rewards, each call's response
+/// length and, for an estimator with a critic, the critic's values.
+#[derive(Debug, Clone, Copy)]
+pub struct TokenInput<'a> {
+    /// One sample per agent call.
+    pub samples: &'a [Sample],
+    /// Each sample's reward, as [`Estimator::advantages`] takes them.
+    pub rewards: &'a [f64],
+    /// Each call's response tokens.
+    pub lengths: &'a [usize],
+    /// The critic's value of each response token's state, when the estimator has a critic
+    /// ([`Estimator::uses_critic`]).
+    pub values: Option<&'a PerToken>,
+}
+
+/// Token-level advantages, and the returns a critic learns from when the estimator has one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenEstimate {
+    /// One advantage per response token of each call.
+    pub advantages: PerToken,
+    /// The value targets of the same tokens (`None` without a critic).
+    pub returns: Option<PerToken>,
+}
 
 /// Turns the rewards of a batch into one advantage per sample: a built-in estimator, or a
 /// plugin's behind [`PluginEstimator`](crate::plugins::PluginEstimator).
@@ -24,6 +48,26 @@ pub trait Estimator: Send + Sync + fmt::Debug {
     /// # Panics
     /// If `samples` and `rewards` differ in length.
     fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> anyhow::Result<Vec<f64>>;
+
+    /// Advantages `[calls, tokens]`: what the update trains on. An outcome estimator's
+    /// per-call advantage ([`Self::advantages`]) is repeated over the call's tokens (the
+    /// default); an estimator with a critic (`ppo`) computes one per token from its values.
+    ///
+    /// # Panics
+    /// If the slices of `input` differ in length.
+    fn token_advantages(&self, input: &TokenInput<'_>) -> anyhow::Result<TokenEstimate> {
+        let per_call = self.advantages(input.samples, input.rewards)?;
+        Ok(TokenEstimate {
+            advantages: PerToken::broadcast(&per_call, input.lengths),
+            returns: None,
+        })
+    }
+
+    /// Whether [`Self::token_advantages`] needs a critic's values (the trainer then keeps one
+    /// per worker group and trains it on the returns).
+    fn uses_critic(&self) -> bool {
+        false
+    }
 
     /// Where a plugin's estimator comes from (its plugin and library), for the plan's summary;
     /// `None` for the built-in ones.

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use crate::config::LossAggregation;
 use crate::suggest::similar;
 
+use super::gae::{Gae, GaeParams};
 use super::gigpo::{Gigpo, GigpoParams};
 use super::group_normalised::{GroupNormalised, Score};
 use super::grouping::GroupBy;
@@ -226,6 +227,15 @@ const REGISTRY: &[(&str, &str, Constructor)] = &[
                 by: GroupBy::PromptAgent,
                 params: gigpo_params(t)?,
             }))
+        },
+    ),
+    (
+        "ppo",
+        "PPO: GAE over a critic's per-token values, whitened (batch or agent)",
+        |t| {
+            let params: GaeParams = parse(t)?;
+            params.validate()?;
+            Ok(Box::new(Gae { params }))
         },
     ),
 ];

@@ -168,6 +168,18 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
         &["algorithm", "overlong_penalty"],
     );
     s.float("factor", overlong.factor, Range::NonNegative);
+    let critic = algorithm.critic_settings();
+    let mut s = problems.section("[algorithm.critic]".into(), &["algorithm", "critic"]);
+    s.float("learning_rate", critic.learning_rate, Range::Positive);
+    s.float("weight_decay", critic.weight_decay, Range::NonNegative);
+    s.float("cliprange_value", critic.cliprange_value, Range::Positive);
+    s.float("grad_clip", critic.grad_clip, Range::NonNegative);
+    s.size(
+        "micro_batch_size",
+        critic.micro_batch_size as u64,
+        1,
+        u64::MAX,
+    );
 
     let rollout = &config.rollout;
     let mut s = problems.section("[rollout]".into(), &["rollout"]);

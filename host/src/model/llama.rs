@@ -210,6 +210,15 @@ impl Llama {
         self.rotary.to_device(device);
     }
 
+    /// A copy with weights of its own (same config, dtype, device and backend; LoRA adapters
+    /// left out): a critic starts from the model whose calls it values.
+    pub fn duplicate(&self) -> Result<Self, ModelError> {
+        let mut copy = Self::with_kind(self.config.clone(), self.device(), self.kind());
+        copy.vs.copy(&self.vs)?;
+        copy.backend = self.backend.clone();
+        Ok(copy)
+    }
+
     /// Stops gradients to every weight (a frozen reference model).
     pub fn freeze(&mut self) {
         self.vs.freeze();
@@ -471,7 +480,7 @@ impl Llama {
 
 /// Moves `vs`'s variables and their gradients to `device` without replacing them (see
 /// [`Llama::to_device`]).
-fn move_variables(vs: &mut VarStore, device: Device) {
+pub(crate) fn move_variables(vs: &mut VarStore, device: Device) {
     tch::no_grad(|| {
         for variable in vs.variables().values() {
             let mut gradient = variable.grad();

@@ -24,6 +24,10 @@ const DELETING_SUFFIX: &str = ".deleting";
 const OPTIMIZER_FILE: &str = "optimizer.safetensors";
 /// The folder of a LoRA group's adapters (one PEFT folder each) inside its folder.
 const ADAPTERS_DIR: &str = "adapters";
+/// A group's critic weights (model and value head) inside its folder.
+const CRITIC_FILE: &str = "critic.safetensors";
+/// A group's critic optimizer moments inside its folder.
+const CRITIC_OPTIMIZER_FILE: &str = "critic_optimizer.safetensors";
 
 /// The trainer's position, saved with the weights.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -69,6 +73,17 @@ impl Checkpoint {
             let refs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
             Tensor::write_safetensors(&refs, dir.join(OPTIMIZER_FILE))
                 .with_context(|| format!("saving the optimizer of `{}`", group.name))?;
+            if let Some(critic) = &group.critic {
+                for (file, named) in [
+                    (CRITIC_FILE, critic.weights()),
+                    (CRITIC_OPTIMIZER_FILE, critic.optimizer.state()),
+                ] {
+                    let refs: Vec<(&str, &Tensor)> =
+                        named.iter().map(|(n, t)| (n.as_str(), t)).collect();
+                    Tensor::write_safetensors(&refs, dir.join(file))
+                        .with_context(|| format!("saving the critic of `{}`", group.name))?;
+                }
+            }
         }
         std::fs::write(staging.join(STATE_FILE), serde_json::to_vec_pretty(state)?)?;
         sync_dir(&staging);
@@ -147,6 +162,10 @@ impl Checkpoint {
                 .optimizer
                 .load_state(&saved)
                 .with_context(|| format!("restoring {}", optimizer.display()))?;
+            if let Some(critic) = &mut group.critic {
+                restore_critic(critic, &dir)
+                    .with_context(|| format!("restoring the critic of `{}`", group.name))?;
+            }
         }
         Ok(state)
     }
@@ -189,6 +208,26 @@ fn restore_model(group: &WorkerGroup, dir: &Path) -> anyhow::Result<()> {
         }
         group.pretrained.model.load_adapter(slot, &folder)?;
     }
+    Ok(())
+}
+
+/// Loads a critic's weights and optimizer moments from a group's folder `dir`.
+fn restore_critic(critic: &mut crate::update::Critic, dir: &Path) -> anyhow::Result<()> {
+    let weights = dir.join(CRITIC_FILE);
+    if !weights.is_file() {
+        bail!(
+            "{} is missing: the checkpoint holds no critic; was it written by a run with \
+             another estimator?",
+            weights.display()
+        );
+    }
+    let saved = Tensor::read_safetensors(&weights)
+        .with_context(|| format!("reading {}", weights.display()))?;
+    critic.load_weights(&saved)?;
+    let moments = dir.join(CRITIC_OPTIMIZER_FILE);
+    let saved = Tensor::read_safetensors(&moments)
+        .with_context(|| format!("reading {}", moments.display()))?;
+    critic.optimizer.load_state(&saved)?;
     Ok(())
 }
 

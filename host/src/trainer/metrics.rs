@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 
 use super::eval::EvalReport;
 use super::WorkerGroup;
-use crate::advantage::{Diagnostics, Sample};
+use crate::advantage::{Diagnostics, PerToken, Sample};
 use crate::rollout::{Rollout, TeamMember};
 use crate::update::UpdateReport;
 
@@ -237,6 +237,21 @@ pub(super) fn record_advantages(
         metrics.set(format!("advantage/mean/{role}"), mean);
         metrics.set(format!("advantage/std/{role}"), std);
     }
+}
+
+/// The critic's values and returns over every response token, and whether the policy waited
+/// for it (`[algorithm.critic] warmup_iterations`).
+pub(super) fn record_critic(
+    metrics: &mut Metrics,
+    values: &PerToken,
+    returns: &PerToken,
+    warmup: bool,
+) {
+    let mean =
+        |table: &PerToken| table.values().iter().sum::<f64>() / table.values().len().max(1) as f64;
+    metrics.set("critic/values_mean", mean(values));
+    metrics.set("critic/returns_mean", mean(returns));
+    metrics.set("critic/warmup", f64::from(u8::from(warmup)));
 }
 
 /// An evaluation's avg@k and pass@k, overall and per data source.

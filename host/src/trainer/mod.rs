@@ -24,22 +24,22 @@ use dynamic_sampling::{append, groups_with_spread, keep_groups};
 pub use eval::{score, EvalReport, SourceScore, SOLVED_REWARD};
 pub use fleet::probe_servers;
 use metrics::{
-    iteration_line, record_advantages, record_dynamic_sampling, record_eval, record_rollout,
-    record_update, record_update_time,
+    iteration_line, record_advantages, record_critic, record_dynamic_sampling, record_eval,
+    record_rollout, record_update, record_update_time,
 };
 pub use metrics::{Metrics, MetricsLog};
 pub use setup::Phase;
 pub use task_order::TaskOrder;
 pub use worker_group::{tch_device, WorkerGroup};
 
-use crate::advantage::{Estimator, Penalty, Sample};
+use crate::advantage::{Estimator, Penalty, PerToken, Sample, TokenInput};
 use crate::config::{RunConfig, RunFile};
 use crate::engine::{Generator, LocalGenerator};
 use crate::model::chat_codec::ChatCodec;
 use crate::plugins::Hosted;
 use crate::preflight::{resolve_model, Plan};
 use crate::rng::SeededRng;
-use crate::rollout::{self, Rollout, RolloutLimits, TeamMember};
+use crate::rollout::{self, AgentCall, Rollout, RolloutLimits, TeamMember};
 use crate::update::{update_group, warmup_lr, AgentTraining, NonFinite, Reference, UpdateReport};
 
 /// Sequences in one generation batch at most (bounds KV-cache memory).
@@ -162,6 +162,9 @@ impl Trainer {
                 config.algorithm.loss.weight_decay,
             )?;
             group.set_adapter_learning_rates(setup::adapter_learning_rates(&config, name));
+            if plan.estimator.uses_critic() {
+                group.add_critic(config.algorithm.critic_settings().weight_decay)?;
+            }
             groups.push(group);
         }
         let team = setup::team(&config, &mut plan, Phase::Train);
@@ -323,17 +326,45 @@ impl Trainer {
         let samples = self.samples(rollout);
         let mut rewards = self.penalty.apply(&samples);
         self.shape_overlong(rollout, &mut rewards, &mut metrics);
-        let advantages = self.estimator.advantages(&samples, &rewards)?;
-        record_advantages(&mut metrics, &samples, &rewards, &advantages, &self.team);
+        let lengths: Vec<usize> = rollout.calls.iter().map(|c| c.response.len()).collect();
+        let values = if self.estimator.uses_critic() {
+            Some(self.critic_values(rollout)?)
+        } else {
+            None
+        };
+        let estimate = self.estimator.token_advantages(&TokenInput {
+            samples: &samples,
+            rewards: &rewards,
+            lengths: &lengths,
+            values: values.as_ref(),
+        })?;
+        let advantages = estimate.advantages;
+        record_advantages(
+            &mut metrics,
+            &samples,
+            &rewards,
+            &advantages.row_means(),
+            &self.team,
+        );
 
         let started = Instant::now();
         let bar = phase_bar(self.groups.len() as u64, "update");
         let mut trained_tokens = 0;
+        let critic_warmup = values.is_some()
+            && self.iteration <= self.config.algorithm.critic_settings().warmup_iterations;
         for index in 0..self.groups.len() {
-            let (report, lr) = self.update(index, rollout, &advantages)?;
-            trained_tokens += report.forward_tokens;
-            record_update(&mut metrics, &self.groups[index], &report, lr, &self.team);
+            if let (Some(values), Some(returns)) = (&values, &estimate.returns) {
+                self.update_critic(index, rollout, values, returns, &mut metrics)?;
+            }
+            if !critic_warmup {
+                let (report, lr) = self.update(index, rollout, &advantages)?;
+                trained_tokens += report.forward_tokens;
+                record_update(&mut metrics, &self.groups[index], &report, lr, &self.team);
+            }
             bar.inc(1);
+        }
+        if let (Some(values), Some(returns)) = (&values, &estimate.returns) {
+            record_critic(&mut metrics, values, returns, critic_warmup);
         }
         bar.finish_and_clear();
         record_update_time(
@@ -440,21 +471,89 @@ impl Trainer {
             .collect()
     }
 
-    /// Worker group `index`'s update on its calls of `rollout` (`advantages` has one entry per
+    /// Each group's critic's values of its calls of `rollout`, in call order.
+    fn critic_values(&self, rollout: &Rollout) -> anyhow::Result<PerToken> {
+        let mut rows: Vec<Vec<f64>> = vec![Vec::new(); rollout.calls.len()];
+        for (index, group) in self.groups.iter().enumerate() {
+            let Some(critic) = &group.critic else {
+                continue;
+            };
+            let own: Vec<usize> = (0..rollout.calls.len())
+                .filter(|&i| self.team[rollout.calls[i].agent].group == index)
+                .collect();
+            let calls: Vec<&AgentCall> = own.iter().map(|&i| &rollout.calls[i]).collect();
+            let values = critic
+                .values(
+                    &calls,
+                    self.config.algorithm.critic_settings().micro_batch_size,
+                )
+                .with_context(|| format!("worker group `{}`: the critic's values", group.name))?;
+            for (&i, row) in own.iter().zip(values.rows()) {
+                rows[i] = row.to_vec();
+            }
+        }
+        Ok(PerToken::from_rows(rows))
+    }
+
+    /// Worker group `index`'s critic update on its calls of `rollout` towards their `returns`
+    /// (`values`: the critic's values the returns were computed with; both one row per call).
+    fn update_critic(
+        &mut self,
+        index: usize,
+        rollout: &Rollout,
+        values: &PerToken,
+        returns: &PerToken,
+        metrics: &mut Metrics,
+    ) -> anyhow::Result<()> {
+        let own: Vec<usize> = (0..rollout.calls.len())
+            .filter(|&i| self.team[rollout.calls[i].agent].group == index)
+            .collect();
+        let calls: Vec<&AgentCall> = own.iter().map(|&i| &rollout.calls[i]).collect();
+        let group = &mut self.groups[index];
+        let Some(critic) = &mut group.critic else {
+            return Ok(());
+        };
+        let report = critic
+            .update(
+                &calls,
+                &returns.select(&own),
+                &values.select(&own),
+                &self.config.algorithm.critic_settings(),
+            )
+            .with_context(|| format!("updating the critic of worker group `{}`", group.name))?;
+        if report.skipped {
+            self.skipped_steps += 1;
+            tracing::warn!(
+                "worker group `{}`, iteration {}: the critic's loss or gradient is not finite; \
+                 its optimizer step was skipped. Check [algorithm.critic] learning_rate and the \
+                 rewards",
+                group.name,
+                self.iteration
+            );
+        }
+        metrics.set(format!("critic/vf_loss/{}", group.name), report.stats.loss);
+        metrics.set(
+            format!("critic/vf_clipfrac/{}", group.name),
+            report.stats.clip_fraction,
+        );
+        metrics.set(format!("critic/grad_norm/{}", group.name), report.grad_norm);
+        Ok(())
+    }
+
+    /// Worker group `index`'s update on its calls of `rollout` (`advantages` has one row per
     /// call); returns the update's report and learning rate.
     fn update(
         &mut self,
         index: usize,
         rollout: &Rollout,
-        advantages: &[f64],
+        advantages: &PerToken,
     ) -> anyhow::Result<(UpdateReport, f64)> {
         let group = &mut self.groups[index];
-        let (calls, group_advantages): (Vec<_>, Vec<f64>) = rollout
-            .calls
-            .iter()
-            .zip(advantages)
-            .filter(|(call, _)| self.team[call.agent].group == index)
-            .unzip();
+        let own: Vec<usize> = (0..rollout.calls.len())
+            .filter(|&i| self.team[rollout.calls[i].agent].group == index)
+            .collect();
+        let calls: Vec<_> = own.iter().map(|&i| &rollout.calls[i]).collect();
+        let group_advantages = advantages.select(&own);
         let lr = warmup_lr(
             group.learning_rate,
             group.optimizer.steps() + 1,
@@ -651,7 +750,6 @@ fn weight_version(iteration: u32) -> String {
     format!("iteration-{iteration}")
 }
 
-/// A progress bar on stderr for one phase (drawn only when stderr is a terminal).
 /// What an iteration rolled out, and what it trains on.
 #[derive(Debug, Default)]
 struct SampledGroups {
@@ -670,6 +768,7 @@ impl SampledGroups {
     }
 }
 
+/// A progress bar on stderr for one phase (drawn only when stderr is a terminal).
 fn phase_bar(len: u64, label: &str) -> ProgressBar {
     let bar = ProgressBar::new(len);
     if let Ok(style) =

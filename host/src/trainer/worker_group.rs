@@ -9,7 +9,7 @@ use crate::config;
 use crate::engine::cpu::backend_for;
 use crate::model::lora::LoraSettings;
 use crate::model::pretrained::Pretrained;
-use crate::update::AdamW;
+use crate::update::{AdamW, Critic};
 
 /// A worker group at run time.
 pub struct WorkerGroup {
@@ -29,6 +29,8 @@ pub struct WorkerGroup {
     pub optimizer: AdamW,
     /// The peak learning rate (before warmup).
     pub learning_rate: f64,
+    /// The value model of its calls, when the estimator has a critic.
+    pub critic: Option<Critic>,
 }
 
 impl WorkerGroup {
@@ -90,21 +92,33 @@ impl WorkerGroup {
             pretrained,
             reference,
             learning_rate,
+            critic: None,
         })
     }
 }
 
 impl WorkerGroup {
-    /// Moves the group to `device`: its model's weights and gradients, its reference model
-    /// and its optimizer's moments (see [`crate::model::llama::Llama::to_device`]). Offloading
-    /// a group to the CPU frees its accelerator memory for another group; moving it back
-    /// restores it bit for bit.
+    /// Moves the group to `device`: its model's weights and gradients, its reference model,
+    /// its critic and its optimizers' moments (see
+    /// [`crate::model::llama::Llama::to_device`]). Offloading a group to the CPU frees its
+    /// accelerator memory for another group; moving it back restores it bit for bit.
     pub fn to_device(&mut self, device: tch::Device) {
         self.pretrained.model.to_device(device);
         if let Some(reference) = &mut self.reference {
             reference.model.to_device(device);
         }
+        if let Some(critic) = &mut self.critic {
+            critic.to_device(device);
+        }
         self.optimizer.to_device(device);
+    }
+
+    /// Gives the group a critic starting from its model (see [`Critic::new`]).
+    pub fn add_critic(&mut self, weight_decay: f64) -> anyhow::Result<()> {
+        let critic = Critic::new(&self.pretrained.model, weight_decay)
+            .with_context(|| format!("worker group `{}`: building its critic", self.name))?;
+        self.critic = Some(critic);
+        Ok(())
     }
 
     /// Gives adapter `slot` the peak learning rate `rates[slot]` (the optimizer scales those

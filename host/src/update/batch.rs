@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use tch::{Device, Kind, Tensor};
 
+use crate::advantage::PerToken;
 use crate::model::error::ModelError;
 use crate::model::layers::AdapterRows;
 use crate::model::llama::Llama;
@@ -32,13 +33,15 @@ pub struct TrainingBatch {
     pub response_mask: Tensor,
     /// Sampling log-probabilities `[B, R]` f32 (0 on padding).
     pub old_logprobs: Tensor,
-    /// One advantage per call `[B]` f32.
+    /// Advantages per response token `[B, R]` f32 (0 on padding).
     pub advantages: Tensor,
     /// Sampling temperature per call `[B, 1, 1]` f32 (1 for greedy calls); the logits are
     /// divided by it, as they were for sampling.
     pub temperatures: Tensor,
     /// Longest response `R`.
     pub response_len: i64,
+    /// Each call's response tokens.
+    pub response_lengths: Vec<usize>,
     /// Real response tokens in the batch.
     pub response_tokens: usize,
     /// Tokens the forward pass runs, padding included: `G × P + B × (R − 1)`.
@@ -46,13 +49,14 @@ pub struct TrainingBatch {
 }
 
 impl TrainingBatch {
-    /// Packs `calls` with their `advantages` onto `device`. Calls whose prompts are equal token
-    /// for token share one row of `prompt_ids`.
+    /// Packs `calls` with their `advantages` (row `i`: one per response token of `calls[i]`)
+    /// onto `device`. Calls whose prompts are equal token for token share one row of
+    /// `prompt_ids`.
     ///
     /// # Panics
-    /// If a call has an empty prompt or response, or `calls` is empty (the trainer never
-    /// builds such batches).
-    pub fn new(calls: &[&AgentCall], advantages: &[f64], device: Device) -> Self {
+    /// If a call has an empty prompt or response, `calls` is empty (the trainer never builds
+    /// such batches), or an advantage row is not as long as its call's response.
+    pub fn new(calls: &[&AgentCall], advantages: &PerToken, device: Device) -> Self {
         assert!(!calls.is_empty(), "a training batch needs calls");
         assert!(
             calls
@@ -81,7 +85,8 @@ impl TrainingBatch {
         }
 
         let b = calls.len();
-        let response = calls.iter().map(|c| c.response.len()).max().unwrap_or(0);
+        let response_lengths: Vec<usize> = calls.iter().map(|c| c.response.len()).collect();
+        let response = response_lengths.iter().copied().max().unwrap_or(0);
         let inputs = response - 1;
         let mut input_ids = vec![0i64; b * inputs];
         let mut input_mask = vec![false; b * inputs];
@@ -107,7 +112,6 @@ impl TrainingBatch {
                 }
             })
             .collect();
-        let advantages: Vec<f32> = advantages.iter().map(|&a| a as f32).collect();
         let tensor = |values: Tensor, rows: usize, columns: usize| {
             values.view([rows as i64, columns as i64]).to_device(device)
         };
@@ -124,11 +128,12 @@ impl TrainingBatch {
             targets: tensor(Tensor::from_slice(&targets), b, response),
             response_mask: tensor(Tensor::from_slice(&response_mask), b, response),
             old_logprobs: tensor(Tensor::from_slice(&old), b, response),
-            advantages: Tensor::from_slice(&advantages).to_device(device),
+            advantages: per_token_tensor(advantages, &response_lengths, response).to_device(device),
             temperatures: Tensor::from_slice(&temperatures)
                 .view([b as i64, 1, 1])
                 .to_device(device),
             response_len: response as i64,
+            response_lengths,
             response_tokens: calls.iter().map(|c| c.response.len()).sum(),
             forward_tokens: prompts.len() * prompt_len + b * inputs,
         }
@@ -136,7 +141,7 @@ impl TrainingBatch {
 
     /// The calls in the batch.
     pub fn len(&self) -> usize {
-        self.advantages.size()[0] as usize
+        self.targets.size()[0] as usize
     }
 
     /// Whether the batch has no calls (never true: see [`Self::new`]).
@@ -150,16 +155,30 @@ impl TrainingBatch {
     }
 
     /// The logits `[B, R, vocab]` that predict the response tokens, at each call's
-    /// temperature: from each call's last prompt position, then its response positions but the
-    /// last. The prompts run through `model` once ([`Llama::forward_prompts`]) and the
-    /// responses after them ([`Llama::forward_continuations`]), every row through LoRA adapter
-    /// `adapter` (`None`: the base model), with dropout when `training` (a prompt's dropout mask
-    /// is then drawn once and shared by its responses, as its forward pass is).
+    /// temperature: [`Self::response_hidden`] through the LM head.
     ///
     /// The temperature divides the hidden states before the LM head (`(h / T) · Wᵀ = (h · Wᵀ) /
     /// T`): a tensor `vocab / hidden` (85 for SmolLM2) times smaller than the logits, which
     /// spares a logits-sized tensor and its gradient per micro-batch.
     pub fn response_logits(
+        &self,
+        model: &Llama,
+        adapter: Option<usize>,
+        training: bool,
+    ) -> Result<Tensor, ModelError> {
+        let hidden = self.response_hidden(model, adapter, training)?;
+        let temperatures = self.temperatures.to_kind(hidden.kind());
+        Ok(model.logits(&(hidden / temperatures)))
+    }
+
+    /// The final hidden states `[B, R, hidden]` of the positions that predict the response
+    /// tokens: each call's last prompt position, then its response positions but the last —
+    /// the states a critic values. The prompts run through `model` once
+    /// ([`Llama::forward_prompts`]) and the responses after them
+    /// ([`Llama::forward_continuations`]), every row through LoRA adapter `adapter` (`None`: the
+    /// base model), with dropout when `training` (a prompt's dropout mask is then drawn once and
+    /// shared by its responses, as its forward pass is).
+    pub fn response_hidden(
         &self,
         model: &Llama,
         adapter: Option<usize>,
@@ -176,7 +195,7 @@ impl TrainingBatch {
             .select(1, prompt_hidden.size()[1] - 1)
             .index_select(0, &self.prompt_of_call)
             .unsqueeze(1);
-        let hidden = match &self.response_inputs {
+        Ok(match &self.response_inputs {
             None => last_prompt,
             Some((ids, mask)) => {
                 let responses = model.forward_continuations(
@@ -188,9 +207,17 @@ impl TrainingBatch {
                 )?;
                 Tensor::cat(&[last_prompt, responses], 1)
             }
-        };
-        let temperatures = self.temperatures.to_kind(hidden.kind());
-        Ok(model.logits(&(hidden / temperatures)))
+        })
+    }
+
+    /// `rows` (one value per response token of each call) laid out as the response tokens are,
+    /// `[B, R]` f32 with 0 on padding.
+    ///
+    /// # Panics
+    /// If `rows` does not have one row per call, each as long as the call's response.
+    pub fn per_token(&self, rows: &PerToken) -> Tensor {
+        per_token_tensor(rows, &self.response_lengths, self.response_len as usize)
+            .to_device(self.targets.device())
     }
 
     /// Log-probabilities `[B, R]` of the targets and, when `with_entropy`, the entropy `[B, R]`
@@ -205,4 +232,23 @@ impl TrainingBatch {
             .then(|| -(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, Kind::Float));
         (chosen, entropy)
     }
+}
+
+/// `rows` right-padded with 0 to `width` columns, `[rows, width]` f32 on the CPU.
+///
+/// # Panics
+/// If `rows` does not have one row per entry of `lengths`, each of that length.
+fn per_token_tensor(rows: &PerToken, lengths: &[usize], width: usize) -> Tensor {
+    assert_eq!(
+        rows.lengths(),
+        lengths,
+        "one value per response token of each call"
+    );
+    let mut flat = vec![0f32; lengths.len() * width];
+    for (i, row) in rows.rows().enumerate() {
+        for (slot, &value) in flat[i * width..].iter_mut().zip(row) {
+            *slot = value as f32;
+        }
+    }
+    Tensor::from_slice(&flat).view([lengths.len() as i64, width as i64])
 }

@@ -6,14 +6,14 @@ use tch::{Kind, Tensor};
 use super::{kl_penalty, Aggregation, BatchTotals};
 use crate::config::LossSection;
 
-/// One micro-batch's inputs, all `[B, T]` over response positions except `advantages` (`[B]`:
-/// one per sample, broadcast over its tokens) and `totals`.
+/// One micro-batch's inputs, all `[B, T]` over response positions except `advantages` (`[B, T]`,
+/// or `[B]`: one per sample, broadcast over its tokens) and `totals`.
 pub struct LossInputs<'a> {
     /// Log-probabilities of the sampled tokens under the current policy (with autograd).
     pub logprobs: &'a Tensor,
     /// Their log-probabilities when they were sampled.
     pub old_logprobs: &'a Tensor,
-    /// One advantage per sample.
+    /// One advantage per response token, or one per sample.
     pub advantages: &'a Tensor,
     /// 1.0 on response tokens, 0.0 on padding.
     pub mask: &'a Tensor,
@@ -50,7 +50,10 @@ pub fn policy_loss(settings: &LossSection, inputs: &LossInputs<'_>) -> (Tensor, 
         scale_factor: settings.loss_scale_factor,
         totals: inputs.totals,
     };
-    let advantages = inputs.advantages.unsqueeze(1);
+    let advantages = match inputs.advantages.dim() {
+        1 => inputs.advantages.unsqueeze(1),
+        _ => inputs.advantages.shallow_clone(),
+    };
     let ratio = (inputs.logprobs - inputs.old_logprobs).exp();
 
     let unclipped = -&advantages * &ratio;

@@ -1,18 +1,23 @@
 //! Training: the policy loss on per-token log-probabilities (PPO clipped surrogate with DAPO's
-//! decoupled clip and dual clip, token aggregation modes, entropy bonus, KL to a reference).
+//! decoupled clip and dual clip, token aggregation modes, entropy bonus, KL to a reference), and
+//! the critic of estimators that have one.
 
 mod adamw;
 mod aggregate;
 mod batch;
+mod critic;
 mod grad_norm;
 mod kl;
 mod loss;
 mod step;
+mod value_loss;
 
 pub use adamw::{warmup_lr, AdamW};
 pub use aggregate::{Aggregation, BatchTotals};
 pub use batch::TrainingBatch;
+pub use critic::{Critic, CriticReport};
 pub use grad_norm::{global_norm, GradientLedger};
 pub use kl::kl_penalty;
 pub use loss::{policy_loss, LossInputs, LossStats};
 pub use step::{update_group, AgentTraining, NonFinite, Reference, UpdateReport};
+pub use value_loss::{value_loss, ValueLossStats};

@@ -282,3 +282,54 @@ fn gradients_of_a_tiny_policy_match_finite_differences() {
         );
     }
 }
+
+#[test]
+fn per_token_advantages_equal_to_the_calls_give_the_per_call_loss_bit_for_bit() {
+    let logprobs = t(&[&[-1.0, -2.0, -0.5], &[-0.3, -9.0, -9.0]]);
+    let old = t(&[&[-1.4, -1.5, -0.5], &[0.1, -9.0, -9.0]]);
+    let per_call = Tensor::from_slice(&[2.0f32, -1.0]);
+    let per_token = per_call.unsqueeze(1).expand([2, 3], false).contiguous();
+    let mut settings = loss(LossAggregation::TokenMean);
+    settings.entropy_coef = 0.01;
+    let run = |advantages: &Tensor| {
+        let entropy = t(&[&[0.3, 0.2, 0.1], &[0.5, 0.0, 0.0]]);
+        policy_loss(
+            &settings,
+            &LossInputs {
+                logprobs: &logprobs,
+                old_logprobs: &old,
+                advantages,
+                mask: &mask(),
+                entropy: Some(&entropy),
+                ref_logprobs: None,
+                totals: BatchTotals::of_mask(&mask()),
+            },
+        )
+    };
+    let (call_loss, call_stats) = run(&per_call);
+    let (token_loss, token_stats) = run(&per_token);
+    assert_eq!(call_loss.double_value(&[]), token_loss.double_value(&[]));
+    assert_eq!(call_stats, token_stats);
+    assert!(call_stats.clip_fraction > 0.0, "the case clips some tokens");
+}
+
+#[test]
+fn each_token_is_weighted_by_its_own_advantage() {
+    // At ratio 1 under token-mean the loss is minus the mean advantage over the real tokens.
+    let logprobs = t(&[&[-1.0, -2.0, -0.5], &[-0.3, -9.0, -9.0]]);
+    let advantages = t(&[&[1.0, -3.0, 0.5], &[4.0, 100.0, 100.0]]);
+    let (value, _) = policy_loss(
+        &loss(LossAggregation::TokenMean),
+        &LossInputs {
+            logprobs: &logprobs,
+            old_logprobs: &logprobs,
+            advantages: &advantages,
+            mask: &mask(),
+            entropy: None,
+            ref_logprobs: None,
+            totals: BatchTotals::of_mask(&mask()),
+        },
+    );
+    // Padding's 100s never enter.
+    close(value.double_value(&[]), -(1.0 - 3.0 + 0.5 + 4.0) / 4.0);
+}
