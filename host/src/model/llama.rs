@@ -17,6 +17,7 @@ use super::layers::{
     Projection, PromptPrefix, RmsNorm, Rotary,
 };
 use super::lora::{variable_name, Adapters, LoraSettings};
+use super::transfer::transfer;
 use super::weights::load_into;
 use crate::rng::SeededRng;
 
@@ -470,16 +471,18 @@ impl Llama {
 }
 
 /// Moves `vs`'s variables and their gradients to `device` without replacing them (see
-/// [`Llama::to_device`]).
+/// [`Llama::to_device`]); leaving a GPU, they go to pinned host memory ([`transfer`]).
 fn move_variables(vs: &mut VarStore, device: Device) {
     tch::no_grad(|| {
-        for variable in vs.variables().values() {
+        for mut variable in vs.variables().into_values() {
             let mut gradient = variable.grad();
             if gradient.defined() {
-                gradient.set_data(&gradient.to_device(device));
+                gradient.set_data(&transfer(&gradient, device));
             }
+            variable.set_data(&transfer(&variable, device));
         }
     });
+    // Every variable is on `device` now: this only records it.
     vs.set_device(device);
 }
 
