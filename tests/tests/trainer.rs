@@ -366,6 +366,41 @@ fn resumes_exactly(label: &str, groups: &str) -> std::path::PathBuf {
 }
 
 #[test]
+fn offload_moves_a_group_between_phases_and_changes_no_number() {
+    let run = |label: &str, groups: &str| {
+        let dir = common::scratch(&format!("trainer-{label}-{}", std::process::id()));
+        let text = run_file("shared", "shared", groups, 2);
+        trainer(&dir, &text)
+            .expect("trainer")
+            .train()
+            .expect("two iterations");
+        metrics(&dir)
+    };
+    let stays = run("stays", &group("shared", "llama"));
+    let offloaded = run(
+        "offloaded",
+        &(group("shared", "llama") + "offload = true\n"),
+    );
+    assert_eq!(stays.len(), offloaded.len());
+    for (a, b) in stays.iter().zip(&offloaded).skip(1) {
+        let seconds = b["time/offload_s/shared"].as_f64();
+        assert!(seconds.is_some_and(|s| s >= 0.0), "{b}");
+        let timing = |key: &str| key.starts_with("time/") || key.starts_with("tokens_per_s/");
+        let numbers = |line: &Value| -> Vec<(String, Value)> {
+            let object = line.as_object().expect("a JSON object");
+            let kept = object.iter().filter(|(key, _)| !timing(key));
+            kept.map(|(key, value)| (key.clone(), value.clone()))
+                .collect()
+        };
+        assert_eq!(
+            numbers(a),
+            numbers(b),
+            "every metric but the timings is the same"
+        );
+    }
+}
+
+#[test]
 fn run_files_that_cannot_train_fail_before_any_work() {
     let dir = common::scratch(&format!("trainer-bad-{}", std::process::id()));
     let conflict = run_file("shared", "shared", &group("shared", "llama"), 1).replacen(

@@ -7,6 +7,7 @@ mod dynamic_sampling;
 mod eval;
 mod fleet;
 mod metrics;
+mod offload;
 pub mod run_folder;
 mod setup;
 mod task_order;
@@ -28,6 +29,7 @@ use metrics::{
     record_update, record_update_time,
 };
 pub use metrics::{Metrics, MetricsLog};
+pub use offload::{Offload, Residency};
 pub use setup::Phase;
 pub use task_order::TaskOrder;
 pub use worker_group::{tch_device, WorkerGroup};
@@ -333,6 +335,10 @@ impl Trainer {
             let (report, lr) = self.update(index, rollout, &advantages)?;
             trained_tokens += report.forward_tokens;
             record_update(&mut metrics, &self.groups[index], &report, lr, &self.team);
+            let group = &mut self.groups[index];
+            if let Some(seconds) = group.take_offload_seconds() {
+                metrics.set(format!("time/offload_s/{}", group.name), seconds);
+            }
             bar.inc(1);
         }
         bar.finish_and_clear();
@@ -448,6 +454,7 @@ impl Trainer {
         advantages: &[f64],
     ) -> anyhow::Result<(UpdateReport, f64)> {
         let group = &mut self.groups[index];
+        group.prepare_update();
         let (calls, group_advantages): (Vec<_>, Vec<f64>) = rollout
             .calls
             .iter()
@@ -480,6 +487,7 @@ impl Trainer {
             lr,
         )
         .with_context(|| format!("updating worker group `{}`", group.name))?;
+        group.offload_after_update();
         if let Some(reason) = &report.skipped {
             self.skipped_steps += 1;
             let what = match reason {
@@ -540,6 +548,9 @@ impl Trainer {
             if let Some(fleet) = fleet.as_ref().filter(|f| !f.synced()) {
                 fleet.sync(group, &weight_version(self.iteration))?;
             }
+        }
+        for group in &mut self.groups {
+            group.prepare_rollout();
         }
         let bar = phase_bar(tasks.len() as u64, label);
         let (local, codecs): (Vec<LocalGenerator<'_>>, Vec<ChatCodec<'_>>) = self

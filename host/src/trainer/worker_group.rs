@@ -5,6 +5,7 @@ use std::path::Path;
 
 use anyhow::Context;
 
+use super::offload::Offload;
 use crate::config;
 use crate::engine::cpu::backend_for;
 use crate::model::lora::LoraSettings;
@@ -29,6 +30,8 @@ pub struct WorkerGroup {
     pub optimizer: AdamW,
     /// The peak learning rate (before warmup).
     pub learning_rate: f64,
+    /// Where its parts are between phases, with `offload = true` (see [`super::offload`]).
+    pub offload: Option<Offload>,
 }
 
 impl WorkerGroup {
@@ -90,6 +93,7 @@ impl WorkerGroup {
             pretrained,
             reference,
             learning_rate,
+            offload: section.offload.then(|| Offload::new(device)),
         })
     }
 }
