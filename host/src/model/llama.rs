@@ -21,6 +21,10 @@ use super::transfer::transfer;
 use super::weights::load_into;
 use crate::rng::SeededRng;
 
+mod checkpointing;
+
+pub use checkpointing::Checkpoints;
+
 /// A Llama-family causal LM whose weights live in a [`VarStore`] under HF names
 /// (`model.embed_tokens.weight`, `model.layers.N.self_attn.q_proj.weight`, …, `lm_head.weight`
 /// unless tied to the embeddings), so HF checkpoints load by name and optimisers see them all.

@@ -7,7 +7,7 @@ use tch::{Device, Kind, Tensor};
 
 use crate::model::error::ModelError;
 use crate::model::layers::AdapterRows;
-use crate::model::llama::Llama;
+use crate::model::llama::{Checkpoints, Llama};
 use crate::rollout::AgentCall;
 
 /// One micro-batch of calls as tensors.
@@ -165,32 +165,76 @@ impl TrainingBatch {
         adapter: Option<usize>,
         training: bool,
     ) -> Result<Tensor, ModelError> {
-        let device = self.prompt_ids.device();
-        let rows = |n: usize| AdapterRows::new(&vec![adapter; n], device, training);
+        let rows = |n: usize| self.adapter_rows(adapter, n, training);
         let (prompt_hidden, prefix) = model.forward_prompts(
             &self.prompt_ids,
             Some(&self.prompt_mask),
             &rows(self.prompts()),
         )?;
+        let responses = match &self.response_inputs {
+            None => None,
+            Some((ids, mask)) => Some(model.forward_continuations(
+                &prefix,
+                &self.prompt_of_call,
+                ids,
+                Some(mask),
+                &rows(self.len()),
+            )?),
+        };
+        Ok(self.logits_of(model, &prompt_hidden, responses))
+    }
+
+    /// [`Self::response_logits`] in training, through [`Llama::forward_checkpointed`]: the
+    /// same logits, with only each layer's input kept. The returned [`Checkpoints`]' backward
+    /// must run after the loss's.
+    pub fn response_logits_checkpointed<'a>(
+        &'a self,
+        model: &'a Llama,
+        adapter: Option<usize>,
+    ) -> Result<(Tensor, Checkpoints<'a>), ModelError> {
+        let responses = self.response_inputs.as_ref().map(|(ids, mask)| {
+            (
+                ids,
+                Some(mask),
+                &self.prompt_of_call,
+                self.adapter_rows(adapter, self.len(), true),
+            )
+        });
+        let (prompt_hidden, responses, checkpoints) = model.forward_checkpointed(
+            &self.prompt_ids,
+            Some(&self.prompt_mask),
+            self.adapter_rows(adapter, self.prompts(), true),
+            responses,
+        )?;
+        Ok((
+            self.logits_of(model, &prompt_hidden, responses),
+            checkpoints,
+        ))
+    }
+
+    /// Every one of `n` rows through `adapter`, with dropout when `training`.
+    fn adapter_rows(&self, adapter: Option<usize>, n: usize, training: bool) -> AdapterRows {
+        AdapterRows::new(&vec![adapter; n], self.prompt_ids.device(), training)
+    }
+
+    /// The logits predicting the response tokens from the prompts' final hidden states and the
+    /// responses' (see [`Self::response_logits`]).
+    fn logits_of(
+        &self,
+        model: &Llama,
+        prompt_hidden: &Tensor,
+        responses: Option<Tensor>,
+    ) -> Tensor {
         let last_prompt = prompt_hidden
             .select(1, prompt_hidden.size()[1] - 1)
             .index_select(0, &self.prompt_of_call)
             .unsqueeze(1);
-        let hidden = match &self.response_inputs {
+        let hidden = match responses {
             None => last_prompt,
-            Some((ids, mask)) => {
-                let responses = model.forward_continuations(
-                    &prefix,
-                    &self.prompt_of_call,
-                    ids,
-                    Some(mask),
-                    &rows(self.len()),
-                )?;
-                Tensor::cat(&[last_prompt, responses], 1)
-            }
+            Some(responses) => Tensor::cat(&[last_prompt, responses], 1),
         };
         let temperatures = self.temperatures.to_kind(hidden.kind());
-        Ok(model.logits(&(hidden / temperatures)))
+        model.logits(&(hidden / temperatures))
     }
 
     /// Log-probabilities `[B, R]` of the targets and, when `with_entropy`, the entropy `[B, R]`
