@@ -162,7 +162,7 @@ for dtype in f32 bf16; do
     --compare "$smollm2"
 done
 for dtype in f32 bf16; do
-  step "update-fixtures-$dtype" 120 "$here/run.sh" devices --device "$device" --dtype "$dtype" \
+  step "update-fixtures-$dtype" 180 "$here/run.sh" devices --device "$device" --dtype "$dtype" \
     --compare-update "$fixtures/llama" --compare-update "$fixtures/qwen2" \
     --compare-update "$fixtures/qwen3"
   step "update-smollm2-$dtype" 150 "$here/run.sh" devices --device "$device" --dtype "$dtype" \
