@@ -145,6 +145,7 @@ fn measure(side: &str, steps: usize) {
         loss: LossSection::default(),
         micro_batch_size: CALLS,
         adapter: lora.then_some(0),
+        activation_checkpointing: false,
     }];
     let mut times = Vec::new();
     for _ in 0..steps {

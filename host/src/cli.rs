@@ -126,6 +126,25 @@ pub struct DevicesArgs {
     /// The most new tokens of each greedy generation.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=4096))]
     pub new_tokens: u16,
+    /// A model whose update step (one optimizer step over a fixed batch of two agents' calls)
+    /// to compare on `--device` in `--dtype` against the CPU in f32: policy loss, entropy and
+    /// the group's and each agent's gradient norms; repeat for several. Fails when one is
+    /// outside the tolerance (1e-3 relative in f32, 1e-1 in bf16/f16).
+    #[arg(long, value_name = "MODEL")]
+    pub compare_update: Vec<PathBuf>,
+    /// A model whose update step to run and time on `--device` alone (no CPU side): for
+    /// long-response measurements with `--response-tokens` and `--activation-checkpointing`.
+    #[arg(long, value_name = "MODEL")]
+    pub update: Vec<PathBuf>,
+    /// Calls in the update step's batch (every four share a prompt of 32 tokens).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(2..=1024))]
+    pub calls: u16,
+    /// The longest response of the update step's batch, in tokens.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(2..=32768))]
+    pub response_tokens: u16,
+    /// Run the update step with activation checkpointing.
+    #[arg(long)]
+    pub activation_checkpointing: bool,
 }
 
 /// Options of `experiment`; the base run file is the global `--config`.

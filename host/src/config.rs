@@ -198,6 +198,10 @@ pub struct WorkerGroupSection {
     /// Move weights and optimizer state to CPU while the group is idle.
     #[serde(default)]
     pub offload: bool,
+    /// Keep only each decoder layer's input during the update's forward and recompute the
+    /// layer in the backward: less activation memory for long responses, one more forward.
+    #[serde(default)]
+    pub activation_checkpointing: bool,
     /// Train LoRA adapters on the frozen model instead of every weight.
     pub lora: Option<LoraSection>,
     /// Where the group's rollouts are generated: in process, or on inference servers.

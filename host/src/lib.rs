@@ -105,7 +105,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
 pub fn devices_command(args: &cli::DevicesArgs) -> anyhow::Result<()> {
     let report = devices::DeviceReport::detect();
     let mut comparisons = Vec::new();
-    if !args.compare.is_empty() {
+    if !(args.compare.is_empty() && args.compare_update.is_empty() && args.update.is_empty()) {
         devices::check_available(args.device).map_err(|e| anyhow::anyhow!("--device {e}"))?;
     }
     let device = trainer::tch_device(args.device);
@@ -120,12 +120,28 @@ pub fn devices_command(args: &cli::DevicesArgs) -> anyhow::Result<()> {
             tolerance,
         )?);
     }
-    let out = serde_json::json!({ "devices": report, "comparisons": comparisons });
+    let shape = devices::UpdateShape {
+        calls: usize::from(args.calls),
+        response_tokens: usize::from(args.response_tokens),
+        activation_checkpointing: args.activation_checkpointing,
+    };
+    let against_cpu = args.compare_update.iter().map(|m| (m, true));
+    let alone = args.update.iter().map(|m| (m, false));
+    let updates = against_cpu
+        .chain(alone)
+        .map(|(model, with_cpu)| devices::update_step(model, device, kind, shape, with_cpu))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let out = serde_json::json!({
+        "devices": report,
+        "comparisons": comparisons,
+        "updates": updates,
+    });
     println!("{}", serde_json::to_string_pretty(&out)?);
     let failed: Vec<&str> = comparisons
         .iter()
         .filter(|c| !c.pass)
         .map(|c| c.model.as_str())
+        .chain(updates.iter().filter(|u| !u.pass).map(|u| u.model.as_str()))
         .collect();
     if !failed.is_empty() {
         anyhow::bail!(

@@ -179,13 +179,6 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
     }
     let mut models = Vec::new();
     for (name, group) in &config.worker_groups {
-        if group.offload {
-            bail!(
-                "{}: [worker_groups.{name}] offload = true is not implemented in this build; \
-                 remove it (every group stays on its device)",
-                file.origin
-            );
-        }
         if let Some(lora) = &group.lora {
             if let Err(e) = lora_settings(lora).check() {
                 bail!("{}: [worker_groups.{name}.lora] {e}", file.origin);
@@ -413,6 +406,22 @@ impl Plan {
                 "worker group `{name}`: {summary} from {}",
                 path.display()
             );
+            let Some(group) = config.worker_groups.get(name).filter(|g| g.offload) else {
+                continue;
+            };
+            let _ = match group.device {
+                Device::Cpu => writeln!(
+                    out,
+                    "  offload = true changes nothing here: the group is on the CPU, in host \
+                     memory already"
+                ),
+                Device::Cuda(_) => writeln!(
+                    out,
+                    "  offload: after each update its weights and optimizer state go to pinned \
+                     host memory; the weights return before each rollout, the rest before its \
+                     update"
+                ),
+            };
         }
         let _ = match self.estimator.origin() {
             Some(origin) => writeln!(out, "estimator    {origin}"),

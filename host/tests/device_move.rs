@@ -26,8 +26,14 @@ fn elsewhere() -> Device {
 }
 
 fn group(lora: bool) -> WorkerGroup {
+    group_with("", lora)
+}
+
+/// The tiny group with `extra` lines in its `[worker_groups.NAME]` section.
+fn group_with(extra: &str, lora: bool) -> WorkerGroup {
     let section: WorkerGroupSection =
-        toml::from_str("model = \"tiny\"\nlearning_rate = 0.01").expect("section");
+        toml::from_str(&format!("model = \"tiny\"\nlearning_rate = 0.01\n{extra}"))
+            .expect("section");
     let settings = LoraSettings {
         rank: 4,
         alpha: 8.0,
@@ -167,4 +173,60 @@ fn a_fully_trained_group_with_a_reference_round_trips_bit_for_bit() {
 #[test]
 fn a_lora_group_round_trips_bit_for_bit() {
     round_trip(true);
+}
+
+/// Where the group's parts are: (weights, optimizer state, reference).
+fn places(group: &WorkerGroup) -> (Device, Device, Device) {
+    let reference = group.reference.as_ref().expect("a reference");
+    (
+        group.pretrained.model.device(),
+        group.optimizer.state_device().expect("optimizer state"),
+        reference.model.device(),
+    )
+}
+
+#[test]
+fn an_offloaded_bf16_group_moves_each_part_at_its_phase_and_returns_bit_for_bit() {
+    let home = elsewhere();
+    let device = match home {
+        Device::Cuda(n) => format!("cuda:{n}"),
+        _ => "cpu".to_owned(),
+    };
+    let mut group = group_with(
+        &format!("dtype = \"bf16\"\ndevice = \"{device}\"\noffload = true"),
+        false,
+    );
+    assert_eq!(group.residency(), Some((home, home)), "loaded at home");
+    train_step(&mut group);
+    let trained = snapshot(&group);
+    assert!(
+        trained.keys().any(|k| k.starts_with("optimizer.master.")),
+        "bf16 weights have f32 masters to carry"
+    );
+
+    group.offload_after_update();
+    assert_eq!(group.residency(), Some((Device::Cpu, Device::Cpu)));
+    assert_eq!(places(&group), (Device::Cpu, Device::Cpu, Device::Cpu));
+    if let Device::Cuda(_) = home {
+        let weight = &group.pretrained.model.var_store().variables()["model.norm.weight"];
+        assert!(
+            weight.is_pinned(home),
+            "offloaded weights are in pinned memory"
+        );
+    }
+    assert_bit_identical(&trained, &snapshot(&group));
+
+    group.prepare_rollout();
+    assert_eq!(group.residency(), Some((home, Device::Cpu)));
+    assert_eq!(places(&group), (home, Device::Cpu, Device::Cpu));
+
+    group.prepare_update();
+    assert_eq!(group.residency(), Some((home, home)));
+    assert_eq!(places(&group), (home, home, home));
+    assert_bit_identical(&trained, &snapshot(&group));
+
+    let seconds = group.take_offload_seconds().expect("offload is on");
+    assert!(seconds >= 0.0 && seconds.is_finite(), "{seconds}");
+    assert_eq!(group.take_offload_seconds(), Some(0.0), "taken once");
+    assert_eq!(self::group(false).take_offload_seconds(), None);
 }

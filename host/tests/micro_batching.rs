@@ -88,6 +88,7 @@ fn step(aggregation: LossAggregation, micro: usize) -> [f64; 4] {
         loss,
         micro_batch_size: micro,
         adapter: None,
+        activation_checkpointing: false,
     };
     let report = update_group(
         &model,

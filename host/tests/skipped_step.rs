@@ -43,6 +43,7 @@ fn a_nan_advantage_skips_the_step_naming_the_agent_and_keeps_the_weights() {
         loss: LossSection::default(),
         micro_batch_size: 4,
         adapter: None,
+        activation_checkpointing: false,
     };
     let report = update_group(
         &model,

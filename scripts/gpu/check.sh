@@ -7,8 +7,13 @@
 # Steps: the GPU as nvidia-smi sees it; `drmas-host devices` (CUDA available, device names);
 # logits and greedy generations on the device against the CPU in f32 (`devices --compare`) for
 # the tiny Llama/Qwen2/Qwen3 fixtures and a random SmolLM2-135M-shaped model (make_model.py),
-# in f32 and bf16; one training iteration of a tiny run on the device in f32 and bf16, and one
-# of the SmolLM2-shaped model in bf16, each with its seconds and peak GPU memory.
+# in f32 and bf16; one update step (a fixed batch of two agents' calls) on the device against
+# the CPU in f32 (`devices --compare-update`: loss and per-agent gradient norms) for the same
+# models and dtypes; one training iteration of a tiny run on the device in f32 and bf16, of a
+# tiny LoRA run in bf16, and of the SmolLM2-shaped model in bf16, each with its seconds and peak
+# GPU memory; two SmolLM2-shaped groups sharing the device, with and without `offload = true`
+# (peak GPU memory, the moves' seconds); and a long-response update step (8 × 2048 tokens) of
+# the SmolLM2-shaped model with and without activation checkpointing (peak GPU memory, seconds).
 #
 # Usage: ./check.sh
 # Environment:
@@ -16,6 +21,8 @@
 #   DRMAS_CHECK_DEVICE   the device checked (default cuda:0; `cpu` runs the same steps on a
 #                        machine without a GPU, to check the script itself)
 #   DRMAS_PYTHON         the python3 holding torch 2.11 (see run.sh)
+#   DRMAS_CHECK_LONG_TOKENS  the response length of the long-response update (default 2048; a
+#                        CPU dry run takes less)
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${OUT:-$here/check-out}"
@@ -71,11 +78,16 @@ step() {
   return 0
 }
 
-# A one-iteration run file: the math Solver and Verifier sharing MODEL on $device in DTYPE. The
-# random models earn equal rewards, so every advantage is 0: the entropy bonus gives the update a
-# gradient to compute and apply.
+# A one-iteration run file: the math Solver and Verifier on MODEL on $device in DTYPE, sharing
+# one group, or (GROUPS = two) each in its own group; EXTRA lines go into every group's section.
+# The random models earn equal rewards, so every advantage is 0: the entropy bonus gives the
+# update a gradient to compute and apply.
 run_file() {
-  local model="$1" dtype="$2" dir="$3"
+  local model="$1" dtype="$2" dir="$3" groups="${4:-shared}" extra="${5:-}"
+  local solver=shared verifier=shared
+  if [[ "$groups" == two ]]; then
+    solver=solver verifier=verifier
+  fi
   cat <<EOF
 [run]
 output_dir = "$dir"
@@ -96,21 +108,19 @@ params = { max_loops = 2 }
 [[agents]]
 role = "solver"
 agent = "Solver Agent"
-worker_group = "shared"
+worker_group = "$solver"
 max_new_tokens = 32
 
 [[agents]]
 role = "verifier"
 agent = "Verifier Agent"
-worker_group = "shared"
+worker_group = "$verifier"
 max_new_tokens = 8
 
-[worker_groups.shared]
-model = "$model"
-dtype = "$dtype"
-device = "$device"
-learning_rate = 1e-5
-micro_batch_size = 8
+$(for group in $(printf '%s\n' "$solver" "$verifier" | sort -u); do
+  printf '[worker_groups.%s]\nmodel = "%s"\ndtype = "%s"\ndevice = "%s"\nlearning_rate = 1e-5\nmicro_batch_size = 8\n%b\n' \
+    "$group" "$model" "$dtype" "$device" "$extra"
+done)
 
 [algorithm]
 estimator = "drmas"
@@ -127,9 +137,10 @@ max_response_tokens = 32
 EOF
 }
 
+# train NAME MODEL DTYPE [GROUPS [EXTRA]]: one iteration of run_file's run as step NAME.
 train() {
   local name="$1" model="$2" dtype="$3"
-  run_file "$model" "$dtype" "$work/runs/$name" >"$work/$name.toml"
+  run_file "$model" "$dtype" "$work/runs/$name" "${4:-shared}" "${5:-}" >"$work/$name.toml"
   step "$name" 240 "$here/run.sh" train --config "$work/$name.toml"
   if [[ -f "$work/runs/$name/metrics.jsonl" ]]; then
     cp "$work/runs/$name/metrics.jsonl" "$logs/$name.metrics.jsonl"
@@ -150,9 +161,25 @@ for dtype in f32 bf16; do
   step "compare-smollm2-$dtype" 150 "$here/run.sh" devices --device "$device" --dtype "$dtype" \
     --compare "$smollm2"
 done
+for dtype in f32 bf16; do
+  step "update-fixtures-$dtype" 180 "$here/run.sh" devices --device "$device" --dtype "$dtype" \
+    --compare-update "$fixtures/llama" --compare-update "$fixtures/qwen2" \
+    --compare-update "$fixtures/qwen3"
+  step "update-smollm2-$dtype" 150 "$here/run.sh" devices --device "$device" --dtype "$dtype" \
+    --compare-update "$smollm2"
+done
 train train-tiny-f32 "$fixtures/llama" f32
 train train-tiny-bf16 "$fixtures/llama" bf16
+train train-tiny-lora-bf16 "$fixtures/llama" bf16 shared \
+  '[worker_groups.shared.lora]\nrank = 8\nalpha = 16\nper_agent = true'
 train train-smollm2-bf16 "$smollm2" bf16
+train train-smollm2-two-groups-bf16 "$smollm2" bf16 two
+train train-smollm2-two-groups-offload-bf16 "$smollm2" bf16 two 'offload = true'
+for checkpointing in "" --activation-checkpointing; do
+  step "long-update-smollm2-bf16${checkpointing:+-checkpointed}" 150 "$here/run.sh" devices \
+    --device "$device" --dtype bf16 --update "$smollm2" --calls 8 --response-tokens \
+    "${DRMAS_CHECK_LONG_TOKENS:-2048}" $checkpointing
+done
 
 log "writing the report"
 tar -czf "$out/logs.tar.gz" -C "$work" logs

@@ -119,6 +119,26 @@ def markdown(report: dict) -> str:
                 f"| {fmt(logits['device_seconds'] + greedy['device_seconds'])} "
                 f"| {fmt(logits['cpu_seconds'] + greedy['cpu_seconds'])} | {c['pass']} |")
 
+    lines += ["", "## One update step against the CPU in f32, and long-response steps", "",
+              "| step | model | dtype | calls × tokens | checkpointing | policy loss (CPU) "
+              "| grad norm (CPU) | agent norms (CPU) | max rel. diff (tolerance) | device s "
+              "| GPU memory peak MiB | pass |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for step in steps:
+        output = step.get("output") or {}
+        for u in output.get("updates", []):
+            d, c, shape = u["on_device"], u.get("cpu") or {}, u["shape"]
+            norms = ", ".join(fmt(n) for n in d["agent_grad_norms"])
+            cpu_norms = ", ".join(fmt(n) for n in c.get("agent_grad_norms", []))
+            lines.append(
+                f"| {step['name']} | {Path(u['model']).name} | {u['dtype']} "
+                f"| {shape['calls']} × {shape['response_tokens']} "
+                f"| {shape['activation_checkpointing']} "
+                f"| {fmt(d['policy_loss'])} ({fmt(c.get('policy_loss'))}) "
+                f"| {fmt(d['grad_norm'])} ({fmt(c.get('grad_norm'))}) | {norms} ({cpu_norms}) "
+                f"| {fmt(u.get('relative_diff'))} ({fmt(u['tolerance'])}) | {fmt(d['seconds'])} "
+                f"| {step['gpu_memory_peak_mib'] or '–'} | {u['pass']} |")
+
     trained = [step for step in steps if step["name"].startswith("train-")]
     if trained:
         lines += ["", "## One training iteration on the device", ""]

@@ -48,6 +48,23 @@ fn the_demo_config_resolves_every_part() {
 }
 
 #[test]
+fn offload_on_a_cpu_group_is_accepted_with_a_note_that_it_changes_nothing() {
+    let text = demo_text().replacen(
+        "[worker_groups.shared]\n",
+        "[worker_groups.shared]\noffload = true\n",
+        1,
+    );
+    assert_ne!(text, demo_text(), "the demo has a `shared` group");
+    let summary = prepare(&text).expect("offload is accepted");
+    assert!(
+        summary.contains("offload = true changes nothing here: the group is on the CPU"),
+        "{summary}"
+    );
+    let plain = prepare(&demo_text()).expect("the demo config is valid");
+    assert!(!plain.contains("offload"), "{plain}");
+}
+
+#[test]
 fn every_run_file_in_configs_is_ready() {
     let dir = common::repo().join("configs");
     let mut checked = 0;

@@ -89,10 +89,6 @@ fn metrics(dir: &Path) -> Vec<Value> {
         .collect()
 }
 
-fn weights(checkpoint: &Path, group: &str) -> Vec<u8> {
-    std::fs::read(checkpoint.join(group).join("model.safetensors")).expect("checkpoint weights")
-}
-
 /// The largest absolute difference between same-named tensors of two safetensors files.
 fn max_weight_change(a: &Path, b: &Path) -> f64 {
     let read = |p: &Path| tch::Tensor::read_safetensors(p).expect("safetensors");
@@ -295,8 +291,41 @@ fn separate_and_heterogeneous_groups_each_take_their_own_step() {
 
 #[test]
 fn a_resumed_run_ends_exactly_where_an_uninterrupted_one_does() {
-    let straight = common::scratch(&format!("trainer-straight-{}", std::process::id()));
-    let text = run_file("shared", "shared", &group("shared", "llama"), 2);
+    resumes_exactly("resume", &group("shared", "llama"));
+}
+
+#[test]
+fn a_bf16_run_checkpoints_bf16_weights_with_f32_masters_and_resumes_exactly() {
+    let groups = group("shared", "llama") + "dtype = \"bf16\"\n";
+    let end = resumes_exactly("resume-bf16", &groups);
+    let saved = |file: &str| {
+        tch::Tensor::read_safetensors(end.join("shared").join(file)).expect("safetensors")
+    };
+    let weights = saved("model.safetensors");
+    assert!(
+        weights.iter().all(|(_, t)| t.kind() == tch::Kind::BFloat16),
+        "the model folder holds the group's bf16 weights"
+    );
+    let optimizer = saved("optimizer.safetensors");
+    for (name, weight) in &weights {
+        let (_, master) = optimizer
+            .iter()
+            .find(|(n, _)| *n == format!("master.{name}"))
+            .unwrap_or_else(|| panic!("no f32 master of {name}"));
+        assert_eq!(master.kind(), tch::Kind::Float);
+        assert!(
+            master.to_kind(tch::Kind::BFloat16).equal(weight),
+            "{name}: the bf16 weight is its master rounded"
+        );
+    }
+}
+
+/// Trains the two-agent run on `groups` for two iterations straight and for one, then resumed
+/// for the second; asserts both end with the same weights and metrics, and returns the straight
+/// run's last checkpoint.
+fn resumes_exactly(label: &str, groups: &str) -> std::path::PathBuf {
+    let straight = common::scratch(&format!("trainer-{label}-straight-{}", std::process::id()));
+    let text = run_file("shared", "shared", groups, 2);
     let end = trainer(&straight, &text)
         .expect("trainer")
         .train()
@@ -304,8 +333,8 @@ fn a_resumed_run_ends_exactly_where_an_uninterrupted_one_does() {
         .checkpoint
         .expect("checkpoint");
 
-    let resumed = common::scratch(&format!("trainer-resumed-{}", std::process::id()));
-    let first_half = run_file("shared", "shared", &group("shared", "llama"), 1);
+    let resumed = common::scratch(&format!("trainer-{label}-resumed-{}", std::process::id()));
+    let first_half = run_file("shared", "shared", groups, 1);
     trainer(&resumed, &first_half)
         .expect("trainer")
         .train()
@@ -316,18 +345,58 @@ fn a_resumed_run_ends_exactly_where_an_uninterrupted_one_does() {
     assert_eq!(summary.iterations, 1, "only the missing iteration ran");
     let resumed_end = summary.checkpoint.expect("checkpoint");
 
-    assert!(
-        weights(&end, "shared") == weights(&resumed_end, "shared"),
-        "resumed weights differ from the uninterrupted run's"
-    );
+    for file in ["model.safetensors", "optimizer.safetensors"] {
+        let read = |dir: &Path| std::fs::read(dir.join("shared").join(file)).expect("checkpoint");
+        assert!(
+            read(&end) == read(&resumed_end),
+            "resumed {file} differs from the uninterrupted run's"
+        );
+    }
     let (a, b) = (metrics(&straight), metrics(&resumed));
     assert_eq!(a.len(), b.len(), "one line per iteration, no duplicates");
     for key in [
         "reward/mean",
         "grad_norm/agent/first",
         "advantage/mean/second",
+        "loss/policy/shared",
     ] {
         assert_eq!(a[2][key], b[2][key], "{key}");
+    }
+    end
+}
+
+#[test]
+fn offload_moves_a_group_between_phases_and_changes_no_number() {
+    let run = |label: &str, groups: &str| {
+        let dir = common::scratch(&format!("trainer-{label}-{}", std::process::id()));
+        let text = run_file("shared", "shared", groups, 2);
+        trainer(&dir, &text)
+            .expect("trainer")
+            .train()
+            .expect("two iterations");
+        metrics(&dir)
+    };
+    let stays = run("stays", &group("shared", "llama"));
+    let offloaded = run(
+        "offloaded",
+        &(group("shared", "llama") + "offload = true\n"),
+    );
+    assert_eq!(stays.len(), offloaded.len());
+    for (a, b) in stays.iter().zip(&offloaded).skip(1) {
+        let seconds = b["time/offload_s/shared"].as_f64();
+        assert!(seconds.is_some_and(|s| s >= 0.0), "{b}");
+        let timing = |key: &str| key.starts_with("time/") || key.starts_with("tokens_per_s/");
+        let numbers = |line: &Value| -> Vec<(String, Value)> {
+            let object = line.as_object().expect("a JSON object");
+            let kept = object.iter().filter(|(key, _)| !timing(key));
+            kept.map(|(key, value)| (key.clone(), value.clone()))
+                .collect()
+        };
+        assert_eq!(
+            numbers(a),
+            numbers(b),
+            "every metric but the timings is the same"
+        );
     }
 }
 

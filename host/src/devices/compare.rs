@@ -175,7 +175,7 @@ pub fn compare(
     })
 }
 
-fn device_name(device: Device) -> String {
+pub(super) fn device_name(device: Device) -> String {
     match device {
         Device::Cuda(index) => format!("cuda:{index}"),
         other => format!("{other:?}").to_lowercase(),
@@ -183,7 +183,7 @@ fn device_name(device: Device) -> String {
 }
 
 /// The model at `path` on `device` in `kind`, with the kernels a worker group there gets.
-fn load(path: &Path, device: Device, kind: Kind) -> anyhow::Result<Pretrained> {
+pub(super) fn load(path: &Path, device: Device, kind: Kind) -> anyhow::Result<Pretrained> {
     let mut pretrained = Pretrained::load(path, device, kind)
         .with_context(|| format!("loading {} on {}", path.display(), device_name(device)))?;
     pretrained.model.set_backend(backend_for(device)?);

@@ -1,16 +1,19 @@
 //! The devices this process can compute on: whether libtorch was built with CUDA, which CUDA
 //! devices it sees and their names ([`DeviceReport`]), whether a run file's device exists
 //! ([`check_available`]), and a model's numbers on a device against the CPU in f32
-//! ([`compare`]) — what `drmas-host devices` prints and what the GPU check script reads.
+//! ([`compare`]), and one update step there, alone or against the CPU ([`update_step`]) — what
+//! `drmas-host devices` prints and what the GPU check script reads.
 
 mod compare;
 mod cuda_driver;
+mod update_step;
 
 use serde::Serialize;
 
 use crate::config::Device;
 
 pub use compare::{compare, Comparison, Tolerance};
+pub use update_step::{update_step, StepFigures, UpdateShape, UpdateStep};
 
 /// What libtorch offers in this process.
 #[derive(Debug, Clone, Serialize)]

@@ -17,8 +17,13 @@ use super::layers::{
     Projection, PromptPrefix, RmsNorm, Rotary,
 };
 use super::lora::{variable_name, Adapters, LoraSettings};
+use super::transfer::transfer;
 use super::weights::load_into;
 use crate::rng::SeededRng;
+
+mod checkpointing;
+
+pub use checkpointing::Checkpoints;
 
 /// A Llama-family causal LM whose weights live in a [`VarStore`] under HF names
 /// (`model.embed_tokens.weight`, `model.layers.N.self_attn.q_proj.weight`, …, `lm_head.weight`
@@ -479,16 +484,18 @@ impl Llama {
 }
 
 /// Moves `vs`'s variables and their gradients to `device` without replacing them (see
-/// [`Llama::to_device`]).
+/// [`Llama::to_device`]); leaving a GPU, they go to pinned host memory ([`transfer`]).
 pub(crate) fn move_variables(vs: &mut VarStore, device: Device) {
     tch::no_grad(|| {
-        for variable in vs.variables().values() {
+        for mut variable in vs.variables().into_values() {
             let mut gradient = variable.grad();
             if gradient.defined() {
-                gradient.set_data(&gradient.to_device(device));
+                gradient.set_data(&transfer(&gradient, device));
             }
+            variable.set_data(&transfer(&variable, device));
         }
     });
+    // Every variable is on `device` now: this only records it.
     vs.set_device(device);
 }
 

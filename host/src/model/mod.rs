@@ -18,6 +18,7 @@ pub mod peft;
 pub mod pretrained;
 pub mod safetensors_io;
 pub mod save_hf;
+pub mod transfer;
 pub mod weights;
 
 use std::path::PathBuf;

@@ -7,6 +7,7 @@ mod dynamic_sampling;
 mod eval;
 mod fleet;
 mod metrics;
+mod offload;
 pub mod run_folder;
 mod setup;
 mod task_order;
@@ -28,6 +29,7 @@ use metrics::{
     record_rollout, record_update, record_update_time,
 };
 pub use metrics::{Metrics, MetricsLog};
+pub use offload::{Offload, Residency};
 pub use setup::Phase;
 pub use task_order::TaskOrder;
 pub use worker_group::{tch_device, WorkerGroup};
@@ -361,6 +363,10 @@ impl Trainer {
                 trained_tokens += report.forward_tokens;
                 record_update(&mut metrics, &self.groups[index], &report, lr, &self.team);
             }
+            let group = &mut self.groups[index];
+            if let Some(seconds) = group.take_offload_seconds() {
+                metrics.set(format!("time/offload_s/{}", group.name), seconds);
+            }
             bar.inc(1);
         }
         if let (Some(values), Some(returns)) = (&values, &estimate.returns) {
@@ -471,10 +477,15 @@ impl Trainer {
             .collect()
     }
 
-    /// Each group's critic's values of its calls of `rollout`, in call order.
-    fn critic_values(&self, rollout: &Rollout) -> anyhow::Result<PerToken> {
+    /// Each group's critic's values of its calls of `rollout`, in call order (an offloaded
+    /// group's training state, the critic with it, comes back first).
+    fn critic_values(&mut self, rollout: &Rollout) -> anyhow::Result<PerToken> {
         let mut rows: Vec<Vec<f64>> = vec![Vec::new(); rollout.calls.len()];
-        for (index, group) in self.groups.iter().enumerate() {
+        for (index, group) in self.groups.iter_mut().enumerate() {
+            if group.critic.is_none() {
+                continue;
+            }
+            group.prepare_update();
             let Some(critic) = &group.critic else {
                 continue;
             };
@@ -549,6 +560,7 @@ impl Trainer {
         advantages: &PerToken,
     ) -> anyhow::Result<(UpdateReport, f64)> {
         let group = &mut self.groups[index];
+        group.prepare_update();
         let own: Vec<usize> = (0..rollout.calls.len())
             .filter(|&i| self.team[rollout.calls[i].agent].group == index)
             .collect();
@@ -580,6 +592,7 @@ impl Trainer {
             lr,
         )
         .with_context(|| format!("updating worker group `{}`", group.name))?;
+        group.offload_after_update();
         if let Some(reason) = &report.skipped {
             self.skipped_steps += 1;
             let what = match reason {
@@ -641,6 +654,9 @@ impl Trainer {
             if let Some(fleet) = fleet.as_ref().filter(|f| !f.synced()) {
                 fleet.sync(group, &weight_version(self.iteration))?;
             }
+        }
+        for group in &mut self.groups {
+            group.prepare_rollout();
         }
         let bar = phase_bar(tasks.len() as u64, label);
         let (local, codecs): (Vec<LocalGenerator<'_>>, Vec<ChatCodec<'_>>) = self

@@ -164,6 +164,7 @@ pub fn agent_training(config: &RunConfig) -> Vec<AgentTraining> {
                 loss,
                 micro_batch_size: section.micro_batch_size.unwrap_or(group.micro_batch_size),
                 adapter,
+                activation_checkpointing: group.activation_checkpointing,
             }
         })
         .collect()

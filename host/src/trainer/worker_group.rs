@@ -5,6 +5,7 @@ use std::path::Path;
 
 use anyhow::Context;
 
+use super::offload::Offload;
 use crate::config;
 use crate::engine::cpu::backend_for;
 use crate::model::lora::LoraSettings;
@@ -31,6 +32,8 @@ pub struct WorkerGroup {
     pub learning_rate: f64,
     /// The value model of its calls, when the estimator has a critic.
     pub critic: Option<Critic>,
+    /// Where its parts are between phases, with `offload = true` (see [`super::offload`]).
+    pub offload: Option<Offload>,
 }
 
 impl WorkerGroup {
@@ -93,6 +96,7 @@ impl WorkerGroup {
             reference,
             learning_rate,
             critic: None,
+            offload: section.offload.then(|| Offload::new(device)),
         })
     }
 }

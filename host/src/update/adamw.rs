@@ -1,9 +1,15 @@
 //! [`AdamW`]: decoupled-weight-decay Adam over a worker group's parameters, with its moments
 //! held as named tensors so checkpoints can save and restore them exactly.
+//!
+//! A parameter in a low-precision dtype (bf16, f16) gets an f32 master copy: the step updates
+//! the master and copies it, rounded, into the parameter. Without it every update smaller than
+//! half the spacing of bf16 values around a weight (2⁻⁸ of its magnitude) would be rounded away,
+//! which at reinforcement-learning learning rates is nearly all of them.
 
 use tch::{Kind, Tensor};
 
 use crate::model::error::ModelError;
+use crate::model::transfer::transfer;
 
 /// AdamW (Loshchilov & Hutter) exactly as `torch.optim.AdamW` computes it (no amsgrad).
 pub struct AdamW {
@@ -12,6 +18,8 @@ pub struct AdamW {
     rate_scales: Vec<f64>,
     first_moments: Vec<Tensor>,
     second_moments: Vec<Tensor>,
+    /// The f32 master copy of each parameter that is not f32 itself.
+    masters: Vec<Option<Tensor>>,
     steps: u64,
     weight_decay: f64,
 }
@@ -22,7 +30,8 @@ const BETA2: f64 = 0.999;
 const EPSILON: f64 = 1e-8;
 
 impl AdamW {
-    /// An optimizer over `params` (name, trainable tensor) with zero moments.
+    /// An optimizer over `params` (name, trainable tensor) with zero moments, and an f32 master
+    /// copy of each parameter that is not f32.
     pub fn new(params: Vec<(String, Tensor)>, weight_decay: f64) -> Self {
         let zeros = |params: &[(String, Tensor)]| -> Vec<Tensor> {
             params
@@ -34,6 +43,7 @@ impl AdamW {
             rate_scales: vec![1.0; params.len()],
             first_moments: zeros(&params),
             second_moments: zeros(&params),
+            masters: params.iter().map(|(_, p)| master_of(p)).collect(),
             params,
             steps: 0,
             weight_decay,
@@ -55,16 +65,33 @@ impl AdamW {
         self.params.get(index).map(|(name, _)| name.as_str())
     }
 
-    /// Moves the moments to `device` (the parameters move with their model, see
-    /// [`crate::model::llama::Llama::to_device`]); values, dtypes and the step count are kept.
+    /// Moves the moments and master weights to `device` (the parameters move with their model,
+    /// see [`crate::model::llama::Llama::to_device`]); values, dtypes and the step count are kept.
+    /// Leaving a GPU, they go to pinned host memory ([`crate::model::transfer`]).
     pub fn to_device(&mut self, device: tch::Device) {
-        for moment in self
+        for tensor in self
             .first_moments
             .iter_mut()
             .chain(&mut self.second_moments)
+            .chain(self.masters.iter_mut().flatten())
         {
-            *moment = moment.to_device(device);
+            *tensor = transfer(tensor, device);
         }
+    }
+
+    /// The device of the optimizer's own state (its moments); `None` without parameters.
+    pub fn state_device(&self) -> Option<tch::Device> {
+        self.first_moments.first().map(Tensor::device)
+    }
+
+    /// Bytes of the optimizer's own state: moments and master weights.
+    pub fn state_bytes(&self) -> usize {
+        self.first_moments
+            .iter()
+            .chain(&self.second_moments)
+            .chain(self.masters.iter().flatten())
+            .map(|t| t.numel() * t.kind().elt_size_in_bytes())
+            .sum()
     }
 
     /// Scales the learning rate of the parameters whose names `select` accepts by `scale`
@@ -86,18 +113,20 @@ impl AdamW {
     }
 
     /// One update at learning rate `lr` from the accumulated gradients (parameters without a
-    /// gradient are left alone).
+    /// gradient are left alone). A parameter with a master copy is updated there, in f32, and
+    /// takes the master's value rounded to its own dtype.
     pub fn step(&mut self, lr: f64) {
         self.steps += 1;
         let t = self.steps as i32;
         let bias1 = 1.0 - BETA1.powi(t);
         let bias2 = 1.0 - BETA2.powi(t);
         tch::no_grad(|| {
-            for ((((_, param), m), v), scale) in self
+            for (((((_, param), m), v), master), scale) in self
                 .params
                 .iter_mut()
                 .zip(&mut self.first_moments)
                 .zip(&mut self.second_moments)
+                .zip(&mut self.masters)
                 .zip(&self.rate_scales)
             {
                 let grad = param.grad();
@@ -106,20 +135,24 @@ impl AdamW {
                 }
                 let lr = lr * scale;
                 let grad = grad.to_kind(Kind::Float);
-                let _ = param.g_mul_scalar_(1.0 - lr * self.weight_decay);
+                let weights = master.as_mut().unwrap_or(&mut *param);
+                let _ = weights.g_mul_scalar_(1.0 - lr * self.weight_decay);
                 let _ = m.g_mul_scalar_(BETA1);
                 let _ = m.g_add_(&(&grad * (1.0 - BETA1)));
                 let _ = v.g_mul_scalar_(BETA2);
                 let _ = v.g_add_(&(grad.square() * (1.0 - BETA2)));
                 let denominator = (&*v / bias2).sqrt() + EPSILON;
                 let update = (&*m / bias1) / denominator * lr;
-                let _ = param.g_sub_(&update.to_kind(param.kind()));
+                let _ = weights.g_sub_(&update.to_kind(weights.kind()));
+                if let Some(master) = master {
+                    param.copy_(master);
+                }
             }
         });
     }
 
-    /// The state as named tensors: `step` and each parameter's `exp_avg.NAME` /
-    /// `exp_avg_sq.NAME`, for a checkpoint.
+    /// The state as named tensors: `step`, each parameter's `exp_avg.NAME` / `exp_avg_sq.NAME`
+    /// and, for a parameter with one, its f32 master `master.NAME`, for a checkpoint.
     pub fn state(&self) -> Vec<(String, Tensor)> {
         let mut state = vec![("step".to_owned(), Tensor::from_slice(&[self.steps as i64]))];
         for (((name, _), m), v) in self
@@ -131,10 +164,17 @@ impl AdamW {
             state.push((format!("exp_avg.{name}"), m.shallow_clone()));
             state.push((format!("exp_avg_sq.{name}"), v.shallow_clone()));
         }
+        for ((name, _), master) in self.params.iter().zip(&self.masters) {
+            if let Some(master) = master {
+                state.push((format!("{MASTER_PREFIX}{name}"), master.shallow_clone()));
+            }
+        }
         state
     }
 
-    /// Restores a [`Self::state`]; every moment must be present with the parameter's shape.
+    /// Restores a [`Self::state`]; every moment must be present with the parameter's shape. A
+    /// master weight missing from `state` (a checkpoint of an f32 run resumed in bf16) is taken
+    /// from the parameter, which must have been restored first.
     pub fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), ModelError> {
         let find = |name: &str| -> Result<&Tensor, ModelError> {
             state
@@ -165,9 +205,33 @@ impl AdamW {
                 tch::no_grad(|| moment.copy_(saved));
             }
         }
+        for ((name, param), master) in self.params.iter().zip(&mut self.masters) {
+            let Some(master) = master else { continue };
+            let key = format!("{MASTER_PREFIX}{name}");
+            let saved = state.iter().find(|(n, _)| *n == key).map(|(_, t)| t);
+            match saved {
+                Some(saved) if saved.size() != param.size() => {
+                    return Err(ModelError::Shape {
+                        tensor: key,
+                        expected: param.size(),
+                        found: saved.size().iter().map(|&d| d as usize).collect(),
+                    })
+                }
+                Some(saved) => tch::no_grad(|| master.copy_(saved)),
+                None => tch::no_grad(|| master.copy_(param)),
+            }
+        }
         self.steps = steps.max(0) as u64;
         Ok(())
     }
+}
+
+/// Begins the name of a master weight in [`AdamW::state`].
+const MASTER_PREFIX: &str = "master.";
+
+/// An f32 copy of `param` when it is held in another dtype.
+fn master_of(param: &Tensor) -> Option<Tensor> {
+    (param.kind() != Kind::Float).then(|| param.detach().to_kind(Kind::Float))
 }
 
 /// The learning rate of optimizer step `step` (1-based): a linear ramp from `base / warmup`
@@ -273,6 +337,58 @@ mod tests {
             .load_state(&state[..1])
             .expect_err("moments missing");
         assert!(err.to_string().contains("exp_avg.w"), "{err}");
+    }
+
+    #[test]
+    fn a_bf16_parameter_follows_its_f32_master_through_updates_smaller_than_its_spacing() {
+        let mut vs = nn::VarStore::new(Device::Cpu);
+        let w = vs.root().var_copy("w", &Tensor::from_slice(&[1.0f32]));
+        vs.bfloat16();
+        let mut optimizer = AdamW::new(vec![("w".into(), w.shallow_clone())], 0.0);
+        // A constant gradient makes each Adam step lr = 1e-3, a quarter of bf16's spacing
+        // below 1.0 (2⁻⁸): rounded in bf16, every single step would vanish.
+        for _ in 0..10 {
+            optimizer.zero_grad();
+            w.sum(Kind::Float).backward();
+            optimizer.step(1e-3);
+        }
+        let state = optimizer.state();
+        let (name, master) = state.last().expect("the master is in the state");
+        assert_eq!(name, "master.w");
+        assert_eq!(master.kind(), Kind::Float);
+        assert!(
+            (values(master)[0] - 0.99).abs() < 1e-5,
+            "{:?}",
+            values(master)
+        );
+        assert_eq!(w.kind(), Kind::BFloat16, "the parameter keeps its dtype");
+        assert_eq!(values(&w)[0], values(&master.to_kind(Kind::BFloat16))[0]);
+        assert!(
+            values(&w)[0] < 0.995,
+            "the parameter moved: {:?}",
+            values(&w)
+        );
+
+        let mut restored = AdamW::new(vec![("w".into(), w.shallow_clone())], 0.0);
+        restored.load_state(&state).expect("loads");
+        assert_eq!(
+            values(&restored.state()[3].1),
+            values(master),
+            "master restored"
+        );
+        restored
+            .load_state(&state[..3])
+            .expect("loads without a master");
+        assert_eq!(
+            values(&restored.state()[3].1),
+            values(&w),
+            "a missing master starts from the parameter"
+        );
+        assert_eq!(
+            restored.state_bytes(),
+            3 * 4,
+            "two moments and a master of one f32"
+        );
     }
 
     #[test]

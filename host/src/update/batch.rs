@@ -8,7 +8,7 @@ use tch::{Device, Kind, Tensor};
 use crate::advantage::PerToken;
 use crate::model::error::ModelError;
 use crate::model::layers::AdapterRows;
-use crate::model::llama::Llama;
+use crate::model::llama::{Checkpoints, Llama};
 use crate::rollout::AgentCall;
 
 /// One micro-batch of calls as tensors.
@@ -167,8 +167,7 @@ impl TrainingBatch {
         training: bool,
     ) -> Result<Tensor, ModelError> {
         let hidden = self.response_hidden(model, adapter, training)?;
-        let temperatures = self.temperatures.to_kind(hidden.kind());
-        Ok(model.logits(&(hidden / temperatures)))
+        Ok(self.logits_of(model, &hidden))
     }
 
     /// The final hidden states `[B, R, hidden]` of the positions that predict the response
@@ -184,30 +183,49 @@ impl TrainingBatch {
         adapter: Option<usize>,
         training: bool,
     ) -> Result<Tensor, ModelError> {
-        let device = self.prompt_ids.device();
-        let rows = |n: usize| AdapterRows::new(&vec![adapter; n], device, training);
+        let rows = |n: usize| self.adapter_rows(adapter, n, training);
         let (prompt_hidden, prefix) = model.forward_prompts(
             &self.prompt_ids,
             Some(&self.prompt_mask),
             &rows(self.prompts()),
         )?;
-        let last_prompt = prompt_hidden
-            .select(1, prompt_hidden.size()[1] - 1)
-            .index_select(0, &self.prompt_of_call)
-            .unsqueeze(1);
-        Ok(match &self.response_inputs {
-            None => last_prompt,
-            Some((ids, mask)) => {
-                let responses = model.forward_continuations(
-                    &prefix,
-                    &self.prompt_of_call,
-                    ids,
-                    Some(mask),
-                    &rows(self.len()),
-                )?;
-                Tensor::cat(&[last_prompt, responses], 1)
-            }
-        })
+        let responses = match &self.response_inputs {
+            None => None,
+            Some((ids, mask)) => Some(model.forward_continuations(
+                &prefix,
+                &self.prompt_of_call,
+                ids,
+                Some(mask),
+                &rows(self.len()),
+            )?),
+        };
+        Ok(self.hidden_of(&prompt_hidden, responses))
+    }
+
+    /// [`Self::response_logits`] in training, through [`Llama::forward_checkpointed`]: the
+    /// same logits, with only each layer's input kept. The returned [`Checkpoints`]' backward
+    /// must run after the loss's.
+    pub fn response_logits_checkpointed<'a>(
+        &'a self,
+        model: &'a Llama,
+        adapter: Option<usize>,
+    ) -> Result<(Tensor, Checkpoints<'a>), ModelError> {
+        let responses = self.response_inputs.as_ref().map(|(ids, mask)| {
+            (
+                ids,
+                Some(mask),
+                &self.prompt_of_call,
+                self.adapter_rows(adapter, self.len(), true),
+            )
+        });
+        let (prompt_hidden, responses, checkpoints) = model.forward_checkpointed(
+            &self.prompt_ids,
+            Some(&self.prompt_mask),
+            self.adapter_rows(adapter, self.prompts(), true),
+            responses,
+        )?;
+        let hidden = self.hidden_of(&prompt_hidden, responses);
+        Ok((self.logits_of(model, &hidden), checkpoints))
     }
 
     /// `rows` (one value per response token of each call) laid out as the response tokens are,
@@ -218,6 +236,30 @@ impl TrainingBatch {
     pub fn per_token(&self, rows: &PerToken) -> Tensor {
         per_token_tensor(rows, &self.response_lengths, self.response_len as usize)
             .to_device(self.targets.device())
+    }
+
+    /// Every one of `n` rows through `adapter`, with dropout when `training`.
+    fn adapter_rows(&self, adapter: Option<usize>, n: usize, training: bool) -> AdapterRows {
+        AdapterRows::new(&vec![adapter; n], self.prompt_ids.device(), training)
+    }
+
+    /// The hidden states predicting the response tokens from the prompts' final hidden states
+    /// and the responses' (see [`Self::response_hidden`]).
+    fn hidden_of(&self, prompt_hidden: &Tensor, responses: Option<Tensor>) -> Tensor {
+        let last_prompt = prompt_hidden
+            .select(1, prompt_hidden.size()[1] - 1)
+            .index_select(0, &self.prompt_of_call)
+            .unsqueeze(1);
+        match responses {
+            None => last_prompt,
+            Some(responses) => Tensor::cat(&[last_prompt, responses], 1),
+        }
+    }
+
+    /// The logits of `hidden` at each call's temperature (see [`Self::response_logits`]).
+    fn logits_of(&self, model: &Llama, hidden: &Tensor) -> Tensor {
+        let temperatures = self.temperatures.to_kind(hidden.kind());
+        model.logits(&(hidden / temperatures))
     }
 
     /// Log-probabilities `[B, R]` of the targets and, when `with_entropy`, the entropy `[B, R]`

@@ -24,6 +24,9 @@ pub struct AgentTraining {
     pub micro_batch_size: usize,
     /// Its LoRA adapter in the worker group's model (`None`: the model's own weights).
     pub adapter: Option<usize>,
+    /// Keep only each layer's input in the forward and recompute the layer in the backward
+    /// (its worker group's `activation_checkpointing`).
+    pub activation_checkpointing: bool,
 }
 
 /// Where the KL term's reference log-probabilities come from.
@@ -167,7 +170,12 @@ fn accumulate(
     totals: BatchTotals,
 ) -> Result<LossStats, ModelError> {
     let loss = &settings.loss;
-    let logits = batch.response_logits(model, settings.adapter, true)?;
+    let (logits, checkpoints) = if settings.activation_checkpointing {
+        let (logits, checkpoints) = batch.response_logits_checkpointed(model, settings.adapter)?;
+        (logits, Some(checkpoints))
+    } else {
+        (batch.response_logits(model, settings.adapter, true)?, None)
+    };
     let (logprobs, entropy) = batch.token_logprobs(&logits, loss.entropy_coef != 0.0);
     let reference = match reference {
         Reference::None => None,
@@ -194,6 +202,11 @@ fn accumulate(
         },
     );
     value.to_kind(Kind::Float).backward();
+    // The logits are the largest tensors of the step: gone before the layers are recomputed.
+    drop((logits, logprobs, entropy));
+    if let Some(checkpoints) = checkpoints {
+        checkpoints.backward();
+    }
     Ok(stats)
 }
 
