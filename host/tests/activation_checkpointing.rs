@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use drmas_host::advantage::PerToken;
 use drmas_host::engine::FinishReason;
 use drmas_host::model::llama::Llama;
 use drmas_host::model::lora::{LoraSettings, TARGET_MODULES};
@@ -57,6 +58,7 @@ fn batch() -> TrainingBatch {
         .enumerate()
         .map(|(i, response)| AgentCall {
             episode: i,
+            index: 0,
             agent: 0,
             step: 0,
             prompt: prompts[i / 2].to_vec(),
@@ -65,11 +67,14 @@ fn batch() -> TrainingBatch {
             logprobs: vec![-1.0; response.len()],
             temperature: 0.8,
             valid: true,
+            breaks_contract: false,
             finish: FinishReason::Length,
         })
         .collect();
     let refs: Vec<&AgentCall> = calls.iter().collect();
-    TrainingBatch::new(&refs, &[1.0, -0.5, 0.25, 2.0, -1.5, 0.75], Device::Cpu)
+    let lengths: Vec<usize> = refs.iter().map(|c| c.response.len()).collect();
+    let advantages = PerToken::broadcast(&[1.0, -0.5, 0.25, 2.0, -1.5, 0.75], &lengths);
+    TrainingBatch::new(&refs, &advantages, Device::Cpu)
 }
 
 /// A loss over every response token that reaches every logit: advantage-weighted logprobs plus
@@ -77,8 +82,7 @@ fn batch() -> TrainingBatch {
 fn loss(batch: &TrainingBatch, logits: &Tensor) -> Tensor {
     let (logprobs, entropy) = batch.token_logprobs(logits, true);
     let entropy = entropy.expect("entropy");
-    let weighted =
-        (logprobs * batch.advantages.unsqueeze(1) + entropy * 0.1) * &batch.response_mask;
+    let weighted = (logprobs * &batch.advantages + entropy * 0.1) * &batch.response_mask;
     weighted.sum(Kind::Float)
 }
 

@@ -11,6 +11,7 @@ use serde::Serialize;
 use tch::{Device, Kind};
 
 use super::compare::{device_name, load};
+use crate::advantage::PerToken;
 use crate::config::LossSection;
 use crate::engine::FinishReason;
 use crate::model::llama::Llama;
@@ -159,6 +160,7 @@ fn synthetic_calls(shape: UpdateShape, vocab: usize) -> Vec<AgentCall> {
             let response = tokens(shape.response_tokens - shorter);
             AgentCall {
                 episode: i / RESPONSES_PER_PROMPT,
+                index: i % RESPONSES_PER_PROMPT,
                 agent: i % 2,
                 step: 0,
                 prompt: prompt.clone(),
@@ -167,6 +169,7 @@ fn synthetic_calls(shape: UpdateShape, vocab: usize) -> Vec<AgentCall> {
                 text: String::new(),
                 temperature: 1.0,
                 valid: true,
+                breaks_contract: false,
                 finish: FinishReason::Length,
             }
         })
@@ -175,20 +178,22 @@ fn synthetic_calls(shape: UpdateShape, vocab: usize) -> Vec<AgentCall> {
 
 fn batch_of(calls: &[AgentCall]) -> TrainingBatch {
     let refs: Vec<&AgentCall> = calls.iter().collect();
-    TrainingBatch::new(&refs, &advantages(calls.len()), Device::Cpu)
+    TrainingBatch::new(&refs, &advantages(&refs), Device::Cpu)
 }
 
-/// A fixed spread of advantages, not summing to zero.
-fn advantages(calls: usize) -> Vec<f64> {
-    (0..calls)
+/// A fixed spread of advantages per call, not summing to zero, over each call's tokens.
+fn advantages(calls: &[&AgentCall]) -> PerToken {
+    let per_call: Vec<f64> = (0..calls.len())
         .map(|i| [1.0, -0.5, 0.75, -1.25, 0.5][i % 5])
-        .collect()
+        .collect();
+    let lengths: Vec<usize> = calls.iter().map(|c| c.response.len()).collect();
+    PerToken::broadcast(&per_call, &lengths)
 }
 
 /// Records `model`'s logprobs of each call's response as the sampler's, in one batch.
 fn set_sampler_logprobs(model: &Llama, calls: &mut [AgentCall]) -> anyhow::Result<()> {
     let refs: Vec<&AgentCall> = calls.iter().collect();
-    let batch = TrainingBatch::new(&refs, &advantages(calls.len()), model.device());
+    let batch = TrainingBatch::new(&refs, &advantages(&refs), model.device());
     let logprobs = tch::no_grad(|| {
         let logits = batch.response_logits(model, None, false)?;
         anyhow::Ok(batch.token_logprobs(&logits, false).0)
@@ -222,7 +227,7 @@ fn measure(model: &Llama, calls: &[AgentCall], shape: UpdateShape) -> anyhow::Re
         activation_checkpointing: shape.activation_checkpointing,
     };
     let refs: Vec<&AgentCall> = calls.iter().collect();
-    let advantages = advantages(calls.len());
+    let advantages = advantages(&refs);
     let step = |optimizer: &mut AdamW| -> anyhow::Result<UpdateReport> {
         Ok(update_group(
             model,
