@@ -11,6 +11,7 @@ pub mod config;
 pub mod devices;
 pub mod engine;
 pub mod experiment;
+pub mod interrupt;
 pub mod model;
 pub mod plot;
 pub mod plugins;
@@ -77,6 +78,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
                     trainer.out_dir().display()
                 );
             }
+            interrupt::install().context("installing the SIGINT/SIGTERM handler")?;
             let summary = trainer.train()?;
             print!("{}", summary.render());
             match plot::plot_run(&summary.out_dir) {

@@ -19,7 +19,10 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
-            std::process::ExitCode::FAILURE
+            match drmas_host::interrupt::interruption(&error) {
+                Some(interrupted) => std::process::ExitCode::from(interrupted.exit_code()),
+                None => std::process::ExitCode::FAILURE,
+            }
         }
     }
 }

@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -226,35 +225,6 @@ fn check_checkpoints(root: &Path) -> Option<u32> {
     newest
 }
 
-/// The parseable lines of `run/metrics.jsonl` by iteration (a torn last line is skipped);
-/// panics on a duplicate iteration.
-fn metrics(run: &Path) -> BTreeMap<u32, Value> {
-    let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap_or_default();
-    let mut lines = BTreeMap::new();
-    for line in text.lines() {
-        let Ok(value) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        let iteration = value["iteration"].as_u64().expect("an iteration") as u32;
-        assert!(
-            lines.insert(iteration, value).is_none(),
-            "iteration {iteration} appears twice in {}",
-            run.display()
-        );
-    }
-    lines
-}
-
-/// The metrics an identical run reproduces exactly (everything but timings and speeds).
-fn deterministic(line: &Value) -> BTreeMap<String, Value> {
-    line.as_object()
-        .expect("a JSON object")
-        .iter()
-        .filter(|(key, _)| !key.starts_with("time/") && !key.starts_with("tokens_per_s/"))
-        .map(|(key, value)| (key.clone(), value.clone()))
-        .collect()
-}
-
 fn final_files(run: &Run) -> Vec<(String, Vec<u8>)> {
     let end = run.checkpoints().join(format!("iteration_{ITERATIONS:05}"));
     ["model.safetensors", "optimizer.safetensors"]
@@ -272,7 +242,7 @@ fn a_run_killed_in_training_and_in_saves_resumes_to_the_same_end() {
     let started = Instant::now();
     let mut reference = Run::new("reference");
     reference.finish();
-    let reference_metrics = metrics(&reference.out());
+    let reference_metrics = common::metrics(&reference.out());
     let took = started.elapsed();
 
     let mut run = Run::new("killed");
@@ -290,7 +260,7 @@ fn a_run_killed_in_training_and_in_saves_resumes_to_the_same_end() {
     for moment in moments {
         in_saves += usize::from(kill_at(&mut run, moment));
         let newest = check_checkpoints(&run.checkpoints());
-        let written = metrics(&run.out()).keys().copied().max();
+        let written = common::metrics(&run.out()).keys().copied().max();
         let lost = written.unwrap_or(0).saturating_sub(newest.unwrap_or(0));
         report.push(format!(
             "{moment:?}: metrics to {written:?}, checkpoint {newest:?}, staging {}",
@@ -338,13 +308,13 @@ fn a_run_killed_in_training_and_in_saves_resumes_to_the_same_end() {
         final_files(&run) == final_files(&reference),
         "the resumed run's final weights or optimizer differ from the uninterrupted run's"
     );
-    let resumed_metrics = metrics(&run.out());
+    let resumed_metrics = common::metrics(&run.out());
     let iterations: Vec<u32> = resumed_metrics.keys().copied().collect();
     assert_eq!(iterations, (0..=ITERATIONS).collect::<Vec<_>>());
     for (iteration, line) in &resumed_metrics {
         assert_eq!(
-            deterministic(line),
-            deterministic(&reference_metrics[iteration]),
+            common::deterministic(line),
+            common::deterministic(&reference_metrics[iteration]),
             "metrics of iteration {iteration}"
         );
     }

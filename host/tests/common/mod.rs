@@ -2,6 +2,7 @@
 
 #![allow(dead_code)] // each test file uses a subset
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -131,4 +132,33 @@ k = 2
 "#,
         model.display()
     )
+}
+
+/// The parseable lines of `run/metrics.jsonl` by iteration (a torn last line is skipped);
+/// panics on a duplicate iteration.
+pub fn metrics(run: &Path) -> BTreeMap<u32, Value> {
+    let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap_or_default();
+    let mut lines = BTreeMap::new();
+    for line in text.lines() {
+        let Ok(value) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let iteration = value["iteration"].as_u64().expect("an iteration") as u32;
+        assert!(
+            lines.insert(iteration, value).is_none(),
+            "iteration {iteration} appears twice in {}",
+            run.display()
+        );
+    }
+    lines
+}
+
+/// The metrics an identical run reproduces exactly (everything but timings and speeds).
+pub fn deterministic(line: &Value) -> BTreeMap<String, Value> {
+    line.as_object()
+        .expect("a JSON object")
+        .iter()
+        .filter(|(key, _)| !key.starts_with("time/") && !key.starts_with("tokens_per_s/"))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect()
 }
