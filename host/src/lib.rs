@@ -50,6 +50,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
             let registry = plugins::Registry::load_folder(
                 &cli.common.plugins,
                 plugins::BuildProfile::Release,
+                cli.common.plugin_links(),
             )?;
             print!("{}", list_components(&registry));
             Ok(())
@@ -207,7 +208,11 @@ fn prepare(
         .context("--config FILE is required (see docs/config.md)")?;
     let (config, file) = config::RunConfig::load(path)?;
     preflight::check_output_dir(&config, &file, intent)?;
-    let registry = plugins::Registry::load_folder(&common.plugins, plugins::BuildProfile::Release)?;
+    let registry = plugins::Registry::load_folder(
+        &common.plugins,
+        plugins::BuildProfile::Release,
+        common.plugin_links(),
+    )?;
     let plan = preflight::prepare(&config, &file, &registry)?;
     Ok((config, file, plan))
 }

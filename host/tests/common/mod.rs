@@ -66,9 +66,13 @@ pub fn fixture_plugins() -> &'static Path {
         let crates = scratch("plugin-crate");
         std::os::unix::fs::symlink(repo().join("tests/fixture-plugin"), crates.join("fixture"))
             .expect("symlink");
-        let libraries =
-            drmas_host::plugins::discover(&crates, drmas_host::plugins::BuildProfile::Dev)
-                .expect("build the fixture plugin");
+        let libraries = drmas_host::plugins::discover(
+            &crates,
+            drmas_host::plugins::BuildProfile::Dev,
+            // The crate is linked in from the repository.
+            drmas_host::plugins::ExternalLinks::Follow,
+        )
+        .expect("build the fixture plugin");
         let library = libraries.first().expect("one library");
         let folder = scratch("plugins");
         let name = library.file_name().expect("a file name");
