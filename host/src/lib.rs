@@ -8,6 +8,7 @@ pub mod advantage;
 pub mod allocator;
 pub mod cli;
 pub mod config;
+pub mod crash_report;
 pub mod devices;
 pub mod engine;
 pub mod experiment;

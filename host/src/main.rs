@@ -7,6 +7,9 @@ use tracing_subscriber::EnvFilter;
 fn main() -> std::process::ExitCode {
     drmas_host::allocator::keep_freed_memory();
     end_quietly_on_broken_pipe();
+    if let Err(error) = drmas_host::crash_report::install() {
+        eprintln!("warning: no crash report naming plugins: {error}");
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),

@@ -1,10 +1,12 @@
-//! `drmas-host train` cut short by SIGINT, by a second SIGINT, and by a plugin error after its
-//! first iterations: the first signal and the error save the last finished iteration and say so,
-//! and `--resume` from what was saved ends bit for bit where an uninterrupted run does.
+//! `drmas-host train` cut short by SIGINT, by a second SIGINT, by a plugin error, a plugin call
+//! that never returns and a plugin that crashes: the first signal, the error and the hang save the
+//! last finished iteration and say so, `--resume` from what was saved ends bit for bit where an
+//! uninterrupted run does, and a crash names the plugin, component and method it happened in.
 
 mod common;
 
 use std::fs::File;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -206,7 +208,7 @@ fn an_error_after_the_first_iteration_saves_the_last_finished_one() {
     assert_eq!(status.code(), Some(1), "{status}:\n{log}");
     assert!(log.contains("asked to fail after 20 resets"), "{log}");
     assert!(
-        log.contains("iteration 3 was dropped (error in its rollout)")
+        log.contains("iteration 3 was dropped (an error in its rollout)")
             && log.contains("Iteration 2 is saved in"),
         "{log}"
     );
@@ -216,4 +218,58 @@ fn an_error_after_the_first_iteration_saves_the_last_finished_one() {
         checkpoint_files(&run.checkpoint(2)) == checkpoint_files(&reference.checkpoint(2)),
         "the checkpoint saved on the error is not the one a two-iteration run ends with"
     );
+}
+
+/// The two-agent run on the `faulty-parity` environment, which fails as `fault` says from reset
+/// `after_resets + 1` on, with `[rollout] plugin_call_timeout_s = 1`.
+fn faulty_run_file(iterations: u32, after_resets: u32, fault: &str) -> String {
+    common::pair_run_file(iterations, 0, "")
+        .replace(
+            "name = \"parity\"",
+            &format!(
+                "name = \"faulty-parity\"\nparams = {{ after_resets = {after_resets}, fault = \"{fault}\" }}"
+            ),
+        )
+        .replace("[rollout]\n", "[rollout]\nplugin_call_timeout_s = 1\n")
+}
+
+#[test]
+fn a_plugin_call_that_never_returns_stops_the_run_naming_it_and_saves() {
+    // 4 evaluation episodes, 8 in iteration 1: reset 13, iteration 2's first, never returns.
+    let mut run = Run::new("hang", &faulty_run_file(3, 12, "hang"));
+    let started = Instant::now();
+    let status = run.run();
+    let log = run.last_log();
+    assert_eq!(status.code(), Some(1), "{status}:\n{log}");
+    assert!(
+        log.contains("environment `faulty-parity` of plugin `fixture` (")
+            && log.contains("did not return from `reset` within 1 s"),
+        "{log}"
+    );
+    assert!(
+        log.contains("iteration 2 was dropped") && log.contains("Iteration 1 is saved in"),
+        "{log}"
+    );
+    assert!(run.checkpoint(1).is_dir(), "no checkpoint:\n{log}");
+    assert!(started.elapsed() < PATIENCE, "took {:?}", started.elapsed());
+}
+
+#[test]
+fn a_plugin_that_crashes_is_named_before_the_process_dies() {
+    for (fault, signal, name) in [
+        ("abort", libc::SIGABRT, "SIGABRT"),
+        ("null", libc::SIGSEGV, "SIGSEGV"),
+    ] {
+        let mut run = Run::new(&format!("crash-{fault}"), &faulty_run_file(1, 0, fault));
+        let status = run.run();
+        let log = run.last_log();
+        assert_eq!(status.signal(), Some(signal), "{fault}: {status}:\n{log}");
+        assert!(
+            log.contains(&format!(
+                "drmas-host: crashed ({name}) inside environment `faulty-parity` of plugin \
+                 `fixture` ("
+            )) && log.contains("libdrmas_fixture_plugin.so), method reset"),
+            "{fault}:\n{log}"
+        );
+    }
 }

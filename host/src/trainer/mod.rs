@@ -654,8 +654,8 @@ impl Trainer {
             .collect();
         let rollout = rollout::run(
             &rollout::Crew {
-                orchestra: &*self.orchestra,
-                environment: &*self.environment,
+                orchestra: &self.orchestra,
+                environment: &self.environment,
                 team: &self.team,
                 codecs: &codecs,
                 generators: &generators,
