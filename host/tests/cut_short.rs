@@ -5,10 +5,9 @@
 
 mod common;
 
-use std::fs::File;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 /// Iterations of the interrupted runs (saved only at the end, unless cut short).
@@ -18,21 +17,30 @@ const GROUP: &str = "shared";
 /// How long one process may take to reach the moment it is signalled at.
 const PATIENCE: Duration = Duration::from_secs(90);
 
-/// A run folder `dir/run` with its run file `dir/run.toml`, started again and again.
-struct Run {
-    dir: PathBuf,
-    starts: usize,
+/// The run under test.
+type Run = common::TrainRun;
+
+/// What these tests do with a run beyond starting it.
+trait CutShort {
+    /// A run of `run_file` in the scratch folder `name`.
+    fn named(name: &str, run_file: &str) -> Self;
+    /// The checkpoint folder of `iteration`.
+    fn checkpoint(&self, iteration: u32) -> PathBuf;
+    fn run(&mut self) -> ExitStatus;
+    /// Starts the run, waits until it has printed iteration `iteration`'s line (and `delay`
+    /// more), then sends SIGINT `signals` times; returns the exit status and how long the
+    /// process took to end after the first signal.
+    fn interrupt_after(
+        &mut self,
+        iteration: u32,
+        delay: Duration,
+        signals: usize,
+    ) -> (ExitStatus, Duration);
 }
 
-impl Run {
-    fn new(name: &str, run_file: &str) -> Self {
-        let dir = common::scratch(&format!("cut-short-{name}"));
-        std::fs::write(dir.join("run.toml"), run_file).expect("write the run file");
-        Self { dir, starts: 0 }
-    }
-
-    fn out(&self) -> PathBuf {
-        self.dir.join("run")
+impl CutShort for Run {
+    fn named(name: &str, run_file: &str) -> Self {
+        Run::new(&format!("cut-short-{name}"), run_file)
     }
 
     fn checkpoint(&self, iteration: u32) -> PathBuf {
@@ -41,44 +49,10 @@ impl Run {
             .join(format!("iteration_{iteration:05}"))
     }
 
-    fn log(&self, start: usize) -> PathBuf {
-        self.dir.join(format!("log-{start}.txt"))
-    }
-
-    /// Starts `drmas-host train` (`--resume` after the first start), logging to `log-N.txt`.
-    fn start(&mut self) -> Child {
-        self.starts += 1;
-        let log = File::create(self.log(self.starts)).expect("create the log");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_drmas-host"));
-        command.arg("train");
-        if self.starts > 1 {
-            command.arg("--resume");
-        }
-        command
-            .arg("--plugins")
-            .arg(common::fixture_plugins())
-            .arg("--config")
-            .arg(self.dir.join("run.toml"))
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("clone the log"))
-            .stderr(log)
-            .spawn()
-            .expect("start drmas-host")
-    }
-
-    fn last_log(&self) -> String {
-        std::fs::read_to_string(self.log(self.starts)).unwrap_or_default()
-    }
-
-    /// Runs a start to its end; returns its exit status.
     fn run(&mut self) -> ExitStatus {
         self.start().wait().expect("wait for drmas-host")
     }
 
-    /// Starts the run, waits until it has printed iteration `iteration`'s line (and `delay`
-    /// more), then sends SIGINT `signals` times; returns the exit status and how long the
-    /// process took to end after the first signal.
     fn interrupt_after(
         &mut self,
         iteration: u32,
@@ -157,10 +131,10 @@ fn assert_same_end(run: &Run, reference: &Run, iterations: u32) {
 #[test]
 fn sigint_saves_a_checkpoint_and_resume_ends_where_an_uninterrupted_run_does() {
     let run_file = common::pair_run_file(ITERATIONS, 0, "");
-    let mut reference = Run::new("reference", &run_file);
+    let mut reference = Run::named("reference", &run_file);
     assert!(reference.run().success(), "{}", reference.last_log());
 
-    let mut run = Run::new("sigint", &run_file);
+    let mut run = Run::named("sigint", &run_file);
     // Right after an iteration's line (its metrics and the next rollout), then a little later.
     for (iteration, delay) in [(1, Duration::ZERO), (3, Duration::from_millis(30))] {
         let (status, _) = run.interrupt_after(iteration, delay, 1);
@@ -187,7 +161,7 @@ fn sigint_saves_a_checkpoint_and_resume_ends_where_an_uninterrupted_run_does() {
 
 #[test]
 fn a_second_sigint_stops_at_once_without_saving() {
-    let mut run = Run::new("twice", &common::pair_run_file(ITERATIONS, 0, ""));
+    let mut run = Run::named("twice", &common::pair_run_file(ITERATIONS, 0, ""));
     let (status, took) = run.interrupt_after(1, Duration::ZERO, 2);
     let log = run.last_log();
     assert_eq!(status.code(), Some(130), "{status}:\n{log}");
@@ -202,7 +176,7 @@ fn an_error_after_the_first_iteration_saves_the_last_finished_one() {
         "name = \"parity\"",
         "name = \"faulty-parity\"\nparams = { after_resets = 20, fault = \"error\" }",
     );
-    let mut run = Run::new("error", &faulty);
+    let mut run = Run::named("error", &faulty);
     let status = run.run();
     let log = run.last_log();
     assert_eq!(status.code(), Some(1), "{status}:\n{log}");
@@ -212,7 +186,7 @@ fn an_error_after_the_first_iteration_saves_the_last_finished_one() {
             && log.contains("Iteration 2 is saved in"),
         "{log}"
     );
-    let mut reference = Run::new("error-reference", &common::pair_run_file(2, 0, ""));
+    let mut reference = Run::named("error-reference", &common::pair_run_file(2, 0, ""));
     assert!(reference.run().success(), "{}", reference.last_log());
     assert!(
         checkpoint_files(&run.checkpoint(2)) == checkpoint_files(&reference.checkpoint(2)),
@@ -236,7 +210,7 @@ fn faulty_run_file(iterations: u32, after_resets: u32, fault: &str) -> String {
 #[test]
 fn a_plugin_call_that_never_returns_stops_the_run_naming_it_and_saves() {
     // 4 evaluation episodes, 8 in iteration 1: reset 13, iteration 2's first, never returns.
-    let mut run = Run::new("hang", &faulty_run_file(3, 12, "hang"));
+    let mut run = Run::named("hang", &faulty_run_file(3, 12, "hang"));
     let started = Instant::now();
     let status = run.run();
     let log = run.last_log();
@@ -260,7 +234,7 @@ fn a_plugin_that_crashes_is_named_before_the_process_dies() {
         ("abort", libc::SIGABRT, "SIGABRT"),
         ("null", libc::SIGSEGV, "SIGSEGV"),
     ] {
-        let mut run = Run::new(&format!("crash-{fault}"), &faulty_run_file(1, 0, fault));
+        let mut run = Run::named(&format!("crash-{fault}"), &faulty_run_file(1, 0, fault));
         let status = run.run();
         let log = run.last_log();
         assert_eq!(status.signal(), Some(signal), "{fault}: {status}:\n{log}");

@@ -166,3 +166,60 @@ pub fn deterministic(line: &Value) -> BTreeMap<String, Value> {
         .map(|(key, value)| (key.clone(), value.clone()))
         .collect()
 }
+
+/// A training run folder `dir/run` with its run file `dir/run.toml`, started as a child process
+/// again and again (with `--resume` after the first start) on the fixture plugins.
+pub struct TrainRun {
+    /// The scratch folder.
+    pub dir: PathBuf,
+    /// How many times it was started.
+    pub starts: usize,
+}
+
+impl TrainRun {
+    /// A fresh scratch folder `name` holding `run_file`.
+    pub fn new(name: &str, run_file: &str) -> Self {
+        let dir = scratch(name);
+        std::fs::write(dir.join("run.toml"), run_file).expect("write the run file");
+        Self { dir, starts: 0 }
+    }
+
+    /// The run folder.
+    pub fn out(&self) -> PathBuf {
+        self.dir.join("run")
+    }
+
+    /// The log of start `start`.
+    pub fn log(&self, start: usize) -> PathBuf {
+        self.dir.join(format!("log-{start}.txt"))
+    }
+
+    /// Starts `drmas-host train` (with `--resume` after the first start); stdout and stderr go
+    /// to `dir/log-N.txt`.
+    pub fn start(&mut self) -> std::process::Child {
+        use std::process::{Command, Stdio};
+        self.starts += 1;
+        let log = std::fs::File::create(self.log(self.starts)).expect("create the log");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_drmas-host"));
+        command.arg("train");
+        if self.starts > 1 {
+            command.arg("--resume");
+        }
+        command
+            .arg("--plugins")
+            .arg(fixture_plugins())
+            .arg("--config")
+            .arg(self.dir.join("run.toml"))
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone the log"))
+            .stderr(log)
+            .spawn()
+            .expect("start drmas-host")
+    }
+
+    /// The log of the latest start.
+    pub fn last_log(&self) -> String {
+        std::fs::read_to_string(self.log(self.starts)).unwrap_or_default()
+    }
+}
