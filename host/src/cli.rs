@@ -34,6 +34,22 @@ pub struct CommonArgs {
     /// The run file (TOML); see docs/config.md.
     #[arg(long, global = true, env = "DRMAS_CONFIG")]
     pub config: Option<PathBuf>,
+
+    /// Load what symbolic links in the plugins folder point to outside it (refused by default:
+    /// see docs/plugins.md).
+    #[arg(long, global = true)]
+    pub follow_plugin_links: bool,
+}
+
+impl CommonArgs {
+    /// Whether links out of the plugins folder are followed.
+    pub fn plugin_links(&self) -> crate::plugins::ExternalLinks {
+        if self.follow_plugin_links {
+            crate::plugins::ExternalLinks::Follow
+        } else {
+            crate::plugins::ExternalLinks::Refuse
+        }
+    }
 }
 
 /// The subcommands.

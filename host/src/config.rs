@@ -502,6 +502,9 @@ pub struct RolloutSection {
     /// Under `schedule = "async"`: how long an idle worker group waits for more calls while
     /// episodes are still in plugin code, before generating the calls it has.
     pub batch_wait_ms: u64,
+    /// The longest one call into plugin code (an agent's `parse`, an environment's `step`, ...)
+    /// may take before the run stops naming it; 0: no limit.
+    pub plugin_call_timeout_s: u64,
 }
 
 /// How a rollout batches agent calls.
@@ -531,6 +534,7 @@ impl Default for RolloutSection {
             max_response_tokens: 256,
             schedule: Schedule::Rounds,
             batch_wait_ms: 50,
+            plugin_call_timeout_s: 60,
         }
     }
 }

@@ -8,9 +8,11 @@ pub mod advantage;
 pub mod allocator;
 pub mod cli;
 pub mod config;
+pub mod crash_report;
 pub mod devices;
 pub mod engine;
 pub mod experiment;
+pub mod interrupt;
 pub mod model;
 pub mod plot;
 pub mod plugins;
@@ -49,6 +51,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
             let registry = plugins::Registry::load_folder(
                 &cli.common.plugins,
                 plugins::BuildProfile::Release,
+                cli.common.plugin_links(),
             )?;
             print!("{}", list_components(&registry));
             Ok(())
@@ -77,6 +80,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
                     trainer.out_dir().display()
                 );
             }
+            interrupt::install().context("installing the SIGINT/SIGTERM handler")?;
             let summary = trainer.train()?;
             print!("{}", summary.render());
             match plot::plot_run(&summary.out_dir) {
@@ -221,7 +225,11 @@ fn prepare(
         .context("--config FILE is required (see docs/config.md)")?;
     let (config, file) = config::RunConfig::load(path)?;
     preflight::check_output_dir(&config, &file, intent)?;
-    let registry = plugins::Registry::load_folder(&common.plugins, plugins::BuildProfile::Release)?;
+    let registry = plugins::Registry::load_folder(
+        &common.plugins,
+        plugins::BuildProfile::Release,
+        common.plugin_links(),
+    )?;
     let plan = preflight::prepare(&config, &file, &registry)?;
     Ok((config, file, plan))
 }

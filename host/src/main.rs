@@ -7,6 +7,9 @@ use tracing_subscriber::EnvFilter;
 fn main() -> std::process::ExitCode {
     drmas_host::allocator::keep_freed_memory();
     end_quietly_on_broken_pipe();
+    if let Err(error) = drmas_host::crash_report::install() {
+        eprintln!("warning: no crash report naming plugins: {error}");
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
@@ -19,7 +22,10 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
-            std::process::ExitCode::FAILURE
+            match drmas_host::interrupt::interruption(&error) {
+                Some(interrupted) => std::process::ExitCode::from(interrupted.exit_code()),
+                None => std::process::ExitCode::FAILURE,
+            }
         }
     }
 }

@@ -59,7 +59,9 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
     let orchestra = registry
         .orchestra(config.orchestra.name.get_ref(), params(&snippet))
         .map_err(|e| params::locate(e, &snippet, file, &["orchestra".into(), "params".into()]))?;
-    let roles = orchestra.roles().map_err(PluginError::from)?;
+    let roles = orchestra
+        .call("roles", |orchestra| orchestra.roles())?
+        .map_err(PluginError::from)?;
 
     let mut agents = Vec::new();
     let mut warnings = Vec::new();
@@ -122,7 +124,9 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
             base_dir: file.dir.display().to_string(),
         };
         let tasks = environment
-            .load_tasks(&spec)
+            .call("load_tasks", move |environment| {
+                environment.load_tasks(&spec)
+            })?
             .map_err(|e| anyhow::anyhow!("{}: [environment] {key}: {e}", file.origin))?;
         if tasks.is_empty() {
             bail!(
@@ -209,6 +213,17 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
         models.push((name.clone(), path, summary));
     }
 
+    // Loading datasets may take long; from here on each call into plugin code has its limit.
+    let limit = match config.rollout.plugin_call_timeout_s {
+        0 => None,
+        seconds => Some(std::time::Duration::from_secs(seconds)),
+    };
+    let (mut environment, mut orchestra, mut agents) = (environment, orchestra, agents);
+    environment.set_limit(limit);
+    orchestra.set_limit(limit);
+    for (_, agent) in &mut agents {
+        agent.set_limit(limit);
+    }
     Ok(Plan {
         environment,
         orchestra,

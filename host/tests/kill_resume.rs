@@ -7,10 +7,8 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -22,79 +20,28 @@ const GROUP: &str = "shared";
 /// How long one process may take to reach the moment it is killed at.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// A fresh folder under the test target dir.
-fn scratch(name: &str) -> PathBuf {
-    common::scratch(&format!("kill-resume-{name}"))
-}
-
-/// A plugins folder holding the fixture plugin's library.
-fn plugins() -> &'static Path {
-    common::fixture_plugins()
-}
-
 /// A two-agent run on one worker group (tiny random Llama), checkpointed every iteration.
 fn run_file() -> String {
     common::pair_run_file(ITERATIONS, 1, "")
 }
 
-/// A run folder `dir/run` with its run file `dir/run.toml`.
-struct Run {
-    dir: PathBuf,
-    starts: usize,
+/// The run under test.
+type Run = common::TrainRun;
+
+/// A run of [`run_file`] in the scratch folder `name`.
+fn new_run(name: &str) -> Run {
+    Run::new(&format!("kill-resume-{name}"), &run_file())
 }
 
-impl Run {
-    fn new(name: &str) -> Self {
-        let dir = scratch(name);
-        std::fs::write(dir.join("run.toml"), run_file()).expect("write the run file");
-        Self { dir, starts: 0 }
-    }
+/// The checkpoints folder of `run`.
+fn checkpoints(run: &Run) -> PathBuf {
+    run.out().join("checkpoints")
+}
 
-    fn out(&self) -> PathBuf {
-        self.dir.join("run")
-    }
-
-    fn checkpoints(&self) -> PathBuf {
-        self.out().join("checkpoints")
-    }
-
-    fn log(&self, start: usize) -> PathBuf {
-        self.dir.join(format!("log-{start}.txt"))
-    }
-
-    /// Starts `drmas-host train` (with `--resume` after the first start); stdout and stderr go
-    /// to `dir/log-N.txt`.
-    fn start(&mut self) -> Child {
-        self.starts += 1;
-        let log = File::create(self.log(self.starts)).expect("create the log");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_drmas-host"));
-        command.arg("train");
-        if self.starts > 1 {
-            command.arg("--resume");
-        }
-        command
-            .arg("--plugins")
-            .arg(plugins())
-            .arg("--config")
-            .arg(self.dir.join("run.toml"))
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("clone the log"))
-            .stderr(log)
-            .spawn()
-            .expect("start drmas-host")
-    }
-
-    /// The log of the latest start.
-    fn last_log(&self) -> String {
-        std::fs::read_to_string(self.log(self.starts)).unwrap_or_default()
-    }
-
-    /// Runs to the end; fails the test unless the process succeeds.
-    fn finish(&mut self) {
-        let status = self.start().wait().expect("wait for drmas-host");
-        assert!(status.success(), "{status}:\n{}", self.last_log());
-    }
+/// Runs `run` to the end; fails the test unless the process succeeds.
+fn finish(run: &mut Run) {
+    let status = run.start().wait().expect("wait for drmas-host");
+    assert!(status.success(), "{status}:\n{}", run.last_log());
 }
 
 /// Where a run is killed.
@@ -111,10 +58,10 @@ enum Moment {
 
 /// Whether `moment` has come in the run folder `run`.
 fn reached(run: &Run, moment: Moment) -> bool {
-    let checkpoint = |i: u32| run.checkpoints().join(format!("iteration_{i:05}"));
+    let checkpoint = |i: u32| checkpoints(run).join(format!("iteration_{i:05}"));
     match moment {
         Moment::Saving(i) => {
-            run.checkpoints().join(format!(".iteration_{i:05}.partial")).exists()
+            checkpoints(run).join(format!(".iteration_{i:05}.partial")).exists()
                 // Missed: the save already finished. Kill now all the same.
                 || checkpoint(i).exists()
         }
@@ -163,7 +110,7 @@ fn kill_at(run: &mut Run, moment: Moment) -> bool {
         !status.success(),
         "{moment:?}: the run ended before the kill"
     );
-    staging_folders(&run.checkpoints()) > 0
+    staging_folders(&checkpoints(run)) > 0
 }
 
 /// Staging folders of unfinished saves (`.iteration_NNNNN.partial`) under `root`.
@@ -226,37 +173,8 @@ fn check_checkpoints(root: &Path) -> Option<u32> {
     newest
 }
 
-/// The parseable lines of `run/metrics.jsonl` by iteration (a torn last line is skipped);
-/// panics on a duplicate iteration.
-fn metrics(run: &Path) -> BTreeMap<u32, Value> {
-    let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap_or_default();
-    let mut lines = BTreeMap::new();
-    for line in text.lines() {
-        let Ok(value) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        let iteration = value["iteration"].as_u64().expect("an iteration") as u32;
-        assert!(
-            lines.insert(iteration, value).is_none(),
-            "iteration {iteration} appears twice in {}",
-            run.display()
-        );
-    }
-    lines
-}
-
-/// The metrics an identical run reproduces exactly (everything but timings and speeds).
-fn deterministic(line: &Value) -> BTreeMap<String, Value> {
-    line.as_object()
-        .expect("a JSON object")
-        .iter()
-        .filter(|(key, _)| !key.starts_with("time/") && !key.starts_with("tokens_per_s/"))
-        .map(|(key, value)| (key.clone(), value.clone()))
-        .collect()
-}
-
 fn final_files(run: &Run) -> Vec<(String, Vec<u8>)> {
-    let end = run.checkpoints().join(format!("iteration_{ITERATIONS:05}"));
+    let end = checkpoints(run).join(format!("iteration_{ITERATIONS:05}"));
     ["model.safetensors", "optimizer.safetensors"]
         .into_iter()
         .map(|file| {
@@ -270,12 +188,12 @@ fn final_files(run: &Run) -> Vec<(String, Vec<u8>)> {
 #[test]
 fn a_run_killed_in_training_and_in_saves_resumes_to_the_same_end() {
     let started = Instant::now();
-    let mut reference = Run::new("reference");
-    reference.finish();
-    let reference_metrics = metrics(&reference.out());
+    let mut reference = new_run("reference");
+    finish(&mut reference);
+    let reference_metrics = common::metrics(&reference.out());
     let took = started.elapsed();
 
-    let mut run = Run::new("killed");
+    let mut run = new_run("killed");
     let moments = [
         Moment::Saving(1),
         Moment::Saved(2),
@@ -289,12 +207,12 @@ fn a_run_killed_in_training_and_in_saves_resumes_to_the_same_end() {
     let mut expected = Vec::new();
     for moment in moments {
         in_saves += usize::from(kill_at(&mut run, moment));
-        let newest = check_checkpoints(&run.checkpoints());
-        let written = metrics(&run.out()).keys().copied().max();
+        let newest = check_checkpoints(&checkpoints(&run));
+        let written = common::metrics(&run.out()).keys().copied().max();
         let lost = written.unwrap_or(0).saturating_sub(newest.unwrap_or(0));
         report.push(format!(
             "{moment:?}: metrics to {written:?}, checkpoint {newest:?}, staging {}",
-            staging_folders(&run.checkpoints())
+            staging_folders(&checkpoints(&run))
         ));
         assert!(
             lost <= 1,
@@ -305,7 +223,7 @@ fn a_run_killed_in_training_and_in_saves_resumes_to_the_same_end() {
             None => "no checkpoint to resume from".to_owned(),
         });
     }
-    run.finish();
+    finish(&mut run);
     // Each start after a kill resumed from exactly the newest complete checkpoint.
     for (index, line) in expected.iter().enumerate() {
         let log = std::fs::read_to_string(run.log(index + 2)).expect("a log");
@@ -325,12 +243,12 @@ fn a_run_killed_in_training_and_in_saves_resumes_to_the_same_end() {
 
     assert!(in_saves > 0, "no kill landed inside a save");
     assert_eq!(
-        check_checkpoints(&run.checkpoints()),
+        check_checkpoints(&checkpoints(&run)),
         Some(ITERATIONS),
         "the last checkpoint"
     );
     assert_eq!(
-        unfinished(&run.checkpoints(), ""),
+        unfinished(&checkpoints(&run), ""),
         0,
         "a resumed run cleans up what the kills left"
     );
@@ -338,13 +256,13 @@ fn a_run_killed_in_training_and_in_saves_resumes_to_the_same_end() {
         final_files(&run) == final_files(&reference),
         "the resumed run's final weights or optimizer differ from the uninterrupted run's"
     );
-    let resumed_metrics = metrics(&run.out());
+    let resumed_metrics = common::metrics(&run.out());
     let iterations: Vec<u32> = resumed_metrics.keys().copied().collect();
     assert_eq!(iterations, (0..=ITERATIONS).collect::<Vec<_>>());
     for (iteration, line) in &resumed_metrics {
         assert_eq!(
-            deterministic(line),
-            deterministic(&reference_metrics[iteration]),
+            common::deterministic(line),
+            common::deterministic(&reference_metrics[iteration]),
             "metrics of iteration {iteration}"
         );
     }

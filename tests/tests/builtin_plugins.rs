@@ -8,8 +8,12 @@ use drmas_sdk::{AgentContext, DatasetSpec, Role};
 
 #[test]
 fn the_plugins_folder_offers_the_math_and_search_components() {
-    let registry = Registry::load_folder(&common::repo().join("plugins"), BuildProfile::Dev)
-        .expect("load ./plugins");
+    let registry = Registry::load_folder(
+        &common::repo().join("plugins"),
+        BuildProfile::Dev,
+        drmas_host::plugins::ExternalLinks::Refuse,
+    )
+    .expect("load ./plugins");
     let listing = drmas_host::list_components(&registry);
     for name in [
         "Solver Agent",

@@ -198,8 +198,8 @@ fn first_states(params: &str, words: &str) -> Vec<u64> {
     let tasks: Vec<_> = tasks.iter().collect();
     let rollout = rollout::run(
         &Crew {
-            orchestra: &*orchestra,
-            environment: &*environment,
+            orchestra: &orchestra,
+            environment: &environment,
             team: &team,
             codecs: &[codec],
             generators: &[&generator],

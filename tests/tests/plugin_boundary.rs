@@ -5,7 +5,7 @@
 mod common;
 
 use drmas_host::advantage::Sample;
-use drmas_host::plugins::{BuildProfile, Registry};
+use drmas_host::plugins::{BuildProfile, ExternalLinks, Registry};
 use drmas_sdk::{AgentContext, AgentOutput, DatasetSpec, Next};
 
 #[test]
@@ -157,7 +157,7 @@ fn two_plugins_offering_one_name_are_both_named() {
     let second = folder.join("libb.so");
     std::fs::copy(common::fixture_library(), &first).expect("copy");
     std::fs::copy(common::fixture_library(), &second).expect("copy");
-    let error = Registry::load_folder(&folder, BuildProfile::Dev)
+    let error = Registry::load_folder(&folder, BuildProfile::Dev, ExternalLinks::Refuse)
         .err()
         .expect("must fail")
         .to_string();
@@ -206,6 +206,7 @@ fn a_missing_plugins_folder_says_so() {
     let error = Registry::load_folder(
         std::path::Path::new("/nonexistent/plugins"),
         BuildProfile::Dev,
+        ExternalLinks::Refuse,
     )
     .err()
     .expect("must fail")
@@ -219,9 +220,12 @@ fn a_missing_plugins_folder_says_so() {
 #[test]
 fn a_plugin_crate_given_as_the_plugins_folder_is_built_and_loaded_alone() {
     let crate_dir = common::repo().join("tests/fixture-plugin");
-    let libraries = drmas_host::plugins::discover(&crate_dir, BuildProfile::Dev).expect("builds");
+    let libraries =
+        drmas_host::plugins::discover(&crate_dir, BuildProfile::Dev, ExternalLinks::Refuse)
+            .expect("builds");
     assert_eq!(libraries, [common::fixture_library().clone()]);
-    let registry = Registry::load_folder(&crate_dir, BuildProfile::Dev).expect("loads");
+    let registry =
+        Registry::load_folder(&crate_dir, BuildProfile::Dev, ExternalLinks::Refuse).expect("loads");
     assert_eq!(registry.plugins().len(), 1);
     assert!(registry.agent("Shout Agent", "").is_ok());
 }
@@ -353,4 +357,68 @@ fn a_plugin_estimators_wrong_answers_are_errors_naming_it() {
         assert!(error.starts_with(origin), "{fault}: {error}");
         assert!(error.contains(needle), "{fault}: {error}");
     }
+}
+
+#[test]
+fn a_plugin_file_or_folder_others_can_write_is_refused_with_the_chmod_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    let chmod = |path: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    };
+    let folder = common::scratch("writable-plugin");
+    let library = folder.join("libfixture.so");
+    std::fs::copy(common::fixture_library(), &library).expect("copy");
+    let load = || Registry::load_folder(&folder, BuildProfile::Dev, ExternalLinks::Refuse);
+
+    chmod(&library, 0o646);
+    let error = load().err().expect("a world-writable library").to_string();
+    assert!(
+        error.contains(&format!(
+            "{} is writable by all users (mode 646)",
+            library.display()
+        )) && error.contains(&format!("run `chmod go-w {}`", library.display())),
+        "{error}"
+    );
+    chmod(&library, 0o755);
+    chmod(&folder, 0o775);
+    let error = load().err().expect("a group-writable folder").to_string();
+    assert!(
+        error.contains(&format!("{} is writable by its group", folder.display())),
+        "{error}"
+    );
+    chmod(&folder, 0o755);
+    assert_eq!(load().expect("the fixed folder loads").plugins().len(), 1);
+}
+
+#[test]
+fn a_link_out_of_the_plugins_folder_is_refused_unless_followed() {
+    let folder = common::scratch("linked-plugin");
+    let link = folder.join("libfixture.so");
+    std::os::unix::fs::symlink(common::fixture_library(), &link).expect("symlink");
+    let error = Registry::load_folder(&folder, BuildProfile::Dev, ExternalLinks::Refuse)
+        .err()
+        .expect("a link out of the folder")
+        .to_string();
+    assert!(
+        error.contains(&format!("{} is a symbolic link to", link.display()))
+            && error.contains("outside the plugins folder")
+            && error.contains("--follow-plugin-links"),
+        "{error}"
+    );
+    let followed = Registry::load_folder(&folder, BuildProfile::Dev, ExternalLinks::Follow)
+        .expect("followed when asked");
+    assert_eq!(followed.plugins().len(), 1);
+
+    // A link to a library inside the folder is fine.
+    let inside = common::scratch("linked-inside");
+    std::fs::create_dir(inside.join("real")).expect("mkdir");
+    std::fs::copy(common::fixture_library(), inside.join("real/libfixture.so")).expect("copy");
+    std::os::unix::fs::symlink(
+        inside.join("real/libfixture.so"),
+        inside.join("libfixture.so"),
+    )
+    .expect("symlink");
+    let registry = Registry::load_folder(&inside, BuildProfile::Dev, ExternalLinks::Refuse)
+        .expect("a link inside the folder loads");
+    assert_eq!(registry.plugins().len(), 1);
 }

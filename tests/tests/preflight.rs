@@ -11,7 +11,12 @@ use drmas_host::plugins::{BuildProfile, Registry};
 fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
-        Registry::load_folder(&common::repo().join("plugins"), BuildProfile::Dev).expect("plugins")
+        Registry::load_folder(
+            &common::repo().join("plugins"),
+            BuildProfile::Dev,
+            drmas_host::plugins::ExternalLinks::Refuse,
+        )
+        .expect("plugins")
     })
 }
 

@@ -57,8 +57,8 @@ fn rollout(schedule: Schedule) -> Rollout {
     let mut finished = Vec::new();
     let rollout = rollout::run(
         &Crew {
-            orchestra: &*orchestra,
-            environment: &*environment,
+            orchestra: &orchestra,
+            environment: &environment,
             team: &team,
             codecs: &[llama_codec, qwen2_codec],
             generators: &[&llama_generator, &qwen2_generator],

@@ -89,6 +89,10 @@ fn metrics(dir: &Path) -> Vec<Value> {
         .collect()
 }
 
+fn weights(checkpoint: &Path, group: &str) -> Vec<u8> {
+    std::fs::read(checkpoint.join(group).join("model.safetensors")).expect("checkpoint weights")
+}
+
 /// The largest absolute difference between same-named tensors of two safetensors files.
 fn max_weight_change(a: &Path, b: &Path) -> f64 {
     let read = |p: &Path| tch::Tensor::read_safetensors(p).expect("safetensors");

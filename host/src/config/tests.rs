@@ -186,6 +186,18 @@ fn every_number_out_of_range_is_named_with_its_line() {
 }
 
 #[test]
+fn a_plugin_call_limit_beyond_a_day_is_named_with_its_line() {
+    let text = format!("{VALID}\n[rollout]\nplugin_call_timeout_s = 100000\n");
+    let message = error(&text);
+    assert!(
+        message.contains(
+            "[rollout] plugin_call_timeout_s = 100000 must be an integer from 0 to 86400"
+        ) && message.contains("run.toml:"),
+        "{message}"
+    );
+}
+
+#[test]
 fn dapo_and_dr_grpo_numbers_are_checked_where_they_are_written() {
     let text = format!(
         "{VALID}\n[algorithm.loss]\nloss_scale_factor = -1.0\n\n[algorithm.dynamic_sampling]\n\

@@ -12,6 +12,8 @@ pub const MAX_EPISODES_PER_ITERATION: usize = 1 << 20;
 pub const MAX_EVAL_K: usize = 1024;
 /// How long (`[rollout] batch_wait_ms`) an idle worker group may wait for more calls at most.
 pub const MAX_BATCH_WAIT_MS: u64 = 600_000;
+/// The longest plugin-call limit (`[rollout] plugin_call_timeout_s`) accepted: a day.
+pub const MAX_PLUGIN_CALL_TIMEOUT_S: u64 = 86_400;
 /// Rollouts one iteration may run under dynamic sampling at most.
 pub const MAX_ROLLOUT_BATCHES: u64 = 1024;
 /// The largest LoRA rank accepted (no model this host loads is wider).
@@ -217,6 +219,12 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
         u64::MAX,
     );
     s.size("batch_wait_ms", rollout.batch_wait_ms, 0, MAX_BATCH_WAIT_MS);
+    s.size(
+        "plugin_call_timeout_s",
+        rollout.plugin_call_timeout_s,
+        0,
+        MAX_PLUGIN_CALL_TIMEOUT_S,
+    );
 
     let eval = &config.eval;
     let mut s = problems.section("[eval]".into(), &["eval"]);

@@ -221,7 +221,11 @@ impl Experiment {
 /// and charts are.
 pub fn run(common: &CommonArgs, args: &ExperimentArgs) -> anyhow::Result<()> {
     let experiment = Experiment::from_cli(common, args)?;
-    let registry = Registry::load_folder(&common.plugins, BuildProfile::Release)?;
+    let registry = Registry::load_folder(
+        &common.plugins,
+        BuildProfile::Release,
+        common.plugin_links(),
+    )?;
     let outcome = experiment.run(&registry)?;
     println!(
         "experiment: {} runs trained, {} already finished",

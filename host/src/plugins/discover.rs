@@ -5,6 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::trust::{
+    refuse_external_link, refuse_writable_by_others, refuse_writable_library, ExternalLinks,
+    TrustError,
+};
+
 /// Which cargo profile plugin crates are built with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BuildProfile {
@@ -50,6 +55,9 @@ pub enum DiscoverError {
         /// cargo's exit status.
         status: String,
     },
+    /// A plugin file or folder the host will not run code from.
+    #[error(transparent)]
+    Trust(#[from] TrustError),
     /// cargo could not be run or told us nothing useful.
     #[error("cannot build plugin crate {path}: {reason}")]
     Cargo {
@@ -62,8 +70,14 @@ pub enum DiscoverError {
 
 /// Every plugin library in `folder`, building plugin crates first. Sorted by path so loading
 /// order (and so duplicate-name errors) is deterministic. `folder` may also be one plugin crate
-/// itself: then only that crate is built and loaded.
-pub fn discover(folder: &Path, profile: BuildProfile) -> Result<Vec<PathBuf>, DiscoverError> {
+/// itself: then only that crate is built and loaded. Nothing runs from a file or folder other
+/// users can write, nor (unless `links` says to follow them) through a link out of `folder`
+/// (see [`super::trust`]).
+pub fn discover(
+    folder: &Path,
+    profile: BuildProfile,
+    links: ExternalLinks,
+) -> Result<Vec<PathBuf>, DiscoverError> {
     if folder.join("Cargo.toml").is_file() {
         return Ok(build_crate(folder, profile)?.into_iter().collect());
     }
@@ -71,15 +85,25 @@ pub fn discover(folder: &Path, profile: BuildProfile) -> Result<Vec<PathBuf>, Di
         path: folder.to_owned(),
         source,
     })?;
+    refuse_writable_by_others(folder)?;
+    let canonical = folder
+        .canonicalize()
+        .map_err(|source| DiscoverError::Folder {
+            path: folder.to_owned(),
+            source,
+        })?;
     let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
     paths.sort();
     let mut libraries = Vec::new();
     for path in paths {
         if path.is_dir() && path.join("Cargo.toml").is_file() {
+            refuse_external_link(&path, &canonical, links)?;
             if let Some(library) = build_crate(&path, profile)? {
                 libraries.push(library);
             }
         } else if is_library(&path) {
+            refuse_external_link(&path, &canonical, links)?;
+            refuse_writable_library(&path)?;
             libraries.push(path);
         }
     }
@@ -116,6 +140,9 @@ struct Target {
 /// Builds the crate in `folder` if it has a cdylib lib; returns its artifact. Crates without a
 /// cdylib (a helper crate next to plugins) are skipped.
 fn build_crate(folder: &Path, profile: BuildProfile) -> Result<Option<PathBuf>, DiscoverError> {
+    // Building runs the crate's build script: its folder must be the user's alone.
+    refuse_writable_by_others(folder)?;
+    refuse_writable_by_others(&folder.join("Cargo.toml"))?;
     // cargo resolves workspaces from the real path, so a symlinked crate must be followed.
     let manifest = folder
         .join("Cargo.toml")
@@ -211,5 +238,6 @@ fn build_crate(folder: &Path, profile: BuildProfile) -> Result<Option<PathBuf>, 
             reason: format!("cargo built it but {} is missing", artifact.display()),
         });
     }
+    refuse_writable_library(&artifact)?;
     Ok(Some(artifact))
 }

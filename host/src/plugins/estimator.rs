@@ -42,9 +42,12 @@ impl Estimator for PluginEstimator {
             rewards.len(),
             "advantage estimation needs one reward per sample"
         );
+        let (owned_samples, owned_rewards) = (samples.to_vec(), rewards.to_vec());
         let advantages = self
             .component
-            .advantages(samples, rewards)
+            .call("advantages", move |estimator| {
+                estimator.advantages(&owned_samples, &owned_rewards)
+            })?
             .map_err(PluginError::from)?;
         let origin = self.component.origin();
         if advantages.len() != samples.len() {

@@ -1,12 +1,16 @@
 //! Plugins: finding them in a folder (built libraries or plugin crates to build), loading each
-//! through the SDK's stable ABI, and a registry of their components by (kind, name).
+//! through the SDK's stable ABI (after checking who can write them), and a registry of their components by (kind, name).
 
+mod call;
 mod discover;
 mod estimator;
 mod hosted;
 mod registry;
+mod trust;
 
+pub use call::PluginCallError;
 pub use discover::{discover, BuildProfile, DiscoverError};
 pub use estimator::PluginEstimator;
-pub use hosted::Hosted;
+pub use hosted::{Hosted, HostedSession};
 pub use registry::{Registry, RegistryError};
+pub use trust::{ExternalLinks, TrustError};

@@ -14,6 +14,7 @@ use crate::suggest::similar;
 use super::discover::{discover, BuildProfile, DiscoverError};
 use super::estimator::PluginEstimator;
 use super::hosted::Hosted;
+use super::trust::{refuse_writable_library, ExternalLinks};
 
 /// A plugin or component problem, with the file or name and what to do.
 #[derive(Debug, thiserror::Error)]
@@ -71,17 +72,24 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Loads every plugin in `folder` (building plugin crates with `profile`).
-    pub fn load_folder(folder: &Path, profile: BuildProfile) -> Result<Self, RegistryError> {
+    /// Loads every plugin in `folder` (building plugin crates with `profile`; following links
+    /// out of the folder only as `links` says).
+    pub fn load_folder(
+        folder: &Path,
+        profile: BuildProfile,
+        links: ExternalLinks,
+    ) -> Result<Self, RegistryError> {
         let mut registry = Registry::default();
-        for library in discover(folder, profile)? {
+        for library in discover(folder, profile, links)? {
             registry.add(load_plugin(&library)?)?;
         }
         Ok(registry)
     }
 
-    /// Loads one library file.
+    /// Loads one library file (refused when users other than its owner can write it or its
+    /// folder).
     pub fn load_file(&mut self, library: &Path) -> Result<(), RegistryError> {
+        refuse_writable_library(library).map_err(DiscoverError::from)?;
         self.add(load_plugin(library)?)
     }
 

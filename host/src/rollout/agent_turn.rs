@@ -56,7 +56,11 @@ pub(super) fn prepare(
         return Ok(None);
     };
     let member = &team[*member_index];
-    let messages = member.agent.messages(context).map_err(PluginError::from)?;
+    let context = context.clone();
+    let messages = member
+        .agent
+        .call("messages", move |agent| agent.messages(&context))?
+        .map_err(PluginError::from)?;
     let template_messages: Vec<TemplateMessage<'_>> = messages
         .iter()
         .map(|m| TemplateMessage {
@@ -127,7 +131,11 @@ pub(super) fn complete(
 ) -> anyhow::Result<AgentCall> {
     let member = &team[call.member];
     let raw = call.response_prefix + &codecs[member.group].decode(&generation.tokens)?;
-    let parsed = member.agent.parse(&raw).map_err(PluginError::from)?;
+    let text = raw.clone();
+    let parsed = member
+        .agent
+        .call("parse", move |agent| agent.parse(&text))?
+        .map_err(PluginError::from)?;
     let breaks_contract = !member.actions.allows(&parsed.action);
     let output = AgentOutput {
         raw: raw.clone(),

@@ -90,6 +90,13 @@ pub(super) fn run(
         let mut generating = 0;
         let mut finished = 0;
         loop {
+            // A stop signal abandons the rollout: nothing new starts, running steps and batches
+            // are awaited (the trainer drops the iteration).
+            if failure.is_none() {
+                if let Err(interrupted) = crate::interrupt::check() {
+                    failure = Some(interrupted.into());
+                }
+            }
             for group in 0..groups {
                 let Some((_, since)) = queues[group].front() else {
                     continue;

@@ -8,6 +8,7 @@ use drmas_sdk::{
 };
 
 use super::TeamMember;
+use crate::plugins::{Hosted, HostedSession};
 
 /// More agent calls than this in one episode means a routing that never submits.
 const MAX_CALLS_PER_EPISODE: usize = 256;
@@ -96,8 +97,8 @@ fn state_key(key: Option<&str>, observation: &str) -> u64 {
 
 /// A running episode.
 pub(super) struct EpisodeState {
-    routing: Box<dyn Routing>,
-    episode: Box<dyn Episode>,
+    routing: HostedSession<dyn Routing>,
+    episode: HostedSession<dyn Episode>,
     /// The call the episode waits for: (team member index, what it sees).
     pending: Option<(usize, AgentContext)>,
     done: bool,
@@ -108,24 +109,30 @@ impl EpisodeState {
     /// Resets the environment on `task` and starts the orchestra's routing on its first
     /// observation.
     pub fn start(
-        orchestra: &dyn Orchestra,
-        environment: &dyn Environment,
+        orchestra: &Hosted<dyn Orchestra>,
+        environment: &Hosted<dyn Environment>,
         task: &Task,
     ) -> anyhow::Result<Self> {
+        let owned = task.clone();
         let reset = environment
-            .reset(task)
+            .call("reset", move |environment| environment.reset(&owned))?
             .map_err(PluginError::from)
             .with_context(|| format!("resetting the environment on task `{}`", task.id))?;
-        let mut routing = orchestra
-            .start(task)
+        let owned = task.clone();
+        let routing = orchestra
+            .call("start", move |orchestra| orchestra.start(&owned))?
             .map_err(PluginError::from)
             .with_context(|| format!("starting the orchestra on task `{}`", task.id))?;
+        let mut routing = orchestra.session(routing);
+        let observation = reset.observation.clone();
         routing
-            .on_observation(&reset.observation)
+            .call("on_observation", move |routing| {
+                routing.on_observation(&observation)
+            })?
             .map_err(PluginError::from)?;
         Ok(Self {
             routing,
-            episode: reset.episode,
+            episode: environment.session(reset.episode),
             pending: None,
             done: false,
             outcome: EpisodeOutcome {
@@ -138,7 +145,11 @@ impl EpisodeState {
     /// Runs the routing until it asks for an agent call or the environment ends the episode.
     pub fn advance(&mut self, team: &[TeamMember]) -> anyhow::Result<()> {
         while !self.done && self.pending.is_none() {
-            match self.routing.next().map_err(PluginError::from)? {
+            match self
+                .routing
+                .call("next", |routing| routing.next())?
+                .map_err(PluginError::from)?
+            {
                 Next::Act { role, context } => {
                     let Some(member) = team.iter().position(|m| m.role == role) else {
                         let roles: Vec<&str> = team.iter().map(|m| m.role.as_str()).collect();
@@ -156,10 +167,17 @@ impl EpisodeState {
                     self.pending = Some((member, context));
                 }
                 Next::Submit { action } => {
-                    let step = self.episode.step(&action).map_err(PluginError::from)?;
+                    let step = self
+                        .episode
+                        .call("step", move |episode| episode.step(&action))?
+                        .map_err(PluginError::from)?;
                     self.outcome.steps += 1;
                     self.outcome.step_rewards.push(step.reward);
-                    let rewards = self.routing.on_step(&step).map_err(PluginError::from)?;
+                    let seen = step.clone();
+                    let rewards = self
+                        .routing
+                        .call("on_step", move |routing| routing.on_step(&seen))?
+                        .map_err(PluginError::from)?;
                     self.outcome.record_call_rewards(rewards)?;
                     for metric in step.metrics {
                         match self
@@ -183,8 +201,11 @@ impl EpisodeState {
                         self.outcome
                             .step_states
                             .push(state_key(step.state_key.as_deref(), &step.observation));
+                        let observation = step.observation;
                         self.routing
-                            .on_observation(&step.observation)
+                            .call("on_observation", move |routing| {
+                                routing.on_observation(&observation)
+                            })?
                             .map_err(PluginError::from)?;
                     }
                 }
@@ -215,8 +236,9 @@ impl EpisodeState {
             .take()
             .context("an agent output was delivered to an episode that asked for none")?;
         self.outcome.calls += 1;
+        let (role, output) = (team[member].role.clone(), output.clone());
         self.routing
-            .observe(&team[member].role, output)
+            .call("observe", move |routing| routing.observe(&role, &output))?
             .map_err(PluginError::from)?;
         Ok(())
     }

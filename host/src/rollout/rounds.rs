@@ -34,6 +34,8 @@ pub(super) fn run(
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut rollout = Rollout::default();
     loop {
+        // A stop signal abandons the rollout between rounds (the trainer drops the iteration).
+        crate::interrupt::check()?;
         advance_all(&mut states, team, tasks)?;
         on_progress(states.iter().filter(|s| s.is_done()).count());
         let mut waiting: Vec<Vec<usize>> = vec![Vec::new(); generators.len()];

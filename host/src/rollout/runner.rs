@@ -10,6 +10,7 @@ use super::{asynchronous, rounds, AgentCall, EpisodeOutcome, TeamMember};
 use crate::config::Schedule;
 use crate::engine::Generator;
 use crate::model::chat_codec::ChatCodec;
+use crate::plugins::Hosted;
 use crate::rng::SeededRng;
 
 /// Bounds and batching of one rollout.
@@ -55,9 +56,9 @@ impl Rollout {
 /// The parts of a run a rollout drives.
 pub struct Crew<'a> {
     /// Routes each episode's agent calls.
-    pub orchestra: &'a dyn Orchestra,
+    pub orchestra: &'a Hosted<dyn Orchestra>,
     /// Scores and steps episodes.
-    pub environment: &'a dyn Environment,
+    pub environment: &'a Hosted<dyn Environment>,
     /// The agents, in run order.
     pub team: &'a [TeamMember],
     /// Each worker group's chat template and tokenizer, indexed by [`TeamMember::group`].

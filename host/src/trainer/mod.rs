@@ -10,6 +10,7 @@ mod metrics;
 mod offload;
 pub mod run_folder;
 mod setup;
+mod stopped;
 mod task_order;
 mod worker_group;
 
@@ -237,13 +238,17 @@ impl Trainer {
         Ok(Some(state.iteration))
     }
 
-    /// Trains until `[run] iterations`, evaluating and saving at the configured cadence.
+    /// Trains until `[run] iterations`, evaluating and saving at the configured cadence. When a
+    /// stop signal or an error ends the run early, the last finished iteration is saved first
+    /// (see [`Self::stopped`]).
     pub fn train(&mut self) -> anyhow::Result<TrainSummary> {
         let mut log = MetricsLog::open(&self.out_dir)?;
         let total = self.config.run.iterations;
         let first = self.iteration + 1;
         let before = if self.has_eval() && self.iteration == 0 {
-            let report = self.evaluate("before training")?;
+            let report = self
+                .evaluate("before training")
+                .map_err(|error| self.stopped(error, Stage::Finished))?;
             let mut metrics = Metrics::new(0);
             record_eval(&mut metrics, &report);
             log.write(&metrics)?;
@@ -255,16 +260,39 @@ impl Trainer {
         let mut after = None;
         let mut checkpoint = None;
         for iteration in first..=total {
+            let start = (self.order, self.rng.clone());
             self.iteration = iteration;
-            let mut metrics = self.train_iteration()?;
+            let collected = match self.collect() {
+                Ok(collected) => collected,
+                Err(error) => {
+                    // Nothing has changed but the data cursor and the sampler: rewinding them
+                    // makes the state exactly the last finished iteration's.
+                    (self.order, self.rng) = start;
+                    self.iteration -= 1;
+                    return Err(self.stopped(error, Stage::Dropped(iteration)));
+                }
+            };
+            let mut metrics = self
+                .learn(&collected)
+                .map_err(|error| self.stopped(error, Stage::Updating))?;
             println!("{}", iteration_line(&metrics, total));
             let last = iteration == total;
             let every = |n: u32| n > 0 && iteration % n == 0;
-            if self.has_eval() && (every(self.config.run.eval_every) || last) {
-                let report = self.evaluate(&format!("after iteration {iteration}"))?;
-                record_eval(&mut metrics, &report);
-                if last {
-                    after = Some(report);
+            // From here on the iteration is finished: an error or a stop signal still lets its
+            // metrics line and its checkpoint be written.
+            let mut stop = self.sync_fleets(&mut metrics).err();
+            if !last && stop.is_none() {
+                stop = crate::interrupt::check().err().map(anyhow::Error::from);
+            }
+            if stop.is_none() && self.has_eval() && (every(self.config.run.eval_every) || last) {
+                match self.evaluate(&format!("after iteration {iteration}")) {
+                    Ok(report) => {
+                        record_eval(&mut metrics, &report);
+                        if last {
+                            after = Some(report);
+                        }
+                    }
+                    Err(error) => stop = Some(error),
                 }
             }
             log.write(&metrics)?;
@@ -275,6 +303,9 @@ impl Trainer {
             if every(self.config.run.save_every) || last {
                 checkpoint = Some(self.save()?);
             }
+            if let Some(error) = stop {
+                return Err(self.stopped(error, Stage::Finished));
+            }
         }
         Ok(TrainSummary {
             iterations: total.saturating_sub(first - 1),
@@ -284,6 +315,56 @@ impl Trainer {
             out_dir: self.out_dir.clone(),
             checkpoint,
         })
+    }
+
+    /// Ends a run that `error` (or a stop signal) cut short at `stage`: saves the last finished
+    /// iteration unless a checkpoint of it exists or there is none, says on stderr what was saved
+    /// and how to continue, and hands the error back.
+    fn stopped(&self, error: anyhow::Error, stage: Stage) -> anyhow::Error {
+        let what = match crate::interrupt::interruption(&error) {
+            Some(interrupted) => interrupted.to_string(),
+            None => "an error".to_owned(),
+        };
+        let note = match stage {
+            Stage::Updating => format!(
+                "{what} in the update of iteration {}: the weights are between two iterations, \
+                 so nothing is saved. {}",
+                self.iteration,
+                stopped::resume_hint(Checkpoint::latest(&self.out_dir).ok().flatten().as_ref())
+            ),
+            Stage::Dropped(_) | Stage::Finished if self.iteration == 0 => {
+                format!("{what} before the first iteration finished: nothing to save.")
+            }
+            Stage::Dropped(_) | Stage::Finished => {
+                let dropped = match stage {
+                    Stage::Dropped(iteration) => {
+                        format!("iteration {iteration} was dropped ({what} in its rollout). ")
+                    }
+                    _ => String::new(),
+                };
+                match self.save_unless_saved() {
+                    Ok(saved) => format!("{dropped}{}", stopped::resume_hint(Some(&saved))),
+                    Err(save_error) => format!(
+                        "{dropped}saving iteration {} failed too: {save_error:#}",
+                        self.iteration
+                    ),
+                }
+            }
+        };
+        eprintln!("{note}");
+        error
+    }
+
+    /// The checkpoint of the current iteration: the one in the run folder, else a new one.
+    fn save_unless_saved(&self) -> anyhow::Result<Checkpoint> {
+        if let Some(latest) = Checkpoint::latest(&self.out_dir)? {
+            if latest.iteration() == self.iteration {
+                return Ok(latest);
+            }
+        }
+        self.save()?;
+        Checkpoint::latest(&self.out_dir)?
+            .context("the checkpoint just written is not in the run folder")
     }
 
     /// Writes a checkpoint of the current iteration; returns its folder.
@@ -304,10 +385,10 @@ impl Trainer {
         !self.eval_tasks.is_empty() && self.config.eval.k > 0
     }
 
-    /// One iteration, as the data walks: the next prompts, each `group_size` times → rollout
-    /// (one call per agent turn) → penalised rewards → the estimator's advantages → one update
-    /// per worker group; returns its metrics.
-    fn train_iteration(&mut self) -> anyhow::Result<Metrics> {
+    /// The first half of an iteration, as the data walks: the next prompts, each `group_size`
+    /// times → rollout (one call per agent turn) → penalised rewards → the estimator's
+    /// advantages. It changes no weights, so a failed or interrupted one can be dropped.
+    fn collect(&mut self) -> anyhow::Result<Collected> {
         let mut metrics = Metrics::new(self.iteration);
         let group_size = self.config.rollout.group_size;
 
@@ -323,11 +404,11 @@ impl Trainer {
             record_dynamic_sampling(&mut metrics, &sampled.generated, kept, group_size);
         }
         self.write_samples(&sampled.generated, &sampled.tasks, group_size)?;
-        let rollout = sampled.batch();
 
-        let samples = self.samples(rollout);
+        let samples = self.samples(sampled.batch());
         let mut rewards = self.penalty.apply(&samples);
-        self.shape_overlong(rollout, &mut rewards, &mut metrics);
+        self.shape_overlong(sampled.batch(), &mut rewards, &mut metrics);
+        let rollout = sampled.batch();
         let lengths: Vec<usize> = rollout.calls.iter().map(|c| c.response.len()).collect();
         let values = if self.estimator.uses_critic() {
             Some(self.critic_values(rollout)?)
@@ -340,26 +421,39 @@ impl Trainer {
             lengths: &lengths,
             values: values.as_ref(),
         })?;
-        let advantages = estimate.advantages;
         record_advantages(
             &mut metrics,
             &samples,
             &rewards,
-            &advantages.row_means(),
+            &estimate.advantages.row_means(),
             &self.team,
         );
+        Ok(Collected {
+            metrics,
+            sampled,
+            advantages: estimate.advantages,
+            values,
+            returns: estimate.returns,
+        })
+    }
 
+    /// The second half of an iteration: one update per worker group on what [`Self::collect`]
+    /// gathered; returns the iteration's metrics. Never interrupted: once one group's weights
+    /// change, the iteration has to finish.
+    fn learn(&mut self, collected: &Collected) -> anyhow::Result<Metrics> {
+        let mut metrics = collected.metrics.clone();
+        let rollout = collected.sampled.batch();
         let started = Instant::now();
         let bar = phase_bar(self.groups.len() as u64, "update");
         let mut trained_tokens = 0;
-        let critic_warmup = values.is_some()
+        let critic_warmup = collected.values.is_some()
             && self.iteration <= self.config.algorithm.critic_settings().warmup_iterations;
         for index in 0..self.groups.len() {
-            if let (Some(values), Some(returns)) = (&values, &estimate.returns) {
+            if let (Some(values), Some(returns)) = (&collected.values, &collected.returns) {
                 self.update_critic(index, rollout, values, returns, &mut metrics)?;
             }
             if !critic_warmup {
-                let (report, lr) = self.update(index, rollout, &advantages)?;
+                let (report, lr) = self.update(index, rollout, &collected.advantages)?;
                 trained_tokens += report.forward_tokens;
                 record_update(&mut metrics, &self.groups[index], &report, lr, &self.team);
             }
@@ -369,7 +463,7 @@ impl Trainer {
             }
             bar.inc(1);
         }
-        if let (Some(values), Some(returns)) = (&values, &estimate.returns) {
+        if let (Some(values), Some(returns)) = (&collected.values, &collected.returns) {
             record_critic(&mut metrics, values, returns, critic_warmup);
         }
         bar.finish_and_clear();
@@ -379,13 +473,18 @@ impl Trainer {
             trained_tokens,
             self.skipped_steps,
         );
+        Ok(metrics)
+    }
+
+    /// Sends every remote worker group's new weights to its servers.
+    fn sync_fleets(&self, metrics: &mut Metrics) -> anyhow::Result<()> {
         for (group, fleet) in self.groups.iter().zip(&self.fleets) {
             if let Some(fleet) = fleet {
                 let seconds = fleet.sync(group, &weight_version(self.iteration))?;
                 metrics.set(format!("time/weight_sync_s/{}", group.name), seconds);
             }
         }
-        Ok(metrics)
+        Ok(())
     }
 
     /// The iteration's rollouts: the next `prompts_per_batch` prompts, each `group_size` times;
@@ -674,8 +773,8 @@ impl Trainer {
             .collect();
         let rollout = rollout::run(
             &rollout::Crew {
-                orchestra: &*self.orchestra,
-                environment: &*self.environment,
+                orchestra: &self.orchestra,
+                environment: &self.environment,
                 team: &self.team,
                 codecs: &codecs,
                 generators: &generators,
@@ -782,6 +881,31 @@ impl SampledGroups {
     fn batch(&self) -> &Rollout {
         self.kept.as_ref().unwrap_or(&self.generated)
     }
+}
+
+/// The first half of an iteration (see [`Trainer::collect`]).
+struct Collected {
+    /// The rollout's metrics so far.
+    metrics: Metrics,
+    /// What was rolled out.
+    sampled: SampledGroups,
+    /// The advantages of each response token of `sampled.batch()`'s calls.
+    advantages: PerToken,
+    /// With a critic: its values of the same tokens, and the returns it trains on.
+    values: Option<PerToken>,
+    /// See `values`.
+    returns: Option<PerToken>,
+}
+
+/// Where in an iteration a run was cut short, which decides what can be saved.
+#[derive(Debug, Clone, Copy)]
+enum Stage {
+    /// In the rollout half of this iteration, which is dropped: the previous one is saved.
+    Dropped(u32),
+    /// In an update: some weights may have changed, nothing consistent can be saved.
+    Updating,
+    /// After the current iteration finished (or before the first one began).
+    Finished,
 }
 
 /// A progress bar on stderr for one phase (drawn only when stderr is a terminal).

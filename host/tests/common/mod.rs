@@ -2,6 +2,7 @@
 
 #![allow(dead_code)] // each test file uses a subset
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -65,9 +66,13 @@ pub fn fixture_plugins() -> &'static Path {
         let crates = scratch("plugin-crate");
         std::os::unix::fs::symlink(repo().join("tests/fixture-plugin"), crates.join("fixture"))
             .expect("symlink");
-        let libraries =
-            drmas_host::plugins::discover(&crates, drmas_host::plugins::BuildProfile::Dev)
-                .expect("build the fixture plugin");
+        let libraries = drmas_host::plugins::discover(
+            &crates,
+            drmas_host::plugins::BuildProfile::Dev,
+            // The crate is linked in from the repository.
+            drmas_host::plugins::ExternalLinks::Follow,
+        )
+        .expect("build the fixture plugin");
         let library = libraries.first().expect("one library");
         let folder = scratch("plugins");
         let name = library.file_name().expect("a file name");
@@ -131,4 +136,90 @@ k = 2
 "#,
         model.display()
     )
+}
+
+/// The parseable lines of `run/metrics.jsonl` by iteration (a torn last line is skipped);
+/// panics on a duplicate iteration.
+pub fn metrics(run: &Path) -> BTreeMap<u32, Value> {
+    let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap_or_default();
+    let mut lines = BTreeMap::new();
+    for line in text.lines() {
+        let Ok(value) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let iteration = value["iteration"].as_u64().expect("an iteration") as u32;
+        assert!(
+            lines.insert(iteration, value).is_none(),
+            "iteration {iteration} appears twice in {}",
+            run.display()
+        );
+    }
+    lines
+}
+
+/// The metrics an identical run reproduces exactly (everything but timings and speeds).
+pub fn deterministic(line: &Value) -> BTreeMap<String, Value> {
+    line.as_object()
+        .expect("a JSON object")
+        .iter()
+        .filter(|(key, _)| !key.starts_with("time/") && !key.starts_with("tokens_per_s/"))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect()
+}
+
+/// A training run folder `dir/run` with its run file `dir/run.toml`, started as a child process
+/// again and again (with `--resume` after the first start) on the fixture plugins.
+pub struct TrainRun {
+    /// The scratch folder.
+    pub dir: PathBuf,
+    /// How many times it was started.
+    pub starts: usize,
+}
+
+impl TrainRun {
+    /// A fresh scratch folder `name` holding `run_file`.
+    pub fn new(name: &str, run_file: &str) -> Self {
+        let dir = scratch(name);
+        std::fs::write(dir.join("run.toml"), run_file).expect("write the run file");
+        Self { dir, starts: 0 }
+    }
+
+    /// The run folder.
+    pub fn out(&self) -> PathBuf {
+        self.dir.join("run")
+    }
+
+    /// The log of start `start`.
+    pub fn log(&self, start: usize) -> PathBuf {
+        self.dir.join(format!("log-{start}.txt"))
+    }
+
+    /// Starts `drmas-host train` (with `--resume` after the first start); stdout and stderr go
+    /// to `dir/log-N.txt`.
+    pub fn start(&mut self) -> std::process::Child {
+        use std::process::{Command, Stdio};
+        self.starts += 1;
+        let log = std::fs::File::create(self.log(self.starts)).expect("create the log");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_drmas-host"));
+        command.arg("train");
+        if self.starts > 1 {
+            command.arg("--resume");
+        }
+        command
+            .arg("--plugins")
+            .arg(fixture_plugins())
+            .arg("--config")
+            .arg(self.dir.join("run.toml"))
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone the log"))
+            .stderr(log)
+            .spawn()
+            .expect("start drmas-host")
+    }
+
+    /// The log of the latest start.
+    pub fn last_log(&self) -> String {
+        std::fs::read_to_string(self.log(self.starts)).unwrap_or_default()
+    }
 }

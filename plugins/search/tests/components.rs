@@ -171,21 +171,33 @@ fn an_oversized_query_is_refused_to_the_model_without_ending_the_rollout() {
 }
 
 #[test]
-fn an_unreachable_http_retriever_is_reported_with_its_url() {
-    let config = "[retriever]\nkind = \"http\"\nurl = \"http://127.0.0.1:9\"\ntimeout_secs = 1\nmax_tries = 1\n";
-    let env = SearchEnvironment::from_config(&config.into()).expect("config");
-    let task = drmas_sdk::Task {
-        id: "1".into(),
-        prompt: "q".into(),
-        payload: "{\"golden_answers\":[\"a\"]}".into(),
-        ..Default::default()
-    };
-    let mut reset = env.reset(&task).expect("reset");
-    let error = reset
-        .episode
-        .step("<search>q</search>")
-        .expect_err("unreachable");
-    assert!(error.message().contains("127.0.0.1:9"), "{error}");
+fn an_unreachable_http_retriever_is_found_when_the_environment_is_built() {
+    // Built by `check` as by `train`: a URL nobody answers at fails there, naming it.
+    let config = "[retriever]\nkind = \"http\"\nurl = \"http://127.0.0.1:9\"\ntimeout_secs = 1\n";
+    let error = SearchEnvironment::from_config(&config.into())
+        .err()
+        .expect("unreachable")
+        .to_string();
+    assert!(
+        error.contains(
+            "[environment.params.retriever] cannot reach retriever at http://127.0.0.1:9/retrieve"
+        ) && error.contains("drmas-retriever serve"),
+        "{error}"
+    );
+    for (field, value) in [("retry_for_secs", "-1.0"), ("timeout_secs", "nan")] {
+        let config = format!(
+            "[retriever]\nkind = \"http\"\nurl = \"http://127.0.0.1:9\"\n{field} = {value}\n"
+        );
+        let error = SearchEnvironment::from_config(&config.as_str().into())
+            .err()
+            .expect("out of range")
+            .to_string();
+        assert!(
+            error.contains(&format!("[environment.params.retriever] {field} = "))
+                && error.contains("must be a number of seconds"),
+            "{error}"
+        );
+    }
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! The retrieval HTTP API on loopback: server and client end to end, malformed requests and
-//! responses, an unreachable server.
+//! responses, an unreachable server, a server restarted while a search waits for it.
 
 mod common;
 
@@ -45,7 +45,11 @@ fn serve(retriever: Arc<dyn Retriever>) -> Running {
 }
 
 fn serve_with(retriever: Arc<dyn Retriever>, config: ServerConfig) -> Running {
-    let server = RetrievalServer::bind("127.0.0.1:0", retriever, config).expect("bind");
+    serve_at("127.0.0.1:0", retriever, config)
+}
+
+fn serve_at(address: &str, retriever: Arc<dyn Retriever>, config: ServerConfig) -> Running {
+    let server = RetrievalServer::bind(address, retriever, config).expect("bind");
     let url = server.url();
     let handle = server.handle();
     let thread = std::thread::spawn(move || server.run());
@@ -380,6 +384,7 @@ fn quick_client(url: &str) -> HttpRetriever {
         url: url.to_owned(),
         timeout: Duration::from_secs(2),
         max_tries: 2,
+        retry_for: Duration::from_secs(30),
         initial_backoff: Duration::from_millis(10),
     })
 }
@@ -453,6 +458,7 @@ fn an_unreachable_server_fails_fast_with_instructions() {
         url: url.clone(),
         timeout: Duration::from_millis(500),
         max_tries: 3,
+        retry_for: Duration::from_secs(30),
         initial_backoff: Duration::from_millis(20),
     });
     let started = Instant::now();
@@ -476,4 +482,66 @@ fn an_unreachable_server_fails_fast_with_instructions() {
         "{message}"
     );
     assert!(message.contains("drmas-retriever serve"), "{message}");
+}
+
+#[test]
+fn a_search_waits_for_a_restarted_server_and_gives_up_after_its_time() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bm25 = Arc::new(common::nq_bm25(&dir.path().join("index")));
+    // A port nobody listens on yet: the server is "down".
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let config = HttpRetrieverConfig {
+        url: url.clone(),
+        timeout: Duration::from_secs(5),
+        max_tries: 0,
+        retry_for: Duration::from_secs(60),
+        initial_backoff: Duration::from_millis(50),
+    };
+    let client = HttpRetriever::new(config.clone());
+    assert!(client.probe().is_err(), "nobody listens yet");
+    let query = vec!["who wrote the iliad".to_owned()];
+    let waiting = std::thread::spawn({
+        let query = query.clone();
+        move || client.search(&query, 3)
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        !waiting.is_finished(),
+        "the search gave up while the server was down"
+    );
+    let running = serve_at(
+        &format!("127.0.0.1:{port}"),
+        bm25.clone(),
+        ServerConfig::default(),
+    );
+    let hits = waiting
+        .join()
+        .expect("search thread")
+        .expect("answered once the server is back");
+    assert_eq!(hits, bm25.search(&query, 3).expect("bm25"));
+    HttpRetriever::new(config.clone())
+        .probe()
+        .expect("the probe reaches the server");
+    drop(running);
+
+    // Down for longer than `retry_for`: the error comes after about that long.
+    let client = HttpRetriever::new(HttpRetrieverConfig {
+        retry_for: Duration::from_millis(600),
+        ..config
+    });
+    let started = Instant::now();
+    let error = client.search(&query, 3).expect_err("down for good");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(error, RetrieverError::Unreachable { tries, .. } if tries > 1),
+        "{error:?}"
+    );
 }

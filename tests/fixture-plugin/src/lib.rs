@@ -393,6 +393,75 @@ impl Environment for SlowParityEnvironment {
     }
 }
 
+/// The `parity` environment until `after_resets` resets have been made; every later reset fails
+/// as `fault` says: `error` (an error), `hang` (never returns), `abort` (the process aborts) or
+/// `null` (writes through a null pointer). For the tests of what the host does when a plugin
+/// fails mid-run.
+pub struct FaultyParityEnvironment {
+    after_resets: u64,
+    fault: EnvironmentFault,
+    resets: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FaultyParityConfig {
+    after_resets: u64,
+    fault: EnvironmentFault,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum EnvironmentFault {
+    Error,
+    Hang,
+    Abort,
+    Null,
+}
+
+impl Component for FaultyParityEnvironment {
+    const NAME: &'static str = "faulty-parity";
+    const DESCRIPTION: &'static str =
+        "`parity` until `after_resets` resets, then fails as `fault` says (error, hang, abort, null)";
+    fn from_config(params: &Params) -> Result<Self> {
+        let config: FaultyParityConfig = params.parse()?;
+        Ok(Self {
+            after_resets: config.after_resets,
+            fault: config.fault,
+            resets: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+}
+
+impl Environment for FaultyParityEnvironment {
+    fn load_tasks(&self, spec: &DatasetSpec) -> Result<Vec<Task>> {
+        WordsEnvironment.load_tasks(spec)
+    }
+
+    fn reset(&self, task: &Task) -> Result<Reset> {
+        let made = self
+            .resets
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if made < self.after_resets {
+            return ParityEnvironment::default().reset(task);
+        }
+        match self.fault {
+            EnvironmentFault::Error => {
+                Err(Error::new(format!("asked to fail after {made} resets")))
+            }
+            EnvironmentFault::Hang => loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            },
+            EnvironmentFault::Abort => std::process::abort(),
+            EnvironmentFault::Null => {
+                // SAFETY: none; this is the fault the test asks for (SIGSEGV).
+                unsafe { std::ptr::null_mut::<u8>().write_volatile(1) };
+                Err(Error::new("wrote through a null pointer and lived"))
+            }
+        }
+    }
+}
+
 /// +1 for a call whose reward is above its prompt group's mean reward by more than `margin`,
 /// −1 below it by more than `margin`, 0 otherwise (and for padding): numbers a test can check by
 /// hand.
@@ -515,6 +584,11 @@ drmas_sdk::export_plugin! {
     name: "fixture",
     agents: [ShoutAgent],
     orchestras: [RelayOrchestra, PairOrchestra],
-    environments: [WordsEnvironment, ParityEnvironment, SlowParityEnvironment],
+    environments: [
+        WordsEnvironment,
+        ParityEnvironment,
+        SlowParityEnvironment,
+        FaultyParityEnvironment
+    ],
     estimators: [SignEstimator, FaultyEstimator],
 }

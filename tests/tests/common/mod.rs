@@ -47,9 +47,13 @@ pub fn fixture_library() -> &'static PathBuf {
         let folder = scratch(&format!("fixture-folder-{}", std::process::id()));
         std::os::unix::fs::symlink(repo().join("tests/fixture-plugin"), folder.join("fixture"))
             .expect("symlink");
-        let libraries =
-            drmas_host::plugins::discover(&folder, drmas_host::plugins::BuildProfile::Dev)
-                .expect("discover");
+        let libraries = drmas_host::plugins::discover(
+            &folder,
+            drmas_host::plugins::BuildProfile::Dev,
+            // The crate is linked in from the repository.
+            drmas_host::plugins::ExternalLinks::Follow,
+        )
+        .expect("discover");
         assert_eq!(libraries.len(), 1, "{libraries:?}");
         libraries[0].clone()
     })

@@ -1,10 +1,12 @@
 //! A blocking client of a Search-R1 compatible retrieval server (see [`super::api`] for the wire
 //! format), with timeouts and retries with exponential backoff.
 //!
-//! Connection failures, timeouts and 5xx answers are retried; other 4xx answers and malformed
-//! responses fail at once. Only plain `http://` URLs are supported.
+//! Connection failures, timeouts and 5xx answers are retried, with a doubling wait, for as long
+//! as the configuration allows (a number of tries, a total time), so a restarted server costs a
+//! pause, not the run; other 4xx answers and malformed responses fail at once. Only plain
+//! `http://` URLs are supported.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -14,6 +16,10 @@ use crate::corpus::Passage;
 
 /// The longest response body read, in bytes.
 const MAX_RESPONSE_BYTES: u64 = 1 << 30;
+/// The longest wait between two attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(8);
+/// The limit on the reachability probe.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How much of an error body is kept in [`RetrieverError::Status`].
 const MAX_ERROR_BODY_CHARS: usize = 500;
 
@@ -25,19 +31,23 @@ pub struct HttpRetrieverConfig {
     pub url: String,
     /// The limit on one whole request (connect, send, receive).
     pub timeout: Duration,
-    /// Attempts before giving up (at least 1).
+    /// Attempts before giving up; 0: as many as `retry_for` allows.
     pub max_tries: u32,
-    /// The wait after the first failed attempt; it doubles after each further one.
+    /// How long after the first attempt of a request failed ones are still retried.
+    pub retry_for: Duration,
+    /// The wait after the first failed attempt; it doubles after each further one (up to 8 s).
     pub initial_backoff: Duration,
 }
 
 impl HttpRetrieverConfig {
-    /// A configuration for `url` with a 30 s timeout, 5 tries and a 250 ms first backoff.
+    /// A configuration for `url` with a 30 s timeout, retries for 5 minutes (any number of
+    /// tries) and a 250 ms first backoff.
     pub fn new(url: impl Into<String>) -> HttpRetrieverConfig {
         HttpRetrieverConfig {
             url: url.into(),
             timeout: Duration::from_secs(30),
-            max_tries: 5,
+            max_tries: 0,
+            retry_for: Duration::from_secs(300),
             initial_backoff: Duration::from_millis(250),
         }
     }
@@ -82,6 +92,26 @@ impl HttpRetriever {
     /// The endpoint URL requests go to.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// Whether a server answers at the URL's host and port at all (any HTTP status will do:
+    /// Search-R1's own server has no `/health`); one attempt, at most 5 s.
+    pub fn probe(&self) -> Result<(), RetrieverError> {
+        let health = format!("{}/health", self.endpoint.trim_end_matches(RETRIEVE_PATH));
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(PROBE_TIMEOUT.min(self.config.timeout)))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        agent
+            .get(&health)
+            .call()
+            .map(drop)
+            .map_err(|error| RetrieverError::Unreachable {
+                url: self.endpoint.clone(),
+                tries: 1,
+                reason: error.to_string(),
+            })
     }
 
     /// One attempt.
@@ -142,24 +172,35 @@ impl Retriever for HttpRetriever {
             topk: Some(top_k),
             return_scores: true,
         };
-        let tries = self.config.max_tries.max(1);
+        let started = Instant::now();
         let mut backoff = self.config.initial_backoff;
         let mut attempt = 1;
         loop {
             match self.attempt(&request) {
                 Ok(hits) => return Ok(hits),
                 Err(Failure::Fatal(error)) => return Err(error),
-                Err(Failure::Transient(error)) if attempt >= tries => {
-                    return Err(match error {
-                        RetrieverError::Unreachable { url, reason, .. } => {
-                            RetrieverError::Unreachable { url, tries, reason }
-                        }
-                        other => other,
-                    })
-                }
-                Err(Failure::Transient(_)) => {
+                Err(Failure::Transient(error)) => {
+                    let out_of_tries =
+                        self.config.max_tries > 0 && attempt >= self.config.max_tries;
+                    let out_of_time = started.elapsed() + backoff > self.config.retry_for;
+                    if out_of_tries || out_of_time {
+                        return Err(match error {
+                            RetrieverError::Unreachable { url, reason, .. } => {
+                                RetrieverError::Unreachable {
+                                    url,
+                                    tries: attempt,
+                                    reason,
+                                }
+                            }
+                            other => other,
+                        });
+                    }
+                    drmas_sdk::log::warn!(
+                        "retriever attempt {attempt} failed ({error}); trying again in {:.1} s",
+                        backoff.as_secs_f64()
+                    );
                     std::thread::sleep(backoff);
-                    backoff = backoff.saturating_mul(2);
+                    backoff = backoff.saturating_mul(2).min(MAX_BACKOFF);
                     attempt += 1;
                 }
             }

@@ -61,8 +61,11 @@ enum RetrieverConfig {
         url: String,
         #[serde(default = "default_timeout")]
         timeout_secs: f64,
-        #[serde(default = "default_tries")]
+        /// 0: as many tries as `retry_for_secs` allows.
+        #[serde(default)]
         max_tries: u32,
+        #[serde(default = "default_retry_for")]
+        retry_for_secs: f64,
     },
 }
 
@@ -70,8 +73,25 @@ fn default_timeout() -> f64 {
     30.0
 }
 
-fn default_tries() -> u32 {
-    5
+fn default_retry_for() -> f64 {
+    300.0
+}
+
+/// The longest `timeout_secs` or `retry_for_secs` accepted: a day.
+const MAX_RETRIEVER_SECONDS: f64 = 86_400.0;
+
+/// `[environment.params.retriever] field = value` as a duration, when it is a finite number of
+/// seconds in (0, a day] (or [0, a day] when `zero` is allowed).
+fn seconds(field: &str, value: f64, zero: bool) -> Result<Duration> {
+    let low_ok = if zero { value >= 0.0 } else { value > 0.0 };
+    if value.is_finite() && low_ok && value <= MAX_RETRIEVER_SECONDS {
+        return Ok(Duration::from_secs_f64(value));
+    }
+    let low = if zero { "≥ 0" } else { "> 0" };
+    Err(Error::new(format!(
+        "[environment.params.retriever] {field} = {value} must be a number of seconds {low} and \
+         at most {MAX_RETRIEVER_SECONDS}"
+    )))
 }
 
 impl Component for SearchEnvironment {
@@ -96,11 +116,18 @@ impl Component for SearchEnvironment {
                 url,
                 timeout_secs,
                 max_tries,
+                retry_for_secs,
             } => {
                 let mut http = HttpRetrieverConfig::new(url);
-                http.timeout = Duration::from_secs_f64(timeout_secs);
-                http.max_tries = max_tries.max(1);
-                Arc::new(HttpRetriever::new(http))
+                http.timeout = seconds("timeout_secs", timeout_secs, false)?;
+                http.retry_for = seconds("retry_for_secs", retry_for_secs, true)?;
+                http.max_tries = max_tries;
+                let retriever = HttpRetriever::new(http);
+                // `check` builds the environment too: a wrong URL fails there, in seconds.
+                retriever.probe().map_err(|error| {
+                    Error::new(format!("[environment.params.retriever] {error}"))
+                })?;
+                Arc::new(retriever)
             }
         };
         Ok(Self {
