@@ -26,7 +26,7 @@ use drmas_host::model::lora::{LoraSettings, TARGET_MODULES};
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rng::SeededRng;
 use drmas_host::rollout::AgentCall;
-use drmas_host::update::{update_group, AdamW, AgentTraining, Reference};
+use drmas_host::update::{update_group, AdamW, AgentTraining, Reference, RolloutCorrection};
 use settings::setting;
 use tch::{Device, Kind, Tensor};
 
@@ -140,6 +140,7 @@ fn measure(side: &str, steps: usize) {
         loss: LossSection::default(),
         micro_batch_size: CALLS,
         adapter: lora.then_some(0),
+        correction: RolloutCorrection::default(),
     }];
     let mut times = Vec::new();
     for _ in 0..steps {

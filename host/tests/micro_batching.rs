@@ -11,7 +11,9 @@ use drmas_host::engine::FinishReason;
 use drmas_host::model::llama::Llama;
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rollout::AgentCall;
-use drmas_host::update::{update_group, AdamW, AgentTraining, Reference, TrainingBatch};
+use drmas_host::update::{
+    update_group, AdamW, AgentTraining, Reference, RolloutCorrection, TrainingBatch,
+};
 use tch::{Device, Kind};
 
 fn fixture() -> Llama {
@@ -85,6 +87,7 @@ fn step(aggregation: LossAggregation, micro: usize) -> [f64; 4] {
         loss,
         micro_batch_size: micro,
         adapter: None,
+        correction: RolloutCorrection::default(),
     };
     let report = update_group(
         &model,

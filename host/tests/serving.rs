@@ -1,7 +1,8 @@
 //! Rollouts on inference servers, end to end with real processes on loopback: `drmas-host
 //! serve` workers speaking SGLang's protocol, and `drmas-host train` / `check` pointing a
 //! worker group at them. A run on servers records the local run's metrics (plus the weight
-//! sync's time), pushes every iteration's weights, reproduces itself from its seed, survives a
+//! sync's time and, as it recomputes the old log-probabilities, the sampler–trainer mismatch,
+//! which is tiny: the same model in f32), pushes every iteration's weights, reproduces itself from its seed, survives a
 //! killed server, and bad URLs, dead or silent servers and another model fail before any work.
 
 mod common;
@@ -164,6 +165,18 @@ fn a_run_on_two_servers_records_the_local_metrics_and_pushes_every_iterations_we
     for (local, remote) in local.iter().zip(&remote) {
         let mut expected = keys(local);
         expected.insert(sync.clone());
+        for role in ["first", "second"] {
+            for stat in ["log_ratio_mean", "log_ratio_abs_max", "frac_above_0.1"] {
+                expected.insert(format!("mismatch/{role}/{stat}"));
+            }
+            let largest = remote[&format!("mismatch/{role}/log_ratio_abs_max")]
+                .as_f64()
+                .expect("a number");
+            assert!(
+                largest < 1e-4,
+                "{role}: served and trained logprobs differ by {largest}"
+            );
+        }
         assert_eq!(keys(remote), expected);
         assert!(remote[&sync].as_f64().expect("seconds") > 0.0);
         // Every episode's calls came back: 2 prompts × 4 samples, one call per agent.

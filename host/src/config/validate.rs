@@ -32,6 +32,8 @@ enum Range {
     Fraction,
     /// 0 (off) or finite and > 1 (the dual-clip constant).
     OffOrAboveOne,
+    /// Finite and ≥ 1 (the cap of an importance weight).
+    AtLeastOne,
 }
 
 impl Range {
@@ -43,6 +45,7 @@ impl Range {
             Range::Probability => x > 0.0 && x <= 1.0,
             Range::Fraction => (0.0..1.0).contains(&x),
             Range::OffOrAboveOne => x == 0.0 || (x.is_finite() && x > 1.0),
+            Range::AtLeastOne => x.is_finite() && x >= 1.0,
         }
     }
 
@@ -54,6 +57,7 @@ impl Range {
             Range::Probability => "a number in (0, 1]",
             Range::Fraction => "a number in [0, 1)",
             Range::OffOrAboveOne => "0 (off) or a finite number > 1",
+            Range::AtLeastOne => "a finite number ≥ 1",
         }
     }
 }
@@ -168,6 +172,14 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
         &["algorithm", "overlong_penalty"],
     );
     s.float("factor", overlong.factor, Range::NonNegative);
+    if let Some(cap) = algorithm.rollout_correction.tis_cap {
+        problems
+            .section(
+                "[algorithm.rollout_correction]".into(),
+                &["algorithm", "rollout_correction"],
+            )
+            .float("tis_cap", cap, Range::AtLeastOne);
+    }
 
     let rollout = &config.rollout;
     let mut s = problems.section("[rollout]".into(), &["rollout"]);

@@ -7,6 +7,7 @@ mod batch;
 mod grad_norm;
 mod kl;
 mod loss;
+mod rollout_correction;
 mod step;
 
 pub use adamw::{warmup_lr, AdamW};
@@ -15,4 +16,7 @@ pub use batch::TrainingBatch;
 pub use grad_norm::{global_norm, GradientLedger};
 pub use kl::kl_penalty;
 pub use loss::{policy_loss, LossInputs, LossStats};
+pub use rollout_correction::{
+    recompute_old_logprobs, tis_weights, Mismatch, RolloutCorrection, MISMATCH_THRESHOLD,
+};
 pub use step::{update_group, AgentTraining, NonFinite, Reference, UpdateReport};
