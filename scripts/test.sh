@@ -8,6 +8,11 @@ if ! cargo generate --version >/dev/null 2>&1; then
   cargo install cargo-generate@0.23.14 --locked
 fi
 
+# The sglang-router test (host/tests/serving.rs) runs PyPI's router: a ~31 MB wheel installed
+# once in ~15 s. Without python3 or PyPI the test is skipped with a message.
+"$(dirname "${BASH_SOURCE[0]}")/router-venv.sh" >/dev/null ||
+  echo "sglang-router not installed; its test will be skipped" >&2
+
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"
 else

@@ -27,7 +27,7 @@ use drmas_host::model::lora::{LoraSettings, TARGET_MODULES};
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rng::SeededRng;
 use drmas_host::rollout::AgentCall;
-use drmas_host::update::{update_group, AdamW, AgentTraining, Reference};
+use drmas_host::update::{update_group, AdamW, AgentTraining, Reference, RolloutCorrection};
 use settings::setting;
 use tch::{Device, Kind, Tensor};
 
@@ -146,6 +146,7 @@ fn measure(side: &str, steps: usize) {
         micro_batch_size: CALLS,
         adapter: lora.then_some(0),
         activation_checkpointing: false,
+        correction: RolloutCorrection::default(),
     }];
     let mut times = Vec::new();
     for _ in 0..steps {

@@ -14,8 +14,10 @@ use serde::Deserialize;
 use toml::Spanned;
 
 pub use rollout_backend::{GroupRolloutSection, RolloutBackend};
+pub use rollout_correction::{OldLogprobs, RolloutCorrectionSection};
 
 mod rollout_backend;
+mod rollout_correction;
 
 /// A run file that could not be read or does not describe a valid run.
 #[derive(Debug, thiserror::Error)]
@@ -309,6 +311,13 @@ pub struct AlgorithmSection {
     /// DAPO's overlong reward shaping.
     #[serde(default)]
     pub overlong_penalty: crate::advantage::OverlongPenalty,
+    /// Where the PPO ratio's old log-probabilities come from; left out, each worker group's
+    /// default ([`OldLogprobs::for_group`]).
+    #[serde(default)]
+    pub old_logprobs: Option<OldLogprobs>,
+    /// Truncated importance sampling against the sampler–trainer mismatch.
+    #[serde(default)]
+    pub rollout_correction: RolloutCorrectionSection,
     /// The critic of estimators that have one (`ppo`), when the file sets it (see
     /// [`Self::critic_settings`]).
     #[serde(default)]
@@ -331,6 +340,8 @@ impl Default for AlgorithmSection {
             loss: LossSection::default(),
             dynamic_sampling: DynamicSamplingSection::default(),
             overlong_penalty: crate::advantage::OverlongPenalty::default(),
+            old_logprobs: None,
+            rollout_correction: RolloutCorrectionSection::default(),
             critic: None,
         }
     }
@@ -653,7 +664,8 @@ impl RunConfig {
         for (name, group) in &self.worker_groups {
             rollout_backend::check(name, group, file)?;
         }
-        validate::check_numbers(self, file)
+        validate::check_numbers(self, file)?;
+        rollout_correction::check(self, file)
     }
 }
 

@@ -12,7 +12,9 @@ use drmas_host::engine::FinishReason;
 use drmas_host::model::llama::Llama;
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rollout::AgentCall;
-use drmas_host::update::{update_group, AdamW, AgentTraining, Reference, TrainingBatch};
+use drmas_host::update::{
+    update_group, AdamW, AgentTraining, Reference, RolloutCorrection, TrainingBatch,
+};
 use tch::{Device, Kind};
 
 fn fixture() -> Llama {
@@ -89,6 +91,7 @@ fn step(aggregation: LossAggregation, micro: usize) -> [f64; 4] {
         micro_batch_size: micro,
         adapter: None,
         activation_checkpointing: false,
+        correction: RolloutCorrection::default(),
     };
     let report = update_group(
         &model,

@@ -1,8 +1,12 @@
 //! Rollouts on inference servers, end to end with real processes on loopback: `drmas-host
 //! serve` workers speaking SGLang's protocol, and `drmas-host train` / `check` pointing a
 //! worker group at them. A run on servers records the local run's metrics (plus the weight
-//! sync's time), pushes every iteration's weights, reproduces itself from its seed, survives a
+//! sync's time and, as it recomputes the old log-probabilities, the sampler–trainer mismatch,
+//! which is tiny: the same model in f32), pushes every iteration's weights, reproduces itself from its seed, survives a
 //! killed server, and bad URLs, dead or silent servers and another model fail before any work.
+//! Through PyPI's sglang-router (installed by `scripts/router-venv.sh`; the test says so and
+//! passes without it) a run generates through the router and pushes weights to the servers
+//! directly, as the router does not forward `/update_weights_from_disk`.
 
 mod common;
 
@@ -153,23 +157,41 @@ fn rewards(lines: &[Value]) -> Vec<f64> {
         .collect()
 }
 
-#[test]
-fn a_run_on_two_servers_records_the_local_metrics_and_pushes_every_iterations_weights() {
-    let local = train("serving-local", &run_file(2, ""));
-    let (a, b) = (Served::start("llama"), Served::start("llama"));
-    let remote_file = run_file(2, &on_servers(&[&a.url, &b.url]));
-    let remote = train("serving-remote", &remote_file);
-    assert_eq!(remote.len(), 2);
+/// Asserts that each `remote` iteration recorded the `local` run's metrics plus the weight
+/// sync's time and the mismatch (below 1e-4: the same model in f32), with every call.
+fn assert_remote_metrics(local: &[Value], remote: &[Value]) {
+    assert_eq!(remote.len(), local.len());
     let sync = format!("time/weight_sync_s/{GROUP}");
-    for (local, remote) in local.iter().zip(&remote) {
+    for (local, remote) in local.iter().zip(remote) {
         let mut expected = keys(local);
         expected.insert(sync.clone());
+        for role in ["first", "second"] {
+            for stat in ["log_ratio_mean", "log_ratio_abs_max", "frac_above_0.1"] {
+                expected.insert(format!("mismatch/{role}/{stat}"));
+            }
+            let largest = remote[&format!("mismatch/{role}/log_ratio_abs_max")]
+                .as_f64()
+                .expect("a number");
+            assert!(
+                largest < 1e-4,
+                "{role}: served and trained logprobs differ by {largest}"
+            );
+        }
         assert_eq!(keys(remote), expected);
         assert!(remote[&sync].as_f64().expect("seconds") > 0.0);
         // Every episode's calls came back: 2 prompts × 4 samples, one call per agent.
         assert_eq!(remote["calls/first"], 8.0);
         assert_eq!(remote["calls/second"], 8.0);
     }
+}
+
+#[test]
+fn a_run_on_two_servers_records_the_local_metrics_and_pushes_every_iterations_weights() {
+    let local = train("serving-local", &run_file(2, ""));
+    let (a, b) = (Served::start("llama"), Served::start("llama"));
+    let remote_file = run_file(2, &on_servers(&[&a.url, &b.url]));
+    let remote = train("serving-remote", &remote_file);
+    assert_remote_metrics(&local, &remote);
     // Both servers serve the weights of the last update.
     for server in [&a, &b] {
         assert_eq!(
@@ -243,6 +265,15 @@ fn check_refuses_bad_servers_before_any_work() {
     fails(
         "backend = \"sglang\"\nurls = [\"ftp://somewhere\"]",
         "run.toml:35:9: [worker_groups.shared.rollout]: url `ftp://somewhere` is not an http:// URL",
+    );
+    // A router given with a path, and one without the sglang backend.
+    fails(
+        "backend = \"sglang\"\nurls = [\"http://a:1\"]\nrouter = \"http://a:2/generate\"",
+        "run.toml:36:10: [worker_groups.shared.rollout]: url `http://a:2/generate` has a path",
+    );
+    fails(
+        "router = \"http://a:2\"",
+        "run.toml:34:10: [worker_groups.shared.rollout]: urls and router are for backend = \"sglang\"",
     );
     // Nobody listens.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
@@ -340,4 +371,129 @@ fn serve_refuses_bad_requests_naming_the_field_and_keeps_serving() {
         3
     );
     assert_eq!(answer["output_ids"].as_array().expect("ids").len(), 3);
+}
+
+/// The python of the sglang-router venv (`DRMAS_ROUTER_PYTHON`, else the one
+/// `scripts/router-venv.sh` made), or why there is none.
+fn router_python() -> Result<PathBuf, String> {
+    if let Some(python) = std::env::var_os("DRMAS_ROUTER_PYTHON") {
+        return Ok(PathBuf::from(python));
+    }
+    let cache = std::env::var_os("DRMAS_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache/drmas")))
+        .ok_or("neither DRMAS_CACHE nor HOME is set")?;
+    let venv = cache.join("router-venv");
+    if !venv.join(".drmas-complete").is_file() {
+        return Err(format!(
+            "sglang-router is not installed in {} (run scripts/router-venv.sh)",
+            venv.display()
+        ));
+    }
+    Ok(venv.join("bin/python"))
+}
+
+/// An sglang-router process in front of `servers`, killed when dropped.
+struct Routed {
+    child: Child,
+    url: String,
+}
+
+impl Routed {
+    /// Starts the router of `python` on a free port, round robin over `servers`, and waits
+    /// until it has registered every one of them.
+    fn start(python: &Path, servers: &[&str]) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(python)
+            .args(["-m", "sglang_router.launch_router", "--host", "127.0.0.1"])
+            .args(["--port", &port.to_string(), "--policy", "round_robin"])
+            // The router first tries gRPC on each worker; a short health-check timeout makes
+            // that give up in a second instead of five.
+            .args(["--health-check-timeout-secs", "1", "--log-level", "warn"])
+            .arg("--worker-urls")
+            .args(servers)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start sglang-router");
+        let routed = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        };
+        let started = Instant::now();
+        loop {
+            let healthy = ureq::get(format!("{}/workers", routed.url))
+                .call()
+                .ok()
+                .and_then(|mut answer| answer.body_mut().read_json::<Value>().ok())
+                .map_or(0, |workers| {
+                    workers["workers"].as_array().map_or(0, |list| {
+                        list.iter().filter(|w| w["is_healthy"] == true).count()
+                    })
+                });
+            if healthy == servers.len() {
+                return routed;
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "the router registered {healthy} of {} servers",
+                servers.len()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Routed {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_run_through_sglang_router_generates_there_and_pushes_weights_to_each_server() {
+    let python = match router_python() {
+        Ok(python) => python,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let (a, b) = (Served::start("llama"), Served::start("llama"));
+    let router = Routed::start(&python, &[&a.url, &b.url]);
+    // The router has no weight-update route: it answers 404, so the trainer pushes weights to
+    // the servers itself.
+    let pushed = ureq::post(format!("{}/update_weights_from_disk", router.url))
+        .config()
+        .http_status_as_error(false)
+        .build()
+        .send_json(serde_json::json!({ "model_path": "/nowhere" }))
+        .expect("the router answers");
+    assert_eq!(pushed.status().as_u16(), 404);
+
+    let local = train("router-local", &run_file(2, ""));
+    let direct = train(
+        "router-direct",
+        &run_file(2, &on_servers(&[&a.url, &b.url])),
+    );
+    let through = format!(
+        "{}router = \"{}\"\n",
+        on_servers(&[&a.url, &b.url]),
+        router.url
+    );
+    let routed = train("router-routed", &run_file(2, &through));
+    assert_remote_metrics(&local, &routed);
+    for server in [&a, &b] {
+        assert_eq!(
+            server.get("/get_model_info")["weight_version"],
+            "iteration-2"
+        );
+    }
+    // Each prompt samples from its own seed wherever it runs: through the router as directly.
+    assert_eq!(rewards(&routed), rewards(&direct));
 }

@@ -8,7 +8,9 @@ use drmas_host::config::LossSection;
 use drmas_host::engine::FinishReason;
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rollout::AgentCall;
-use drmas_host::update::{update_group, AdamW, AgentTraining, NonFinite, Reference};
+use drmas_host::update::{
+    update_group, AdamW, AgentTraining, NonFinite, Reference, RolloutCorrection,
+};
 use tch::{Device, Kind};
 
 #[test]
@@ -44,6 +46,7 @@ fn a_nan_advantage_skips_the_step_naming_the_agent_and_keeps_the_weights() {
         micro_batch_size: 4,
         adapter: None,
         activation_checkpointing: false,
+        correction: RolloutCorrection::default(),
     };
     let report = update_group(
         &model,

@@ -28,8 +28,12 @@ pub enum RolloutBackend {
 pub struct GroupRolloutSection {
     /// `local` or `sglang`.
     pub backend: Spanned<RolloutBackend>,
-    /// With `sglang`: the servers' base URLs (`http://host:port`), or one router's.
+    /// With `sglang`: the servers' base URLs (`http://host:port`), or one router's that
+    /// forwards weight updates itself.
     pub urls: Vec<Spanned<String>>,
+    /// With `sglang`: a router in front of `urls` (sglang-router) that generation goes
+    /// through; the servers are still probed and sent weight updates directly.
+    pub router: Option<Spanned<String>>,
     /// The longest one generation request or weight update may take, in seconds.
     pub request_timeout_s: f64,
     /// The longest a connection may take to open, in seconds.
@@ -51,6 +55,7 @@ impl Default for GroupRolloutSection {
         Self {
             backend: Spanned::new(0..0, RolloutBackend::Local),
             urls: Vec::new(),
+            router: None,
             request_timeout_s: 600.0,
             connect_timeout_s: 5.0,
             max_in_flight: 8,
@@ -72,10 +77,13 @@ pub(super) fn check(
     let table = format!("[worker_groups.{name}.rollout]");
     match section.backend.get_ref() {
         RolloutBackend::Local => {
-            if let Some(url) = section.urls.first() {
+            if let Some(url) = section.urls.first().or(section.router.as_ref()) {
                 return Err(file.invalid(
                     url.span().start,
-                    format!("{table}: urls are for backend = \"sglang\"; set it, or remove urls"),
+                    format!(
+                        "{table}: urls and router are for backend = \"sglang\"; set it, or remove \
+                         them"
+                    ),
                 ));
             }
             return Ok(());
@@ -97,7 +105,7 @@ pub(super) fn check(
             ),
         ));
     }
-    for url in &section.urls {
+    for url in section.urls.iter().chain(&section.router) {
         if let Err(why) = check_url(url.get_ref()) {
             return Err(file.invalid(
                 url.span().start,

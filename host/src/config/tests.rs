@@ -237,3 +237,51 @@ fn lora_numbers_are_checked_where_they_are_written() {
         "{message}"
     );
 }
+
+#[test]
+fn old_logprobs_are_recomputed_by_default_only_where_another_precision_samples() {
+    let config = parse(VALID).expect("valid config");
+    let group = &config.worker_groups["shared"];
+    assert_eq!(config.algorithm.old_logprobs, None);
+    assert_eq!(
+        OldLogprobs::for_group(None, group),
+        OldLogprobs::Recompute,
+        "a bf16 group recomputes"
+    );
+    let f32_text = VALID.replace("dtype = \"bf16\"", "dtype = \"f32\"");
+    let config = parse(&f32_text).expect("valid config");
+    let group = &config.worker_groups["shared"];
+    assert_eq!(OldLogprobs::for_group(None, group), OldLogprobs::Sampler);
+    let recompute = parse(&format!("{f32_text}old_logprobs = \"recompute\"\n")).expect("valid");
+    assert_eq!(
+        OldLogprobs::for_group(recompute.algorithm.old_logprobs, group),
+        OldLogprobs::Recompute
+    );
+    let message = error(&format!("{f32_text}old_logprobs = \"trainer\"\n"));
+    assert!(
+        message.contains("expected `sampler` or `recompute`"),
+        "the accepted names: {message}"
+    );
+}
+
+#[test]
+fn the_tis_cap_is_checked_where_it_is_written() {
+    let text = format!("{VALID}\n[algorithm.rollout_correction]\ntis_cap = 0.5\n");
+    let message = error(&text);
+    assert!(
+        message.contains(
+            ":35:11: [algorithm.rollout_correction] tis_cap = 0.5 must be a finite number ≥ 1"
+        ),
+        "{message}"
+    );
+    let config = parse(&text.replace("0.5", "2.0")).expect("a cap of 2 is valid");
+    assert_eq!(config.algorithm.rollout_correction.tis_cap, Some(2.0));
+    let sampler = format!(
+        "{VALID}old_logprobs = \"sampler\"\n\n[algorithm.rollout_correction]\ntis_cap = 2.0\n"
+    );
+    let message = error(&sampler);
+    assert!(
+        message.contains(":36:11:") && message.contains("no worker group recomputes them"),
+        "{message}"
+    );
+}

@@ -34,6 +34,8 @@ enum Range {
     Fraction,
     /// 0 (off) or finite and > 1 (the dual-clip constant).
     OffOrAboveOne,
+    /// Finite and ≥ 1 (the cap of an importance weight).
+    AtLeastOne,
 }
 
 impl Range {
@@ -45,6 +47,7 @@ impl Range {
             Range::Probability => x > 0.0 && x <= 1.0,
             Range::Fraction => (0.0..1.0).contains(&x),
             Range::OffOrAboveOne => x == 0.0 || (x.is_finite() && x > 1.0),
+            Range::AtLeastOne => x.is_finite() && x >= 1.0,
         }
     }
 
@@ -56,6 +59,7 @@ impl Range {
             Range::Probability => "a number in (0, 1]",
             Range::Fraction => "a number in [0, 1)",
             Range::OffOrAboveOne => "0 (off) or a finite number > 1",
+            Range::AtLeastOne => "a finite number ≥ 1",
         }
     }
 }
@@ -182,6 +186,14 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
         1,
         u64::MAX,
     );
+    if let Some(cap) = algorithm.rollout_correction.tis_cap {
+        problems
+            .section(
+                "[algorithm.rollout_correction]".into(),
+                &["algorithm", "rollout_correction"],
+            )
+            .float("tis_cap", cap, Range::AtLeastOne);
+    }
 
     let rollout = &config.rollout;
     let mut s = problems.section("[rollout]".into(), &["rollout"]);

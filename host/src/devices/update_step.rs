@@ -17,7 +17,9 @@ use crate::engine::FinishReason;
 use crate::model::llama::Llama;
 use crate::rng::SeededRng;
 use crate::rollout::AgentCall;
-use crate::update::{update_group, AdamW, AgentTraining, Reference, TrainingBatch, UpdateReport};
+use crate::update::{
+    update_group, AdamW, AgentTraining, Reference, RolloutCorrection, TrainingBatch, UpdateReport,
+};
 
 /// Tokens of each prompt of the batch.
 const PROMPT_TOKENS: usize = 32;
@@ -225,6 +227,8 @@ fn measure(model: &Llama, calls: &[AgentCall], shape: UpdateShape) -> anyhow::Re
         micro_batch_size: shape.calls,
         adapter: None,
         activation_checkpointing: shape.activation_checkpointing,
+        // The sampler's logprobs here are the model's own (`set_sampler_logprobs`).
+        correction: RolloutCorrection::default(),
     };
     let refs: Vec<&AgentCall> = calls.iter().collect();
     let advantages = advantages(&refs);

@@ -84,6 +84,7 @@ fn remote_generator(name: &str, section: &WorkerGroupSection) -> Option<RemoteGe
     Some(RemoteGenerator::new(RemoteSettings {
         group: name.to_owned(),
         urls: rollout.urls.iter().map(|u| u.get_ref().clone()).collect(),
+        router: rollout.router.as_ref().map(|u| u.get_ref().clone()),
         request_timeout: Duration::from_secs_f64(rollout.request_timeout_s),
         connect_timeout: Duration::from_secs_f64(rollout.connect_timeout_s),
         max_in_flight: rollout.max_in_flight,
@@ -103,15 +104,14 @@ pub fn probe_servers(config: &RunConfig, file: &RunFile) -> anyhow::Result<Vec<S
         };
         let path = resolve_model(&section.model, file)?;
         generator.probe(&model_config(&path)?)?;
+        let rollout = &section.rollout;
+        let servers: Vec<&str> = rollout.urls.iter().map(|u| u.get_ref().as_str()).collect();
+        let router = rollout.router.as_ref().map_or(String::new(), |u| {
+            format!(" through router {}", u.get_ref())
+        });
         lines.push(format!(
-            "worker group `{name}`: rollouts on {} (healthy, same model)",
-            section
-                .rollout
-                .urls
-                .iter()
-                .map(|u| u.get_ref().as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            "worker group `{name}`: rollouts on {}{router} (healthy, same model)",
+            servers.join(", ")
         ));
     }
     Ok(lines)

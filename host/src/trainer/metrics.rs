@@ -14,7 +14,7 @@ use super::eval::EvalReport;
 use super::WorkerGroup;
 use crate::advantage::{Diagnostics, PerToken, Sample};
 use crate::rollout::{Rollout, TeamMember};
-use crate::update::UpdateReport;
+use crate::update::{UpdateReport, MISMATCH_THRESHOLD};
 
 /// Named numbers of one iteration, keys like `reward/mean` or `grad_norm/agent/solver`.
 #[derive(Debug, Clone, Default)]
@@ -299,6 +299,24 @@ pub(super) fn record_update(
     );
     metrics.set(format!("loss/kl/{name}"), report.stats.kl);
     metrics.set(format!("loss/entropy/{name}"), report.stats.entropy);
+    for (agent, mismatch) in &report.mismatch {
+        let role = &team[*agent].role;
+        metrics.set(
+            format!("mismatch/{role}/log_ratio_mean"),
+            mismatch.log_ratio_mean(),
+        );
+        metrics.set(
+            format!("mismatch/{role}/log_ratio_abs_max"),
+            mismatch.log_ratio_abs_max,
+        );
+        metrics.set(
+            format!("mismatch/{role}/frac_above_{MISMATCH_THRESHOLD}"),
+            mismatch.fraction_above_threshold(),
+        );
+        if let Some(fraction) = mismatch.capped_fraction() {
+            metrics.set(format!("mismatch/{role}/tis_capped_frac"), fraction);
+        }
+    }
 }
 
 /// The update phase's time and throughput, and the run's skipped steps so far.

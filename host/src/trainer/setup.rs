@@ -4,11 +4,11 @@
 
 use anyhow::bail;
 
-use crate::config::{AgentSection, RunConfig};
+use crate::config::{AgentSection, OldLogprobs, RunConfig};
 use crate::engine::SamplingParams;
 use crate::preflight::Plan;
 use crate::rollout::TeamMember;
-use crate::update::AgentTraining;
+use crate::update::{AgentTraining, RolloutCorrection};
 
 /// How rollouts sample: training (`[rollout]`) or evaluation (`[eval]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,11 +160,16 @@ pub fn agent_training(config: &RunConfig) -> Vec<AgentTraining> {
                 .max_new_tokens
                 .unwrap_or(config.rollout.max_response_tokens);
             loss.loss_scale_factor.get_or_insert(max_new_tokens as f64);
+            let old_logprobs = OldLogprobs::for_group(config.algorithm.old_logprobs, group);
             AgentTraining {
                 loss,
                 micro_batch_size: section.micro_batch_size.unwrap_or(group.micro_batch_size),
                 adapter,
                 activation_checkpointing: group.activation_checkpointing,
+                correction: RolloutCorrection {
+                    recompute: old_logprobs == OldLogprobs::Recompute,
+                    tis_cap: config.algorithm.rollout_correction.tis_cap,
+                },
             }
         })
         .collect()

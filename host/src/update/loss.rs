@@ -21,6 +21,9 @@ pub struct LossInputs<'a> {
     pub entropy: Option<&'a Tensor>,
     /// Reference log-probabilities, when the KL term is on.
     pub ref_logprobs: Option<&'a Tensor>,
+    /// Truncated importance weights of the tokens (no gradient), when the rollout correction
+    /// is on: each token's policy loss is multiplied by its weight.
+    pub tis_weights: Option<&'a Tensor>,
     /// The sizes of the mini-batch this micro-batch belongs to (its own for a whole batch).
     pub totals: BatchTotals,
 }
@@ -77,6 +80,10 @@ pub fn policy_loss(settings: &LossSection, inputs: &LossInputs<'_>) -> (Tensor, 
         token_losses = bounded.where_self(&negative, &token_losses);
     }
 
+    let token_losses = match inputs.tis_weights {
+        Some(weights) => token_losses * weights,
+        None => token_losses,
+    };
     let policy_loss = aggregation.reduce(&token_losses, mask);
     // The regularisers, added to the surrogate at the end.
     let mut terms = Vec::with_capacity(2);

@@ -9,6 +9,7 @@ mod critic;
 mod grad_norm;
 mod kl;
 mod loss;
+mod rollout_correction;
 mod step;
 mod value_loss;
 
@@ -19,5 +20,8 @@ pub use critic::{Critic, CriticReport};
 pub use grad_norm::{global_norm, GradientLedger};
 pub use kl::kl_penalty;
 pub use loss::{policy_loss, LossInputs, LossStats};
+pub use rollout_correction::{
+    recompute_old_logprobs, tis_weights, Mismatch, RolloutCorrection, MISMATCH_THRESHOLD,
+};
 pub use step::{update_group, AgentTraining, NonFinite, Reference, UpdateReport};
 pub use value_loss::{value_loss, ValueLossStats};

@@ -76,11 +76,32 @@ impl Connection {
         self.read(path, answer)
     }
 
+    /// `GET path` answered with a success status, whatever the body (SGLang's `/health` is
+    /// empty, sglang-router's says `OK`).
+    pub fn get_ok(&self, path: &str) -> Result<(), Failure> {
+        let answer = self.agent.get(format!("{}{path}", self.url)).call();
+        self.body(path, answer).map(drop)
+    }
+
     fn read<T: DeserializeOwned>(
         &self,
         path: &str,
         answer: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
     ) -> Result<T, Failure> {
+        let body = self.body(path, answer)?;
+        serde_json::from_str(&body).map_err(|e| {
+            Failure::Fatal(format!(
+                "the answer to {path} does not fit SGLang's protocol: {e}"
+            ))
+        })
+    }
+
+    /// The body of a successful answer; a failure otherwise.
+    fn body(
+        &self,
+        path: &str,
+        answer: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<String, Failure> {
         let mut answer = match answer {
             Ok(answer) => answer,
             Err(error @ (ureq::Error::BadUri(_) | ureq::Error::TlsRequired)) => {
@@ -104,10 +125,6 @@ impl Connection {
                 Failure::Fatal(reason)
             });
         }
-        serde_json::from_str(&body).map_err(|e| {
-            Failure::Fatal(format!(
-                "the answer to {path} does not fit SGLang's protocol: {e}"
-            ))
-        })
+        Ok(body)
     }
 }

@@ -7,6 +7,10 @@
 //! timeout, 5xx) is sent again, to the next server, after a growing wait; an answer is taken
 //! whole or not at all, so no sample is lost or doubled. After `max_tries` attempts the batch
 //! fails with an error that names every server tried and why.
+//!
+//! With a router (sglang-router) every request goes to it and it picks the server. The router
+//! reads a request into its own typed form, which takes one `sampling_params` for the whole
+//! request, so each prompt (with its own seed) is a request of its own there.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,6 +29,8 @@ use crate::rng::SeededRng;
 pub struct RemoteGenerator {
     pub(super) settings: RemoteSettings,
     pub(super) servers: Vec<Connection>,
+    /// The router generation goes through, when there is one.
+    pub(super) router: Option<Connection>,
     /// Servers left out for the rest of the run: they failed a weight update or answered
     /// with other weights than the fleet's.
     pub(super) retired: Vec<AtomicBool>,
@@ -41,9 +47,14 @@ impl RemoteGenerator {
             .map(|url| Connection::new(url, settings.request_timeout, settings.connect_timeout))
             .collect();
         let retired = servers.iter().map(|_| AtomicBool::new(false)).collect();
+        let router = settings
+            .router
+            .as_deref()
+            .map(|url| Connection::new(url, settings.request_timeout, settings.connect_timeout));
         Self {
             settings,
             servers,
+            router,
             retired,
             version: Mutex::new(None),
         }
@@ -108,9 +119,8 @@ impl RemoteGenerator {
                 );
             }
             let server = active[(home + attempt as usize - 1) % active.len()];
-            let connection = &self.servers[server];
-            let answer = connection
-                .post::<_, Vec<GenerateOutput>>(GENERATE_PATH, body)
+            let connection = self.router.as_ref().unwrap_or(&self.servers[server]);
+            let answer = post_generate(connection, body)
                 .map_err(Answer::from)
                 .and_then(|outputs| self.read(outputs, prompts));
             match answer {
@@ -129,7 +139,10 @@ impl RemoteGenerator {
                     failures.push(format!("{}: {reason}", connection.url()));
                 }
                 Err(Answer::Stale(found)) => {
-                    self.retire(server, &format!("it serves weight version {found}"));
+                    // Behind a router the server that answered is unknown: only try again.
+                    if self.router.is_none() {
+                        self.retire(server, &format!("it serves weight version {found}"));
+                    }
                     failures.push(format!("{}: weight version {found}", connection.url()));
                 }
             }
@@ -173,6 +186,40 @@ impl RemoteGenerator {
                 })
             })
             .collect()
+    }
+}
+
+/// `POST /generate` of `body` to `connection`: a list of outputs for a batch, one output for a
+/// single prompt (SGLang's shapes).
+fn post_generate(
+    connection: &Connection,
+    body: &GenerateBody,
+) -> Result<Vec<GenerateOutput>, Failure> {
+    match body.input_ids {
+        OneOrEach::Each(_) => connection.post(GENERATE_PATH, body),
+        OneOrEach::One(_) => connection
+            .post::<_, GenerateOutput>(GENERATE_PATH, body)
+            .map(|output| vec![output]),
+    }
+}
+
+/// The body of one request for `requests`, each sampling from its seed: a batch, or through a
+/// router a single prompt (`requests` holds one).
+fn generate_body(requests: &[GenerationRequest], seeds: &[u64], single: bool) -> GenerateBody {
+    let mut params = requests.iter().zip(seeds).map(|(r, &s)| wire_params(r, s));
+    let mut prompts = requests.iter().map(|r| r.prompt.clone());
+    let (input_ids, sampling_params) = match (single, params.next(), prompts.next()) {
+        (true, Some(params), Some(prompt)) => (OneOrEach::One(prompt), OneOrEach::One(params)),
+        (_, first, prompt) => (
+            OneOrEach::Each(prompt.into_iter().chain(prompts).collect()),
+            OneOrEach::Each(first.into_iter().chain(params).collect()),
+        ),
+    };
+    GenerateBody {
+        input_ids,
+        sampling_params: Some(sampling_params),
+        return_logprob: Some(OneOrEach::One(true)),
+        stream: None,
     }
 }
 
@@ -262,29 +309,20 @@ impl Generator for RemoteGenerator {
         if requests.is_empty() {
             return Ok(Vec::new());
         }
+        let single = self.router.is_some();
         let servers = self.active().len().max(1);
-        let size = requests
-            .len()
-            .div_ceil(servers)
-            .clamp(1, self.settings.max_batch_per_request.max(1));
+        let size = if single {
+            1
+        } else {
+            requests
+                .len()
+                .div_ceil(servers)
+                .clamp(1, self.settings.max_batch_per_request.max(1))
+        };
         let chunks: Vec<(usize, GenerateBody)> = requests
             .chunks(size)
             .zip(seeds.chunks(size))
-            .map(|(requests, seeds)| {
-                let body = GenerateBody {
-                    input_ids: OneOrEach::Each(requests.iter().map(|r| r.prompt.clone()).collect()),
-                    sampling_params: Some(OneOrEach::Each(
-                        requests
-                            .iter()
-                            .zip(seeds)
-                            .map(|(r, &s)| wire_params(r, s))
-                            .collect(),
-                    )),
-                    return_logprob: Some(OneOrEach::One(true)),
-                    stream: None,
-                };
-                (requests.len(), body)
-            })
+            .map(|(requests, seeds)| (requests.len(), generate_body(requests, seeds, single)))
             .collect();
         let queue = Mutex::new((0..chunks.len()).collect::<VecDeque<usize>>());
         let answers: Mutex<Vec<Option<Vec<Generation>>>> = Mutex::new(vec![None; chunks.len()]);

@@ -9,20 +9,21 @@ use super::wire::{ModelInfo, HEALTH_PATH, MODEL_INFO_PATH};
 use crate::model::config::LlamaConfig;
 
 impl RemoteGenerator {
-    /// Checks that every server answers `/health` and serves a model like `model` (the
-    /// group's own): same architecture and, where the server reports them, same model type
-    /// and vocabulary. Errors name the server and both models.
+    /// Checks that every server, and the router when there is one, answers `/health` and
+    /// serves a model like `model` (the group's own): same architecture and, where the server
+    /// reports them, same model type and vocabulary (a router answers with one of its
+    /// servers'). Errors name the server and both models.
     pub fn probe(&self, model: &LlamaConfig) -> anyhow::Result<()> {
         let group = &self.settings.group;
-        for connection in &self.servers {
+        for connection in self.servers.iter().chain(&self.router) {
             let url = connection.url();
             let tries = self.settings.max_tries.max(1);
             let mut answer = Err(Failure::Transient(String::new()));
             for attempt in 1..=tries {
                 std::thread::sleep(self.backoff(attempt));
                 answer = connection
-                    .get::<serde_json::Value>(HEALTH_PATH)
-                    .and_then(|_| connection.get::<ModelInfo>(MODEL_INFO_PATH));
+                    .get_ok(HEALTH_PATH)
+                    .and_then(|()| connection.get::<ModelInfo>(MODEL_INFO_PATH));
                 if !matches!(answer, Err(Failure::Transient(_))) {
                     break;
                 }
@@ -30,8 +31,9 @@ impl RemoteGenerator {
             let info = match answer {
                 Ok(info) => info,
                 Err(reason) => bail!(
-                    "worker group `{group}`: server {url} is not usable ({reason}); start it or \
-                     fix [worker_groups.{group}.rollout] urls"
+                    "worker group `{group}`: server {url} is not usable ({reason}); start it (a \
+                     router: with its servers registered) or fix [worker_groups.{group}.rollout] \
+                     urls or router"
                 ),
             };
             let ours = model.architecture.hf_class();

@@ -7,9 +7,12 @@ use std::time::Duration;
 pub struct RemoteSettings {
     /// The worker group, for messages.
     pub group: String,
-    /// Server base URLs (`http://host:port`): SGLang servers, `drmas-host serve` processes,
-    /// or one sglang-router.
+    /// Server base URLs (`http://host:port`): SGLang servers or `drmas-host serve` processes
+    /// (or one router that forwards weight updates itself).
     pub urls: Vec<String>,
+    /// A router in front of `urls` (sglang-router): generation goes through it, one prompt a
+    /// request; probes and weight updates go to `urls` directly.
+    pub router: Option<String>,
     /// The longest one request may take (generation included).
     pub request_timeout: Duration,
     /// The longest a connection may take to open.

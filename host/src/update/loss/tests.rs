@@ -40,6 +40,7 @@ fn at_ratio_one_the_loss_is_minus_the_mean_advantage_under_each_aggregation() {
         mask: &mask(),
         entropy: None,
         ref_logprobs: None,
+        tis_weights: None,
         totals: BatchTotals::of_mask(&mask()),
     };
     // token-mean: tokens weigh equally: −(3·2 + 1·(−1)) / 4.
@@ -96,6 +97,7 @@ fn micro_batch_shares_add_up_to_the_whole_batch_under_each_aggregation() {
                     mask: &mask,
                     entropy: None,
                     ref_logprobs: None,
+                    tis_weights: None,
                     totals,
                 },
             );
@@ -130,6 +132,7 @@ fn single(ratio: f64, advantage: f32) -> (f64, f64, LossStats) {
         mask: &mask,
         entropy: None,
         ref_logprobs: None,
+        tis_weights: None,
         totals: BatchTotals::of_mask(&mask),
     };
     let (value, stats) = policy_loss(&loss(LossAggregation::TokenMean), &inputs);
@@ -188,6 +191,7 @@ fn entropy_and_kl_terms_enter_with_their_coefficients() {
         mask: &mask,
         entropy: Some(&entropy),
         ref_logprobs: Some(&reference),
+        tis_weights: None,
         totals: BatchTotals::of_mask(&mask),
     };
     let mut config = loss(LossAggregation::TokenMean);
@@ -257,6 +261,7 @@ fn gradients_of_a_tiny_policy_match_finite_differences() {
             mask: &mask,
             entropy: Some(&entropy),
             ref_logprobs: None,
+            tis_weights: None,
             totals: BatchTotals::of_mask(&mask),
         };
         policy_loss(&config, &inputs).0
@@ -302,6 +307,7 @@ fn per_token_advantages_equal_to_the_calls_give_the_per_call_loss_bit_for_bit() 
                 mask: &mask(),
                 entropy: Some(&entropy),
                 ref_logprobs: None,
+                tis_weights: None,
                 totals: BatchTotals::of_mask(&mask()),
             },
         )
@@ -327,9 +333,38 @@ fn each_token_is_weighted_by_its_own_advantage() {
             mask: &mask(),
             entropy: None,
             ref_logprobs: None,
+            tis_weights: None,
             totals: BatchTotals::of_mask(&mask()),
         },
     );
     // Padding's 100s never enter.
     close(value.double_value(&[]), -(1.0 - 3.0 + 0.5 + 4.0) / 4.0);
+}
+
+#[test]
+fn tis_weights_multiply_each_tokens_policy_loss_and_its_gradient() {
+    let logprobs = t(&[&[-1.0, -2.0, -0.5], &[-0.3, -9.0, -9.0]]).set_requires_grad(true);
+    let old = logprobs.detach();
+    let advantages = Tensor::from_slice(&[2.0f32, -1.0]);
+    let weights = t(&[&[1.5, 0.5, 1.0], &[2.0, 7.0, 7.0]]);
+    let inputs = LossInputs {
+        logprobs: &logprobs,
+        old_logprobs: &old,
+        advantages: &advantages,
+        mask: &mask(),
+        entropy: None,
+        ref_logprobs: None,
+        tis_weights: Some(&weights),
+        totals: BatchTotals::of_mask(&mask()),
+    };
+    // token-mean at ratio 1: −Σ w·A / 4 over the real tokens (padding's weight 7 ignored).
+    let (value, stats) = policy_loss(&loss(LossAggregation::TokenMean), &inputs);
+    let expected = -(2.0 * (1.5 + 0.5 + 1.0) - 2.0) / 4.0;
+    close(value.double_value(&[]), expected);
+    close(stats.policy_loss, expected);
+    value.backward();
+    // d/dlogp of −w·A·exp(logp − old) at ratio 1 is −w·A / 4.
+    close(logprobs.grad().double_value(&[0, 0]), -1.5 * 2.0 / 4.0);
+    close(logprobs.grad().double_value(&[1, 0]), 2.0 * 1.0 / 4.0);
+    close(logprobs.grad().double_value(&[1, 1]), 0.0);
 }

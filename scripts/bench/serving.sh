@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Rollouts in process against rollouts on `drmas-host serve` workers behind PyPI's sglang-router:
+# the demo run file (configs/demo.toml, its first ITERATIONS iterations) with
+#   local     the group generates in process (as the demo does);
+#   1 worker  one `drmas-host serve --threads 1` behind the router;
+#   2 workers two of them behind the router (round robin).
+# No evaluation ([eval] k = 0). Every variant recomputes the old logprobs ([algorithm]
+# old_logprobs = "recompute"), so the update does the same work in each and the
+# sampler-trainer log-ratio is measured in each.
+# Prints a markdown table: mean seconds per iteration of the rollout, the weight sync and the
+# update, and the log-ratio statistics of each agent (mean over iterations; max |.| the largest).
+#
+# Needs the sglang-router venv (scripts/router-venv.sh; installed here when missing) and the
+# built-in model (scripts/install-model.sh).
+#
+# Environment:
+#   ITERATIONS   iterations per variant (default 2; the demo runs 12)
+#   BENCH_DIR    scratch folder (default runs/bench-serving)
+source "$(dirname "${BASH_SOURCE[0]}")/../env.sh"
+set -euo pipefail
+
+iterations="${ITERATIONS:-2}"
+bench="${BENCH_DIR:-runs/bench-serving}"
+target="${CARGO_TARGET_DIR:-target}"
+cargo build --release -p drmas-host -p drmas-math >&2
+drmas="$target/release/drmas-host"
+python="$(scripts/router-venv.sh)"
+model="${DRMAS_MODEL:-${DRMAS_CACHE:-$HOME/.cache/drmas}/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
+[[ -f "$model" ]] || { echo "the built-in model is missing: run scripts/install-model.sh" >&2; exit 1; }
+
+rm -rf "$bench"
+mkdir -p "$bench"
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# Starts one serve worker on the model; prints its URL.
+start_worker() {
+  local log="$bench/worker-$1.log"
+  "$drmas" serve --model "$model" --port 0 --threads 1 >"$log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 600); do
+    if grep -q "listening on" "$log"; then grep -o 'http://[0-9.:]*' "$log" | head -1; return; fi
+    sleep 0.1
+  done
+  echo "worker $1 did not start: $(cat "$log")" >&2; exit 1
+}
+
+# Starts the router in front of the given URLs; prints its URL once every worker is registered.
+start_router() {
+  local port; port="$(free_port)"
+  "$python" -m sglang_router.launch_router --host 127.0.0.1 --port "$port" --policy round_robin \
+    --health-check-timeout-secs 1 --log-level warn --worker-urls "$@" >"$bench/router-$port.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 600); do
+    if [[ "$(curl -s "http://127.0.0.1:$port/workers" | grep -o '"is_healthy":true' | wc -l)" == "$#" ]]; then
+      echo "http://127.0.0.1:$port"; return
+    fi
+    sleep 0.1
+  done
+  echo "the router did not register $# workers" >&2; exit 1
+}
+
+# Writes the demo run file for variant $1 with the rollout section $2; trains it.
+run_variant() {
+  local name="$1" rollout="$2" dir="$bench/$1"
+  mkdir -p "$dir"
+  sed -e "s|^output_dir = .*|output_dir = \"run\"|" -e "s|^iterations = .*|iterations = $iterations|" \
+      -e "s|^model = \"builtin:smollm2-135m\"|model = \"$model\"|" \
+      -e "s|^invalid_action_penalty = 0.1|invalid_action_penalty = 0.1\nold_logprobs = \"recompute\"|" \
+      -e "s|^k = 2|k = 0|" \
+      configs/demo.toml >"$dir/run.toml"
+  [[ -n "$rollout" ]] && printf '\n[worker_groups.shared.rollout]\n%s\n' "$rollout" >>"$dir/run.toml"
+  echo "== $name" >&2
+  "$drmas" train --plugins ./plugins/math --config "$dir/run.toml" >"$dir/train.log" 2>&1 ||
+    { tail -20 "$dir/train.log" >&2; exit 1; }
+}
+
+run_variant local ""
+w1="$(start_worker 1)"
+r1="$(start_router "$w1")"
+run_variant "1 worker" "backend = \"sglang\"
+urls = [\"$w1\"]
+router = \"$r1\""
+w2="$(start_worker 2)"
+r2="$(start_router "$w1" "$w2")"
+run_variant "2 workers" "backend = \"sglang\"
+urls = [\"$w1\", \"$w2\"]
+router = \"$r2\""
+
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "date: $(date -u +%Y-%m-%dT%H:%MZ); commit $(git rev-parse --short HEAD); $iterations iterations each"
+python3 - "$bench" <<'PY'
+import json, sys, pathlib
+bench = pathlib.Path(sys.argv[1])
+print("| rollouts | rollout s/it | weight sync s/it | update s/it | log-ratio mean (solver, verifier) | max abs log-ratio | fraction > 0.1 |")
+print("|---|---|---|---|---|---|---|")
+for name in ["local", "1 worker", "2 workers"]:
+    lines = [json.loads(l) for l in open(bench / name / "run" / "metrics.jsonl") if "reward/mean" in l]
+    mean = lambda key: sum(l.get(key) or 0.0 for l in lines) / len(lines)
+    top = lambda key: max(l.get(key) or 0.0 for l in lines)
+    sync = f"{mean('time/weight_sync_s/shared'):.2f}" if "time/weight_sync_s/shared" in lines[0] else "—"
+    roles = ["solver", "verifier"]
+    print(f"| {name} | {mean('time/rollout_s'):.1f} | {sync} | {mean('time/update_s'):.1f} | "
+          + ", ".join(f"{mean(f'mismatch/{r}/log_ratio_mean'):.1e}" for r in roles) + " | "
+          + ", ".join(f"{top(f'mismatch/{r}/log_ratio_abs_max'):.1e}" for r in roles) + " | "
+          + ", ".join(f"{mean(f'mismatch/{r}/frac_above_0.1'):.3f}" for r in roles) + " |")
+PY
