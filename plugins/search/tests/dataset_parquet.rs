@@ -2,6 +2,8 @@
 //! layout give the same tasks as their JSONL equivalents; missing and mistyped columns, `limit`
 //! and `skip_malformed`.
 
+mod common;
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -200,10 +202,7 @@ fn search_r1_jsonl() -> String {
 
 /// A search environment whose retriever is never called (loading tasks does not search).
 fn environment() -> SearchEnvironment {
-    SearchEnvironment::from_config(
-        &"[retriever]\nkind = \"http\"\nurl = \"http://127.0.0.1:9\"\n".into(),
-    )
-    .expect("environment config")
+    common::tasks_only_environment()
 }
 
 /// The environment's tasks from `path`.

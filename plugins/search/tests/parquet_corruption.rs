@@ -2,6 +2,8 @@
 //! offsets and lengths, page sizes): every single-byte corruption of a real file must load or
 //! fail with an error naming the file — never panic, never allocate what a corrupt size claims.
 
+mod common;
+
 use std::fs::File;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -59,10 +61,7 @@ fn write_qa(path: &Path) {
 }
 
 fn load(path: &Path) -> Result<usize, String> {
-    let environment = SearchEnvironment::from_config(
-        &"[retriever]\nkind = \"http\"\nurl = \"http://127.0.0.1:9\"\n".into(),
-    )
-    .expect("environment config");
+    let environment = common::tasks_only_environment();
     let spec = DatasetSpec {
         path: path.display().to_string(),
         ..Default::default()

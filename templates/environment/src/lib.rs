@@ -159,8 +159,11 @@ drmas_sdk::export_plugin! {
 mod tests {
     use super::*;
 
+    /// The tasks of `text` as a `tasks.jsonl`, in a folder of its own (tests run in parallel).
     fn tasks(text: &str) -> Result<Vec<Task>> {
-        let dir = std::env::temp_dir().join(format!("quiz-template-{}", std::process::id()));
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("quiz-template-{}-{call}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("mkdir");
         std::fs::write(dir.join("tasks.jsonl"), text).expect("write");
         let quiz = Quiz::from_config(&"".into()).expect("config");

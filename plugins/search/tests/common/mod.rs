@@ -28,3 +28,28 @@ pub fn nq_bm25(index_dir: &Path) -> Bm25Retriever {
     )
     .expect("index the NQ corpus")
 }
+
+/// A search environment for tests that only load tasks (loading never searches): BM25 over a
+/// one-passage corpus, indexed once per test process in a temp folder.
+#[allow(dead_code)] // Used by the dataset tests only; every test binary compiles this module.
+pub fn tasks_only_environment() -> drmas_search::SearchEnvironment {
+    use drmas_sdk::Component;
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("drmas-tasks-only-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp folder");
+        std::fs::write(
+            dir.join("corpus.jsonl"),
+            "{\"id\": \"0\", \"contents\": \"\\\"Paris\\\"\\nThe capital of France.\"}\n",
+        )
+        .expect("corpus");
+        dir
+    });
+    let config = format!(
+        "[retriever]\nkind = \"bm25\"\ncorpus = \"{}\"\nindex_dir = \"{}\"\n",
+        dir.join("corpus.jsonl").display(),
+        dir.join("index").display()
+    );
+    drmas_search::SearchEnvironment::from_config(&config.as_str().into())
+        .expect("environment config")
+}
