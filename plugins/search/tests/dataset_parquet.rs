@@ -8,7 +8,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use drmas_sdk::{Component, DatasetSpec, Environment};
+use drmas_sdk::{DatasetSpec, Environment};
 use drmas_search::dataset::{load_qa, load_qa_jsonl, load_qa_parquet, DatasetError, LoadOptions};
 use drmas_search::SearchEnvironment;
 use parquet::data_type::{ByteArray, ByteArrayType, Int64Type};

@@ -9,8 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Arc;
 
-use drmas_sdk::{Component, DatasetSpec, Environment};
-use drmas_search::SearchEnvironment;
+use drmas_sdk::{DatasetSpec, Environment};
 use parquet::data_type::{ByteArray, ByteArrayType};
 use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;

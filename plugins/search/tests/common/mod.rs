@@ -1,5 +1,8 @@
 //! Helpers shared by the integration tests.
 
+// Every test binary compiles this module and uses a part of it.
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 
 use drmas_search::retriever::bm25::{Bm25Options, Bm25Retriever};
@@ -31,7 +34,6 @@ pub fn nq_bm25(index_dir: &Path) -> Bm25Retriever {
 
 /// A search environment for tests that only load tasks (loading never searches): BM25 over a
 /// one-passage corpus, indexed once per test process in a temp folder.
-#[allow(dead_code)] // Used by the dataset tests only; every test binary compiles this module.
 pub fn tasks_only_environment() -> drmas_search::SearchEnvironment {
     use drmas_sdk::Component;
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
