@@ -77,15 +77,14 @@ impl Critic {
             for chunk in order.chunks(micro_batch_size.max(1)) {
                 let micro: Vec<&AgentCall> = chunk.iter().map(|&i| calls[i]).collect();
                 let batch = self.batch(&micro);
-                let values = self.predict(&batch, false)?;
+                // One copy to the host per micro-batch, then each call's row.
+                let values = self
+                    .predict(&batch, false)?
+                    .to_device(tch::Device::Cpu)
+                    .to_kind(Kind::Double);
                 for (row, &i) in chunk.iter().enumerate() {
                     let length = calls[i].response.len() as i64;
-                    rows[i] = Vec::<f64>::try_from(
-                        values
-                            .get(row as i64)
-                            .narrow(0, 0, length)
-                            .to_kind(Kind::Double),
-                    )?;
+                    rows[i] = Vec::<f64>::try_from(values.get(row as i64).narrow(0, 0, length))?;
                 }
             }
             Ok::<_, ModelError>(())
