@@ -72,7 +72,7 @@ fn offload_on_a_cpu_group_is_accepted_with_a_note_that_it_changes_nothing() {
 #[test]
 fn every_run_file_in_configs_is_ready() {
     let dir = common::repo().join("configs");
-    let mut checked = 0;
+    let mut estimators = std::collections::BTreeSet::new();
     for entry in std::fs::read_dir(&dir).expect("configs/") {
         let path = entry.expect("entry").path();
         if path.extension().is_none_or(|e| e != "toml") {
@@ -83,12 +83,35 @@ fn every_run_file_in_configs_is_ready() {
         let config = RunConfig::parse(&file).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         drmas_host::preflight::prepare(&config, &file, registry())
             .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
-        checked += 1;
+        estimators.insert(config.algorithm.estimator.get_ref().clone());
     }
-    assert!(
-        checked >= 4,
-        "the demo, search and experiment run files at least"
-    );
+    for algorithm in ["drmas", "grpo", "dr_grpo", "gigpo", "ppo"] {
+        assert!(
+            estimators.contains(algorithm),
+            "no run file in configs/ trains with `{algorithm}`: {estimators:?}"
+        );
+    }
+}
+
+#[test]
+fn every_built_in_estimator_is_ready_in_the_demo_run_file() {
+    for estimator in drmas_host::advantage::names() {
+        let mut text = demo_text().replace(
+            "estimator = \"drmas\"",
+            &format!("estimator = \"{estimator}\""),
+        );
+        if estimator == "dr_grpo" {
+            text = text.replace(
+                "[algorithm.loss]\n",
+                "[algorithm.loss]\naggregation = \"seq-mean-token-sum-norm\"\n",
+            );
+        }
+        let summary = prepare(&text).unwrap_or_else(|e| panic!("{estimator}: {e}"));
+        assert!(
+            summary.contains(&format!("estimator    {estimator} (built-in)")),
+            "{estimator}: {summary}"
+        );
+    }
 }
 
 #[test]
