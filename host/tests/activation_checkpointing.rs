@@ -2,7 +2,8 @@
 //! input, then recomputing layer by layer in the backward, leaves on every trained tensor the
 //! gradient of the plain forward and backward (f32: within 1e-5 of the largest gradient entry of
 //! that tensor), for a fully trained model and for LoRA adapters, on the tiny Llama fixture with
-//! prompts shared by several responses of different lengths.
+//! prompts shared by several responses of different lengths; and with LoRA dropout, the
+//! recomputation draws the forward's masks.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -20,6 +21,12 @@ use tch::{Device, Kind, Tensor};
 const TOLERANCE: f64 = 1e-5;
 
 fn tiny_llama(lora: bool) -> Llama {
+    tiny_llama_with_dropout(lora, 0.0)
+}
+
+/// The fixture, with rank-4 adapters whose inputs drop out with probability `dropout` when
+/// `lora`.
+fn tiny_llama_with_dropout(lora: bool, dropout: f64) -> Llama {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/llama");
     let mut model = Pretrained::load(&path, Device::Cpu, Kind::Float)
         .expect("fixture loads")
@@ -28,7 +35,7 @@ fn tiny_llama(lora: bool) -> Llama {
         let settings = LoraSettings {
             rank: 4,
             alpha: 8.0,
-            dropout: 0.0,
+            dropout,
             target_modules: TARGET_MODULES.map(str::to_owned).to_vec(),
         };
         model.add_adapters(&settings, 1, 3).expect("adapters");
@@ -147,4 +154,68 @@ fn a_fully_trained_model_gets_the_plain_gradients() {
 #[test]
 fn lora_adapters_get_the_plain_gradients() {
     assert_same_gradients(true);
+}
+
+/// With LoRA dropout the recomputation must draw the masks the forward drew, or the backward
+/// differentiates another function than the loss. The gradient is checked against central
+/// differences of the checkpointed loss itself (same seed, so the same masks) along a random
+/// direction; a mask drawn anew would miss by the order of the derivative itself.
+#[test]
+fn lora_dropout_masks_are_redrawn_the_same_in_the_recomputation() {
+    const SEED: i64 = 7;
+    let model = tiny_llama_with_dropout(true, 0.5);
+    let batch = batch();
+    let checkpointed_loss = |seed: i64| {
+        tch::manual_seed(seed);
+        let (logits, _) = batch
+            .response_logits_checkpointed(&model, Some(0))
+            .expect("checkpointed forward");
+        loss(&batch, &logits).double_value(&[])
+    };
+    assert_ne!(
+        checkpointed_loss(SEED),
+        checkpointed_loss(SEED + 1),
+        "dropout is active: other masks give another loss"
+    );
+
+    tch::manual_seed(SEED);
+    let (logits, checkpoints) = batch
+        .response_logits_checkpointed(&model, Some(0))
+        .expect("checkpointed forward");
+    loss(&batch, &logits).backward();
+    checkpoints.backward();
+    let gradients = take_gradients(&model);
+
+    tch::manual_seed(11);
+    let variables = model.adapters().expect("adapters").var_store().variables();
+    let directions: BTreeMap<String, Tensor> = variables
+        .iter()
+        .map(|(name, tensor)| (name.clone(), tensor.randn_like()))
+        .collect();
+    let along: f64 = directions
+        .iter()
+        .map(|(name, d)| (&gradients[name] * d).sum(Kind::Double).double_value(&[]))
+        .sum();
+    let step = |scale: f64| {
+        tch::no_grad(|| {
+            for (name, tensor) in &variables {
+                let _ = tensor.shallow_clone().g_add_(&(&directions[name] * scale));
+            }
+        })
+    };
+    let h = 1e-3;
+    step(h);
+    let above = checkpointed_loss(SEED);
+    step(-2.0 * h);
+    let below = checkpointed_loss(SEED);
+    step(h);
+    let differences = (above - below) / (2.0 * h);
+    assert!(
+        along.abs() > 1e-3,
+        "the direction reaches the loss: {along}"
+    );
+    assert!(
+        (differences - along).abs() <= 1e-2 * along.abs(),
+        "the gradient along the direction is {along}, the loss changes at {differences}"
+    );
 }

@@ -404,6 +404,50 @@ fn offload_moves_a_group_between_phases_and_changes_no_number() {
     }
 }
 
+/// Recomputing each layer in the backward runs the same operations on the same shapes as the
+/// plain forward, so on the CPU the update is the same to the bit.
+#[test]
+fn activation_checkpointing_trains_as_the_plain_update_does() {
+    let run = |label: &str, groups: &str| {
+        let dir = common::scratch(&format!("trainer-{label}-{}", std::process::id()));
+        let text = run_file("shared", "shared", groups, 1);
+        let checkpoint = trainer(&dir, &text)
+            .expect("trainer")
+            .train()
+            .expect("one iteration")
+            .checkpoint
+            .expect("checkpoint");
+        (metrics(&dir), checkpoint)
+    };
+    let (plain, plain_end) = run("plain-update", &group("shared", "llama"));
+    let (checkpointed, checkpointed_end) = run(
+        "checkpointed-update",
+        &(group("shared", "llama") + "activation_checkpointing = true\n"),
+    );
+    let (a, b) = (&plain[1], &checkpointed[1]);
+    for key in [
+        "reward/mean",
+        "loss/policy/shared",
+        "grad_norm/group/shared",
+        "grad_norm/agent/first",
+        "grad_norm/agent/second",
+    ] {
+        assert!(a[key].is_number(), "{key} in {a}");
+        assert_eq!(a[key], b[key], "{key}");
+    }
+    assert!(
+        weights(&plain_end, "shared") == weights(&checkpointed_end, "shared"),
+        "the updated weights differ"
+    );
+    assert!(
+        max_weight_change(
+            &plain_end.join("shared/model.safetensors"),
+            &common::repo().join("host/tests/fixtures/hf/llama/model.safetensors"),
+        ) > 0.0,
+        "the update moved the weights"
+    );
+}
+
 #[test]
 fn ppo_trains_a_critic_per_group_waits_through_its_warmup_and_resumes_exactly() {
     let groups = format!("{}\n{}", group("llama", "llama"), group("qwen", "qwen2"));
