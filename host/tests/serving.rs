@@ -158,13 +158,16 @@ fn rewards(lines: &[Value]) -> Vec<f64> {
 }
 
 /// Asserts that each `remote` iteration recorded the `local` run's metrics plus the weight
-/// sync's time and the mismatch (below 1e-4: the same model in f32), with every call.
+/// sync's and the recomputation's times and the mismatch (below 1e-4: the same model in f32),
+/// with every call.
 fn assert_remote_metrics(local: &[Value], remote: &[Value]) {
     assert_eq!(remote.len(), local.len());
     let sync = format!("time/weight_sync_s/{GROUP}");
+    let recompute = format!("time/recompute_s/{GROUP}");
     for (local, remote) in local.iter().zip(remote) {
         let mut expected = keys(local);
         expected.insert(sync.clone());
+        expected.insert(recompute.clone());
         for role in ["first", "second"] {
             for stat in ["log_ratio_mean", "log_ratio_abs_max", "frac_above_0.1"] {
                 expected.insert(format!("mismatch/{role}/{stat}"));
@@ -179,6 +182,7 @@ fn assert_remote_metrics(local: &[Value], remote: &[Value]) {
         }
         assert_eq!(keys(remote), expected);
         assert!(remote[&sync].as_f64().expect("seconds") > 0.0);
+        assert!(remote[&recompute].as_f64().expect("seconds") > 0.0);
         // Every episode's calls came back: 2 prompts × 4 samples, one call per agent.
         assert_eq!(remote["calls/first"], 8.0);
         assert_eq!(remote["calls/second"], 8.0);

@@ -266,8 +266,8 @@ pub(super) fn record_eval(metrics: &mut Metrics, report: &EvalReport) {
     }
 }
 
-/// A worker group's update: gradient norms (the group's and each agent's), learning rates and
-/// loss parts.
+/// A worker group's update: gradient norms (the group's and each agent's), learning rates, loss
+/// parts, and where old log-probabilities were recomputed, the mismatch and its time.
 pub(super) fn record_update(
     metrics: &mut Metrics,
     group: &WorkerGroup,
@@ -316,6 +316,9 @@ pub(super) fn record_update(
         if let Some(fraction) = mismatch.capped_fraction() {
             metrics.set(format!("mismatch/{role}/tis_capped_frac"), fraction);
         }
+    }
+    if !report.mismatch.is_empty() {
+        metrics.set(format!("time/recompute_s/{name}"), report.recompute_seconds);
     }
 }
 
