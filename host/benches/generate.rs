@@ -87,15 +87,11 @@ fn main() {
          temperature 1",
         prompt.len()
     );
-    let request = GenerationRequest {
-        prompt: prompt.clone(),
-        params: SamplingParams::with_temperature(1.0),
-        max_new_tokens: NEW_TOKENS,
-        stop: Vec::new(),
-        adapter: None,
-        stop_tokens: Vec::new(),
-        seed: None,
-    };
+    let request = GenerationRequest::new(
+        prompt.clone(),
+        SamplingParams::with_temperature(1.0),
+        NEW_TOKENS,
+    );
     let mut peer = Peer::start(&path, threads);
     // Warm-up: libtorch's first calls allocate and pick kernels.
     let warm = GenerationRequest {

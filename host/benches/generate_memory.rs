@@ -66,14 +66,8 @@ fn main() {
         .expect("DRMAS_BENCH_TOTAL is longer than the prompt");
     let requests: Vec<GenerationRequest> = prompts
         .into_iter()
-        .map(|prompt| GenerationRequest {
-            prompt,
-            params: SamplingParams::with_temperature(1.0),
-            max_new_tokens: new_tokens,
-            stop: Vec::new(),
-            adapter: None,
-            stop_tokens: Vec::new(),
-            seed: None,
+        .map(|prompt| {
+            GenerationRequest::new(prompt, SamplingParams::with_temperature(1.0), new_tokens)
         })
         .collect();
 

@@ -74,8 +74,8 @@ pub enum Command {
         /// The run folder (the run file's `[run] output_dir`); the charts are written there.
         run_dir: PathBuf,
     },
-    /// Report the CUDA devices this build sees (JSON), and with `--compare` check that a
-    /// device computes what the CPU does (see docs/install.md).
+    /// Report the CUDA devices this build sees (JSON); with `--compare` check that a device
+    /// computes what the CPU does, with `--update`/`--generate` time it (see docs/install.md).
     Devices(DevicesArgs),
     /// Convert a model (a GGUF file or an HF folder) into a Hugging Face folder that
     /// transformers and drmas load (see docs/install.md).
@@ -139,9 +139,20 @@ pub struct DevicesArgs {
     /// The dtype of the model on `--device`.
     #[arg(long, value_enum, default_value_t = Dtype::F32)]
     pub dtype: Dtype,
-    /// The most new tokens of each greedy generation.
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    /// The most new tokens of each generation (`--compare`'s greedy ones, `--generate`'s).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=32768))]
     pub new_tokens: u16,
+    /// A model whose sampled generation to time on `--device` alone: `--batch` random prompts
+    /// of `--prompt-tokens` tokens, continued by up to `--new-tokens` tokens at temperature 1;
+    /// repeat for several.
+    #[arg(long, value_name = "MODEL")]
+    pub generate: Vec<PathBuf>,
+    /// Prompts of `--generate`'s batch.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub batch: u16,
+    /// Tokens of each of `--generate`'s prompts.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=32768))]
+    pub prompt_tokens: u16,
     /// A model whose update step (one optimizer step over a fixed batch of two agents' calls)
     /// to compare on `--device` in `--dtype` against the CPU in f32: policy loss, entropy and
     /// the group's and each agent's gradient norms; repeat for several. Fails when one is

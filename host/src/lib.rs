@@ -103,13 +103,17 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
     }
 }
 
-/// `devices`: prints what [`devices::DeviceReport`] detects and, for each model to compare,
-/// its [`devices::Comparison`], as one JSON object; fails when a comparison is outside its
-/// tolerance.
+/// `devices`: prints what [`devices::DeviceReport`] detects and, for each model asked for, its
+/// [`devices::Comparison`], [`devices::UpdateStep`] or [`devices::GenerationSpeed`], as one JSON
+/// object; fails when a comparison is outside its tolerance.
 pub fn devices_command(args: &cli::DevicesArgs) -> anyhow::Result<()> {
     let report = devices::DeviceReport::detect();
     let mut comparisons = Vec::new();
-    if !(args.compare.is_empty() && args.compare_update.is_empty() && args.update.is_empty()) {
+    if !(args.compare.is_empty()
+        && args.compare_update.is_empty()
+        && args.update.is_empty()
+        && args.generate.is_empty())
+    {
         devices::check_available(args.device).map_err(|e| anyhow::anyhow!("--device {e}"))?;
     }
     let device = trainer::tch_device(args.device);
@@ -135,10 +139,21 @@ pub fn devices_command(args: &cli::DevicesArgs) -> anyhow::Result<()> {
         .chain(alone)
         .map(|(model, with_cpu)| devices::update_step(model, device, kind, shape, with_cpu))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let generation_shape = devices::GenerationShape {
+        batch: usize::from(args.batch),
+        prompt_tokens: usize::from(args.prompt_tokens),
+        new_tokens: usize::from(args.new_tokens),
+    };
+    let generations = args
+        .generate
+        .iter()
+        .map(|model| devices::generation_speed(model, device, kind, generation_shape))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let out = serde_json::json!({
         "devices": report,
         "comparisons": comparisons,
         "updates": updates,
+        "generations": generations,
     });
     println!("{}", serde_json::to_string_pretty(&out)?);
     let failed: Vec<&str> = comparisons

@@ -1,12 +1,14 @@
 //! `drmas-host devices`: what this build reports about CUDA, the refusal of a CUDA device it
-//! cannot use, and the comparison of a model on a device (or in a dtype) against the CPU in f32 —
+//! cannot use, the comparison of a model on a device (or in a dtype) against the CPU in f32 —
 //! on CUDA when libtorch sees a GPU (skipped with a printed reason otherwise), in bf16 on the
-//! CPU always.
+//! CPU always — and the figures of a timed generation.
 
 use std::path::{Path, PathBuf};
 
 use drmas_host::config::Device as RunDevice;
-use drmas_host::devices::{check_available, compare, DeviceReport, Tolerance};
+use drmas_host::devices::{
+    check_available, compare, generation_speed, DeviceReport, GenerationShape, Tolerance,
+};
 use tch::{Device, Kind};
 
 fn fixture(family: &str) -> PathBuf {
@@ -106,4 +108,48 @@ fn f32_on_cuda_matches_the_cpu() {
         .unwrap_or_else(|e| panic!("{family}: {e:#}"));
         assert!(result.pass, "{family}: {result:#?}");
     }
+}
+
+#[test]
+fn a_timed_generation_counts_its_tokens_and_the_bytes_each_step_reads() {
+    let shape = GenerationShape {
+        batch: 3,
+        prompt_tokens: 10,
+        new_tokens: 12,
+    };
+    let model = fixture("llama");
+    let speed = generation_speed(&model, Device::Cpu, Kind::BFloat16, shape).expect("generates");
+    assert!(speed.longest >= 1 && speed.longest <= 12, "{speed:?}");
+    assert!(
+        speed.tokens >= speed.longest && speed.tokens <= 3 * speed.longest,
+        "{speed:?}"
+    );
+    assert!(speed.seconds > speed.prefill_seconds && speed.decode_step_ms > 0.0);
+    let expected_rate = speed.tokens as f64 / speed.seconds;
+    assert!((speed.tokens_per_s - expected_rate).abs() <= 1e-9 * expected_rate);
+    // The fixture's weights, 2 bytes each in bf16: every tensor of its safetensors file.
+    let weights: i64 = tch::Tensor::read_safetensors(model.join("model.safetensors"))
+        .expect("fixture weights")
+        .iter()
+        .map(|(_, tensor)| tensor.numel() as i64)
+        .sum();
+    assert_eq!(speed.weight_bytes, 2 * weights as u64);
+    // 2 layers × (K and V) × 2 KV heads × head dim 16 × 2 bytes per token, over a mean context
+    // of the prompt plus half the longest row, for each of the 3 rows.
+    let per_token = 2.0 * 2.0 * 2.0 * 16.0 * 2.0;
+    let context = 10.0 + speed.longest as f64 / 2.0;
+    assert_eq!(
+        speed.kv_cache_bytes_per_step,
+        (3.0 * context * per_token) as u64
+    );
+    let too_long = GenerationShape {
+        new_tokens: 600,
+        ..shape
+    };
+    let error = generation_speed(&model, Device::Cpu, Kind::BFloat16, too_long)
+        .expect_err("past the context");
+    assert!(
+        format!("{error:#}").contains("exceed the model's 512 positions"),
+        "{error:#}"
+    );
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the GPU bundle: drmas-host linked against libtorch 2.11.0 with CUDA 13.0 and the
-# built-in plugins, in release and stripped, plus what scripts/gpu/check.sh runs, into one folder
-# (default target/gpu-bundle, ~20 MB) that travels to a GPU machine holding PyTorch 2.11.0+cu130.
+# built-in plugins, in release and stripped, plus what scripts/gpu/check.sh and speed.sh run,
+# into one folder (default target/gpu-bundle, ~20 MB) that travels to a GPU machine holding
+# PyTorch 2.11.0+cu130.
 #
 # The workspace builds with tch 0.26 / libtorch 2.13 (CPU); tch 0.24 is the release for
 # libtorch 2.11, and the host compiles unchanged against both (tch 0.26 only adds operators the
@@ -80,8 +81,8 @@ for plugin in libdrmas_math.so libdrmas_search.so; do
   strip -o "$out/plugins/$plugin" "$build/release/$plugin"
 done
 cp -r "$repo/host/tests/fixtures/hf" "$out/fixtures/hf"
-cp "$repo/scripts/gpu/run.sh" "$repo/scripts/gpu/check.sh" "$repo"/scripts/gpu/*.py "$out/"
-chmod +x "$out/run.sh" "$out/check.sh"
+cp "$repo"/scripts/gpu/{run,check,speed,steps}.sh "$repo"/scripts/gpu/*.py "$out/"
+chmod +x "$out/run.sh" "$out/check.sh" "$out/speed.sh"
 {
   echo "commit $(git -C "$repo" rev-parse HEAD)$(git -C "$repo" diff --quiet HEAD || echo ' (with local changes)')"
   echo "libtorch $(cat "$libtorch/build-version") (CUDA 13.0), tch $tch_version"

@@ -249,15 +249,7 @@ fn compare_greedy(
 ) -> anyhow::Result<GreedyAgreement> {
     let requests: Vec<GenerationRequest> = prompts
         .iter()
-        .map(|prompt| GenerationRequest {
-            prompt: prompt.clone(),
-            params: SamplingParams::GREEDY,
-            max_new_tokens: new_tokens,
-            stop: Vec::new(),
-            adapter: None,
-            stop_tokens: Vec::new(),
-            seed: None,
-        })
+        .map(|prompt| GenerationRequest::new(prompt.clone(), SamplingParams::GREEDY, new_tokens))
         .collect();
     let timed = |model: &Pretrained| -> anyhow::Result<(Vec<Vec<i64>>, f64)> {
         let start = Instant::now();

@@ -1,11 +1,13 @@
 //! The devices this process can compute on: whether libtorch was built with CUDA, which CUDA
 //! devices it sees and their names ([`DeviceReport`]), whether a run file's device exists
 //! ([`check_available`]), and a model's numbers on a device against the CPU in f32
-//! ([`compare`]), and one update step there, alone or against the CPU ([`update_step`]) — what
-//! `drmas-host devices` prints and what the GPU check script reads.
+//! ([`compare`]), one update step there, alone or against the CPU ([`update_step`]), and timed
+//! generation there ([`generation_speed`]) — what `drmas-host devices` prints and what the GPU
+//! check scripts read.
 
 mod compare;
 mod cuda_driver;
+mod generation_speed;
 mod update_step;
 
 use serde::Serialize;
@@ -13,6 +15,7 @@ use serde::Serialize;
 use crate::config::Device;
 
 pub use compare::{compare, Comparison, Tolerance};
+pub use generation_speed::{generation_speed, GenerationShape, GenerationSpeed};
 pub use update_step::{update_step, StepFigures, UpdateShape, UpdateStep};
 
 /// What libtorch offers in this process.

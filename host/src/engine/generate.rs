@@ -34,6 +34,22 @@ pub struct GenerationRequest {
     pub seed: Option<u64>,
 }
 
+impl GenerationRequest {
+    /// `prompt` continued by up to `max_new_tokens` tokens picked by `params`, from the base
+    /// model and the batch's random stream, stopping only at the model's EOS tokens.
+    pub fn new(prompt: Vec<i64>, params: SamplingParams, max_new_tokens: usize) -> Self {
+        Self {
+            prompt,
+            params,
+            max_new_tokens,
+            stop: Vec::new(),
+            adapter: None,
+            stop_tokens: Vec::new(),
+            seed: None,
+        }
+    }
+}
+
 /// Why a sequence stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FinishReason {

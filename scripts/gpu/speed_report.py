@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Writes the GPU speed table (speed.json and speed.md) from the steps speed.sh ran.
+
+Usage: speed_report.py LOGS_DIR OUT_DIR DEVICE MODEL_DIR SECONDS
+LOGS_DIR holds steps.jsonl and each step's NAME.out (JSON) and NAME.log; MODEL_DIR the timed
+model's config.json (for the FLOPs of a training token). Standard library only.
+
+Generation: tokens/s of drmas and of HF `generate` on the same batch, their ratio, and each
+side's decode step against the bound set by reading the weights and the mean KV cache once per
+step at BANDWIDTH. Training: seconds and tokens/s of one step and MFU against PEAK_FLOPS, the
+FLOPs of a token being 6·P + 12·L·T·d (P the weights that multiply, L layers, T the sequence
+length, d heads × head dim: forward and backward matmuls, attention scores and sums).
+"""
+
+import datetime
+import json
+import sys
+from pathlib import Path
+
+# The H200's measured device-copy bandwidth (bytes/s) and dense bf16 matmul rate (FLOP/s).
+BANDWIDTH = 4.3e12
+PEAK_FLOPS = 790e12
+
+
+def read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def matmul_weights(config: dict) -> int:
+    """Weights that multiply per token: every linear layer of every block plus the LM head."""
+    h = config["hidden_size"]
+    heads = config["num_attention_heads"]
+    kv = config.get("num_key_value_heads", heads)
+    head_dim = config.get("head_dim") or h // heads
+    per_layer = h * heads * head_dim * 2 + h * kv * head_dim * 2 + 3 * h * config["intermediate_size"]
+    return config["num_hidden_layers"] * per_layer + config["vocab_size"] * h
+
+
+def flops_per_token(config: dict, sequence: int) -> float:
+    heads = config["num_attention_heads"]
+    d = heads * (config.get("head_dim") or config["hidden_size"] // heads)
+    return 6 * matmul_weights(config) + 12 * config["num_hidden_layers"] * sequence * d
+
+
+def collect(logs: Path, config: dict) -> dict:
+    steps = {}
+    for line in (logs / "steps.jsonl").read_text().splitlines():
+        step = json.loads(line)
+        step["output"] = read_json(logs / f"{step['name']}.out")
+        steps[step["name"]] = step
+    generation, training = [], []
+    for name, step in steps.items():
+        out = step["output"] or {}
+        if name.startswith("generate-drmas-"):
+            for figures in out.get("generations", []):
+                bound = (figures["weight_bytes"] + figures["kv_cache_bytes_per_step"]) / BANDWIDTH
+                generation.append({"side": "drmas", "step": name, **figures,
+                                   "decode_bound_ms": bound * 1e3})
+        elif name.startswith("generate-transformers-"):
+            if out:
+                generation.append({**out, "side": f"transformers ({out['cache']} cache)",
+                                   "step": name})
+        elif name == "train-drmas":
+            for update in out.get("updates", []):
+                shape = update["shape"]
+                sequence = 32 + shape["response_tokens"]
+                seconds = update["on_device"]["seconds"]
+                training.append({
+                    "side": "drmas (bf16, f32 masters)", "step": name,
+                    "calls": shape["calls"], "sequence": sequence,
+                    "activation_checkpointing": shape["activation_checkpointing"],
+                    "forward_tokens": update["forward_tokens"], "seconds": seconds,
+                })
+        elif name.startswith("train-pytorch-") and out:
+            training.append({
+                "side": f"PyTorch eager ({out['precision']})", "step": name,
+                "calls": out["calls"], "sequence": out["prompt_tokens"] + out["response_tokens"],
+                "activation_checkpointing": out["activation_checkpointing"],
+                "forward_tokens": out["forward_tokens"], "seconds": out["seconds"],
+            })
+    for row in training:
+        row["tokens_per_s"] = row["forward_tokens"] / row["seconds"]
+        row["mfu"] = row["tokens_per_s"] * flops_per_token(config, row["sequence"]) / PEAK_FLOPS
+    return {"steps": list(steps.values()), "generation": generation, "training": training}
+
+
+def markdown(report: dict, device: str, seconds: int) -> str:
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# GPU speed table",
+        "",
+        f"Device `{device}`, {date}, {seconds} s in all. Model: random-initialised "
+        f"`{report['architecture']}` in bf16, the same folder on both sides.",
+        "",
+        "## Generation (sampled, temperature 1, 64-token random prompts)",
+        "",
+        "| side | batch | new tokens | tokens | tokens/s | drmas's speed-up | decode step (ms) "
+        "| bound (ms) | prefill (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    drmas = {g["shape"]["batch"]: g for g in report["generation"] if g["side"] == "drmas"}
+    for g in report["generation"]:
+        batch = g["shape"]["batch"] if "shape" in g else g["batch"]
+        new_tokens = g["shape"]["new_tokens"] if "shape" in g else g["new_tokens"]
+        ours = drmas.get(batch)
+        ratio = f"{ours['tokens_per_s'] / g['tokens_per_s']:.2f}" if ours and g is not ours else ""
+        bound = f"{g['decode_bound_ms']:.2f}" if "decode_bound_ms" in g else ""
+        lines.append(
+            f"| {g['side']} | {batch} | {new_tokens} | {g['tokens']} | {g['tokens_per_s']:.0f} "
+            f"| {ratio} | {g['decode_step_ms']:.2f} | {bound} | {g['prefill_seconds']:.3f} |"
+        )
+    lines += [
+        "",
+        "## Training (one step: forward, backward, AdamW)",
+        "",
+        "| side | calls × tokens | checkpointing | forward tokens | seconds | tokens/s | MFU "
+        "| drmas's speed-up |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    ours = next((t for t in report["training"] if t["step"] == "train-drmas"), None)
+    for t in report["training"]:
+        ratio = f"{t['seconds'] / ours['seconds']:.2f}" if ours and t is not ours else ""
+        lines.append(
+            f"| {t['side']} | {t['calls']} × {t['sequence']} | "
+            f"{'yes' if t['activation_checkpointing'] else 'no'} | {t['forward_tokens']} | "
+            f"{t['seconds']:.3f} | {t['tokens_per_s']:.0f} | {t['mfu'] * 100:.1f} % | {ratio} |"
+        )
+    lines += ["", "## Steps", "", "| step | exit | seconds | peak GPU memory (MiB) |",
+              "|---|---|---|---|"]
+    for step in report["steps"]:
+        lines.append(f"| {step['name']} | {step['rc']} | {step['seconds']} "
+                     f"| {step['gpu_memory_peak_mib']} |")
+    lines += ["", "drmas's speed-up is its tokens/s over the row's (generation) and the row's "
+              "seconds over its own for the same calls (training). drmas's forward tokens count "
+              "each prompt once for the calls that share it (4 per prompt); PyTorch's count every "
+              f"sequence whole. MFU is against {PEAK_FLOPS / 1e12:.0f} TFLOP/s, the decode bound "
+              f"at {BANDWIDTH / 1e12:.1f} TB/s.", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    logs, out, device, model, seconds = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], \
+        Path(sys.argv[4]), int(sys.argv[5])
+    config = json.loads((model / "config.json").read_text())
+    report = collect(logs, config)
+    report["architecture"] = model.name
+    report["device"] = device
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "speed.json").write_text(json.dumps(report, indent=1))
+    (out / "speed.md").write_text(markdown(report, device, seconds))
+
+
+if __name__ == "__main__":
+    main()
