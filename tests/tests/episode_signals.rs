@@ -1,7 +1,8 @@
 //! What an orchestra and an environment tell the host about single calls and states, end to end
 //! through the fixture plugin on a tiny random model: a role's contract makes calls outside it
 //! invalid (and counted); an orchestra's reward for one call reaches the estimator in place of
-//! the episode reward; an environment's state key replaces the observation as the state.
+//! the episode reward; an environment's state key replaces the observation as the state; a
+//! multi-step episode records each step, and one that never ends stops after 256 steps.
 
 mod common;
 
@@ -12,7 +13,7 @@ use drmas_host::config::{RunConfig, Schedule};
 use drmas_host::engine::{LocalGenerator, SamplingParams};
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rng::SeededRng;
-use drmas_host::rollout::{self, Crew, RolloutLimits, TeamMember};
+use drmas_host::rollout::{self, Crew, Rollout, RolloutLimits, TeamMember};
 use drmas_host::trainer::Trainer;
 use drmas_sdk::{Actions, DatasetSpec};
 use serde_json::Value;
@@ -171,8 +172,9 @@ fn an_orchestras_reward_for_one_call_reaches_the_estimator() {
     }
 }
 
-/// Each episode's first state key, for tasks `words` of the `parity` environment with `params`.
-fn first_states(params: &str, words: &str) -> Vec<u64> {
+/// The rollout of the `relay` orchestra (one `speaker` call per step) over tasks `words` of
+/// the `parity` environment with `params`, one episode each.
+fn relay_rollout(params: &str, words: &str) -> anyhow::Result<Rollout> {
     let registry = common::fixture_registry();
     let orchestra = registry.orchestra("relay", "").expect("relay orchestra");
     let environment = registry
@@ -196,7 +198,7 @@ fn first_states(params: &str, words: &str) -> Vec<u64> {
         })
         .expect("tasks");
     let tasks: Vec<_> = tasks.iter().collect();
-    let rollout = rollout::run(
+    rollout::run(
         &Crew {
             orchestra: &orchestra,
             environment: &environment,
@@ -214,8 +216,37 @@ fn first_states(params: &str, words: &str) -> Vec<u64> {
         &mut SeededRng::new(1),
         &mut |_| {},
     )
-    .expect("rollout");
+}
+
+/// Each episode's first state key, for tasks `words` of the `parity` environment with `params`.
+fn first_states(params: &str, words: &str) -> Vec<u64> {
+    let rollout = relay_rollout(params, words).expect("rollout");
     rollout.episodes.iter().map(|e| e.step_states[0]).collect()
+}
+
+#[test]
+fn a_multi_step_episode_records_each_steps_reward_and_state() {
+    let rollout = relay_rollout("steps = 3", "alpha, beta").expect("rollout");
+    assert_eq!(rollout.calls.len(), 6, "one call per step");
+    for episode in &rollout.episodes {
+        assert_eq!(episode.steps, 3);
+        assert_eq!(episode.step_rewards.len(), 3);
+        assert_eq!(episode.step_states.len(), 3);
+        // Each step starts from another observation ("2 steps left", "1 steps left").
+        assert_ne!(episode.step_states[1], episode.step_states[2]);
+    }
+}
+
+#[test]
+fn an_environment_that_never_ends_its_episode_stops_the_rollout_after_256_steps() {
+    let error = relay_rollout("steps = 300", "alpha")
+        .map(|_| ())
+        .expect_err("300 steps are more than an episode may take");
+    let message = format!("{error:#}");
+    assert!(
+        message.contains("the environment took 256 steps in one episode without ending it"),
+        "{message}"
+    );
 }
 
 #[test]

@@ -300,10 +300,20 @@ impl Routing for Pair {
 /// Tasks are words; the reward is 1 when the action has an even number of characters. Any
 /// model, even an untrained random one, earns it about half of the time, so rewards vary
 /// within every group and the trainer always has a signal to follow. With `start_state`, every
-/// episode starts in the state of that key, whatever its word.
-#[derive(Default)]
+/// episode starts in the state of that key, whatever its word; with `steps`, an episode ends
+/// after that many steps (default 1), each rewarded alike.
 pub struct ParityEnvironment {
     start_state: Option<String>,
+    steps: u32,
+}
+
+impl Default for ParityEnvironment {
+    fn default() -> Self {
+        Self {
+            start_state: None,
+            steps: 1,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -311,6 +321,12 @@ pub struct ParityEnvironment {
 struct ParityConfig {
     #[serde(default)]
     start_state: Option<String>,
+    #[serde(default = "one_step")]
+    steps: u32,
+}
+
+fn one_step() -> u32 {
+    1
 }
 
 impl Component for ParityEnvironment {
@@ -318,8 +334,12 @@ impl Component for ParityEnvironment {
     const DESCRIPTION: &'static str = "reward 1 for an action of even length";
     fn from_config(params: &Params) -> Result<Self> {
         let config: ParityConfig = params.parse()?;
+        if config.steps == 0 {
+            return Err(Error::new("steps must be at least 1"));
+        }
         Ok(Self {
             start_state: config.start_state,
+            steps: config.steps,
         })
     }
 }
@@ -331,25 +351,30 @@ impl Environment for ParityEnvironment {
 
     fn reset(&self, task: &Task) -> Result<Reset> {
         Ok(Reset {
-            episode: Box::new(ParityEpisode),
+            episode: Box::new(ParityEpisode {
+                steps_left: self.steps,
+            }),
             observation: task.prompt.clone(),
             state_key: self.start_state.clone(),
         })
     }
 }
 
-struct ParityEpisode;
+struct ParityEpisode {
+    steps_left: u32,
+}
 
 impl Episode for ParityEpisode {
     fn step(&mut self, action: &str) -> Result<Step> {
+        self.steps_left -= 1;
         Ok(Step {
-            observation: String::new(),
+            observation: format!("{} steps left", self.steps_left),
             reward: if action.chars().count().is_multiple_of(2) {
                 1.0
             } else {
                 0.0
             },
-            done: true,
+            done: self.steps_left == 0,
             metrics: Vec::new(),
             state_key: None,
         })
