@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use drmas_host::advantage::PerToken;
-use drmas_host::engine::FinishReason;
 use drmas_host::model::llama::Llama;
 use drmas_host::model::lora::{LoraSettings, TARGET_MODULES};
 use drmas_host::model::pretrained::Pretrained;
@@ -64,18 +63,9 @@ fn batch() -> TrainingBatch {
         .iter()
         .enumerate()
         .map(|(i, response)| AgentCall {
-            episode: i,
-            index: 0,
-            agent: 0,
-            step: 0,
-            prompt: prompts[i / 2].to_vec(),
-            response: response.to_vec(),
-            text: String::new(),
             logprobs: vec![-1.0; response.len()],
             temperature: 0.8,
-            valid: true,
-            breaks_contract: false,
-            finish: FinishReason::Length,
+            ..AgentCall::synthetic(i, 0, prompts[i / 2].to_vec(), response.to_vec())
         })
         .collect();
     let refs: Vec<&AgentCall> = calls.iter().collect();

@@ -5,7 +5,6 @@ use std::path::Path;
 
 use drmas_host::advantage::PerToken;
 use drmas_host::config::CriticSection;
-use drmas_host::engine::FinishReason;
 use drmas_host::model::llama::Llama;
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rollout::AgentCall;
@@ -33,19 +32,8 @@ fn calls() -> Vec<AgentCall> {
     responses
         .iter()
         .enumerate()
-        .map(|(i, response)| AgentCall {
-            episode: i / 2,
-            index: 0,
-            agent: i % 2,
-            step: 0,
-            prompt: prompts[i % 2].to_vec(),
-            response: response.to_vec(),
-            text: String::new(),
-            logprobs: vec![0.0; response.len()],
-            temperature: 1.0,
-            valid: true,
-            breaks_contract: false,
-            finish: FinishReason::Length,
+        .map(|(i, response)| {
+            AgentCall::synthetic(i / 2, i % 2, prompts[i % 2].to_vec(), response.to_vec())
         })
         .collect()
 }

@@ -7,7 +7,6 @@
 use std::path::Path;
 
 use drmas_host::advantage::PerToken;
-use drmas_host::engine::FinishReason;
 use drmas_host::model::llama::Llama;
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rollout::AgentCall;
@@ -25,18 +24,8 @@ fn fixture(name: &str) -> Llama {
 
 fn call(prompt: &[i64], response: &[i64], temperature: f64) -> AgentCall {
     AgentCall {
-        episode: 0,
-        index: 0,
-        agent: 0,
-        step: 0,
-        prompt: prompt.to_vec(),
-        response: response.to_vec(),
-        text: String::new(),
-        logprobs: vec![0.0; response.len()],
         temperature,
-        valid: true,
-        breaks_contract: false,
-        finish: FinishReason::Length,
+        ..AgentCall::synthetic(0, 0, prompt.to_vec(), response.to_vec())
     }
 }
 

@@ -5,7 +5,6 @@ use std::path::Path;
 
 use drmas_host::advantage::PerToken;
 use drmas_host::config::LossSection;
-use drmas_host::engine::FinishReason;
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rollout::AgentCall;
 use drmas_host::update::{
@@ -26,18 +25,8 @@ fn a_nan_advantage_skips_the_step_naming_the_agent_and_keeps_the_weights() {
     let mut optimizer = AdamW::new(params, 0.01);
     let calls: Vec<AgentCall> = (0..2)
         .map(|agent| AgentCall {
-            episode: 0,
-            index: 0,
-            agent,
-            step: 0,
-            prompt: vec![5, 17, 3],
-            response: vec![7, 1],
-            text: String::new(),
             logprobs: vec![-1.0; 2],
-            temperature: 1.0,
-            valid: true,
-            breaks_contract: false,
-            finish: FinishReason::Length,
+            ..AgentCall::synthetic(0, agent, vec![5, 17, 3], vec![7, 1])
         })
         .collect();
     let refs: Vec<&AgentCall> = calls.iter().collect();

@@ -13,7 +13,6 @@ use tch::{Device, Kind};
 use super::compare::{device_name, load};
 use crate::advantage::PerToken;
 use crate::config::LossSection;
-use crate::engine::FinishReason;
 use crate::model::llama::Llama;
 use crate::rng::SeededRng;
 use crate::rollout::AgentCall;
@@ -161,18 +160,8 @@ fn synthetic_calls(shape: UpdateShape, vocab: usize) -> Vec<AgentCall> {
             let shorter = shape.response_tokens * (i % 5) / 25;
             let response = tokens(shape.response_tokens - shorter);
             AgentCall {
-                episode: i / RESPONSES_PER_PROMPT,
                 index: i % RESPONSES_PER_PROMPT,
-                agent: i % 2,
-                step: 0,
-                prompt: prompt.clone(),
-                logprobs: vec![0.0; response.len()],
-                response,
-                text: String::new(),
-                temperature: 1.0,
-                valid: true,
-                breaks_contract: false,
-                finish: FinishReason::Length,
+                ..AgentCall::synthetic(i / RESPONSES_PER_PROMPT, i % 2, prompt.clone(), response)
             }
         })
         .collect()

@@ -34,3 +34,26 @@ pub struct AgentCall {
     /// Why generation stopped.
     pub finish: FinishReason,
 }
+
+impl AgentCall {
+    /// A valid call of `agent` in the first step of episode `episode` — `prompt` continued by
+    /// `response` at temperature 1 until its length ran out, every log-probability 0 — for
+    /// building training batches outside a rollout (tests, device checks); set the other fields
+    /// as needed.
+    pub fn synthetic(episode: usize, agent: usize, prompt: Vec<i64>, response: Vec<i64>) -> Self {
+        Self {
+            episode,
+            index: 0,
+            agent,
+            step: 0,
+            prompt,
+            logprobs: vec![0.0; response.len()],
+            response,
+            text: String::new(),
+            temperature: 1.0,
+            valid: true,
+            breaks_contract: false,
+            finish: FinishReason::Length,
+        }
+    }
+}
