@@ -29,20 +29,32 @@ fn mask() -> Tensor {
     t(&[&[1.0, 1.0, 1.0], &[1.0, 0.0, 0.0]])
 }
 
+/// The inputs of one micro-batch that is the whole step, with no entropy, reference or TIS
+/// weights (struct update syntax adds them).
+fn inputs<'a>(
+    logprobs: &'a Tensor,
+    old_logprobs: &'a Tensor,
+    advantages: &'a Tensor,
+    mask: &'a Tensor,
+) -> LossInputs<'a> {
+    LossInputs {
+        logprobs,
+        old_logprobs,
+        advantages,
+        mask,
+        entropy: None,
+        ref_logprobs: None,
+        tis_weights: None,
+        totals: BatchTotals::of_mask(mask),
+    }
+}
+
 #[test]
 fn at_ratio_one_the_loss_is_minus_the_mean_advantage_under_each_aggregation() {
     let logprobs = t(&[&[-1.0, -2.0, -0.5], &[-0.3, -9.0, -9.0]]);
     let advantages = Tensor::from_slice(&[2.0f32, -1.0]);
-    let inputs = LossInputs {
-        logprobs: &logprobs,
-        old_logprobs: &logprobs,
-        advantages: &advantages,
-        mask: &mask(),
-        entropy: None,
-        ref_logprobs: None,
-        tis_weights: None,
-        totals: BatchTotals::of_mask(&mask()),
-    };
+    let mask = mask();
+    let inputs = inputs(&logprobs, &logprobs, &advantages, &mask);
     // token-mean: tokens weigh equally: −(3·2 + 1·(−1)) / 4.
     let (value, stats) = policy_loss(&loss(LossAggregation::TokenMean), &inputs);
     close(value.double_value(&[]), -(3.0 * 2.0 - 1.0) / 4.0);
@@ -91,14 +103,8 @@ fn micro_batch_shares_add_up_to_the_whole_batch_under_each_aggregation() {
             let (value, stats) = policy_loss(
                 &settings,
                 &LossInputs {
-                    logprobs: &logprobs,
-                    old_logprobs: &old,
-                    advantages: &advantages,
-                    mask: &mask,
-                    entropy: None,
-                    ref_logprobs: None,
-                    tis_weights: None,
                     totals,
+                    ..inputs(&logprobs, &old, &advantages, &mask)
                 },
             );
             (value.double_value(&[]), stats)
@@ -125,16 +131,7 @@ fn single(ratio: f64, advantage: f32) -> (f64, f64, LossStats) {
     let logprobs = (&old + ratio.ln()).set_requires_grad(true);
     let advantages = Tensor::from_slice(&[advantage]);
     let mask = Tensor::ones([1, 1], (Kind::Float, tch::Device::Cpu));
-    let inputs = LossInputs {
-        logprobs: &logprobs,
-        old_logprobs: &old,
-        advantages: &advantages,
-        mask: &mask,
-        entropy: None,
-        ref_logprobs: None,
-        tis_weights: None,
-        totals: BatchTotals::of_mask(&mask),
-    };
+    let inputs = inputs(&logprobs, &old, &advantages, &mask);
     let (value, stats) = policy_loss(&loss(LossAggregation::TokenMean), &inputs);
     value.backward();
     (
@@ -185,14 +182,9 @@ fn entropy_and_kl_terms_enter_with_their_coefficients() {
     let advantages = Tensor::from_slice(&[0.0f32]);
     let mask = t(&[&[1.0, 1.0]]);
     let inputs = LossInputs {
-        logprobs: &logprobs,
-        old_logprobs: &logprobs,
-        advantages: &advantages,
-        mask: &mask,
         entropy: Some(&entropy),
         ref_logprobs: Some(&reference),
-        tis_weights: None,
-        totals: BatchTotals::of_mask(&mask),
+        ..inputs(&logprobs, &logprobs, &advantages, &mask)
     };
     let mut config = loss(LossAggregation::TokenMean);
     config.entropy_coef = 0.1;
@@ -255,14 +247,8 @@ fn gradients_of_a_tiny_policy_match_finite_differences() {
         let logprobs = logprobs_of(w);
         let entropy = Tensor::zeros([2, 3], opts);
         let inputs = LossInputs {
-            logprobs: &logprobs,
-            old_logprobs: &old,
-            advantages: &advantages,
-            mask: &mask,
             entropy: Some(&entropy),
-            ref_logprobs: None,
-            tis_weights: None,
-            totals: BatchTotals::of_mask(&mask),
+            ..inputs(&logprobs, &old, &advantages, &mask)
         };
         policy_loss(&config, &inputs).0
     };
@@ -301,14 +287,8 @@ fn per_token_advantages_equal_to_the_calls_give_the_per_call_loss_bit_for_bit() 
         policy_loss(
             &settings,
             &LossInputs {
-                logprobs: &logprobs,
-                old_logprobs: &old,
-                advantages,
-                mask: &mask(),
                 entropy: Some(&entropy),
-                ref_logprobs: None,
-                tis_weights: None,
-                totals: BatchTotals::of_mask(&mask()),
+                ..inputs(&logprobs, &old, advantages, &mask())
             },
         )
     };
@@ -326,16 +306,7 @@ fn each_token_is_weighted_by_its_own_advantage() {
     let advantages = t(&[&[1.0, -3.0, 0.5], &[4.0, 100.0, 100.0]]);
     let (value, _) = policy_loss(
         &loss(LossAggregation::TokenMean),
-        &LossInputs {
-            logprobs: &logprobs,
-            old_logprobs: &logprobs,
-            advantages: &advantages,
-            mask: &mask(),
-            entropy: None,
-            ref_logprobs: None,
-            tis_weights: None,
-            totals: BatchTotals::of_mask(&mask()),
-        },
+        &inputs(&logprobs, &logprobs, &advantages, &mask()),
     );
     // Padding's 100s never enter.
     close(value.double_value(&[]), -(1.0 - 3.0 + 0.5 + 4.0) / 4.0);
@@ -347,15 +318,10 @@ fn tis_weights_multiply_each_tokens_policy_loss_and_its_gradient() {
     let old = logprobs.detach();
     let advantages = Tensor::from_slice(&[2.0f32, -1.0]);
     let weights = t(&[&[1.5, 0.5, 1.0], &[2.0, 7.0, 7.0]]);
+    let mask = mask();
     let inputs = LossInputs {
-        logprobs: &logprobs,
-        old_logprobs: &old,
-        advantages: &advantages,
-        mask: &mask(),
-        entropy: None,
-        ref_logprobs: None,
         tis_weights: Some(&weights),
-        totals: BatchTotals::of_mask(&mask()),
+        ..inputs(&logprobs, &old, &advantages, &mask)
     };
     // token-mean at ratio 1: −Σ w·A / 4 over the real tokens (padding's weight 7 ignored).
     let (value, stats) = policy_loss(&loss(LossAggregation::TokenMean), &inputs);
