@@ -43,6 +43,15 @@ fn estimator(name: &str) -> Box<dyn Estimator> {
     build(name, &toml::Table::new()).expect("built-in estimator")
 }
 
+/// Asserts that the built-in `name` with default params gives `expected` for `samples` with
+/// penalised `rewards`.
+fn assert_advantages(name: &str, samples: &[Sample], rewards: &[f64], expected: &[f64]) {
+    let advantages = estimator(name)
+        .advantages(samples, rewards)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_close(&advantages, expected);
+}
+
 /// The built-ins with a per-call form (every one but those with a critic).
 fn outcome_names() -> impl Iterator<Item = &'static str> {
     names().filter(|name| !estimator(name).uses_critic())
@@ -81,12 +90,7 @@ fn grpo_counts_each_trajectory_once() {
     let single = 0.7 / (1.0 + EPS);
     let expected = [hi, hi, lo, lo, lo, lo, 0.0, 0.0, single, single];
     let samples = batch();
-    assert_close(
-        &estimator("grpo")
-            .advantages(&samples, &raw(&samples))
-            .unwrap(),
-        &expected,
-    );
+    assert_advantages("grpo", &samples, &raw(&samples), &expected);
     assert!(
         (hi - 2.0 / 3f64.sqrt()).abs() < 1e-5,
         "A = 2/√3 ≈ 1.1547 up to ε"
@@ -121,12 +125,7 @@ fn grpo_step_pools_every_call() {
     let lo = (-1.0 / 3.0) / (sigma + EPS);
     let expected = [hi, hi, lo, lo, lo, lo, 0.0, 0.0, 0.0, 0.0];
     let samples = batch();
-    assert_close(
-        &estimator("grpo_step")
-            .advantages(&samples, &raw(&samples))
-            .unwrap(),
-        &expected,
-    );
+    assert_advantages("grpo_step", &samples, &raw(&samples), &expected);
 }
 
 #[test]
@@ -138,12 +137,7 @@ fn drmas_normalises_each_agent_over_all_its_calls() {
     let a1 = 0.5 / (1.0 / 2f64.sqrt() + EPS);
     let expected = [a0_hi, a1, a0_lo, -a1, a0_lo, a0_lo, 0.0, 0.0, 0.0, 0.0];
     let samples = batch();
-    assert_close(
-        &estimator("drmas")
-            .advantages(&samples, &raw(&samples))
-            .unwrap(),
-        &expected,
-    );
+    assert_advantages("drmas", &samples, &raw(&samples), &expected);
     let centred = [0.75, 0.5, -0.25, -0.5, -0.25, -0.25, 0.0, 0.0, 0.0, 0.0];
     let got = estimator_with("drmas", "norm_by_std = false")
         .advantages(&samples, &raw(&samples))
@@ -164,12 +158,7 @@ fn drmas_traj_normalises_each_agent_over_its_trajectories() {
         a0_hi, a1, a0_lo, -a1, a0_lo, a0_lo, 0.0, 0.0, single, single,
     ];
     let samples = batch();
-    assert_close(
-        &estimator("drmas_traj")
-            .advantages(&samples, &raw(&samples))
-            .unwrap(),
-        &expected,
-    );
+    assert_advantages("drmas_traj", &samples, &raw(&samples), &expected);
 }
 
 #[test]
@@ -184,12 +173,7 @@ fn drmas_traj_handles_agent_indices_past_64() {
     ];
     let a = 0.5 / (1.0 / 2f64.sqrt() + EPS);
     let expected = [a, 1.0 / (1.0 + EPS), a, -a];
-    assert_close(
-        &estimator("drmas_traj")
-            .advantages(&samples, &raw(&samples))
-            .unwrap(),
-        &expected,
-    );
+    assert_advantages("drmas_traj", &samples, &raw(&samples), &expected);
 }
 
 #[test]
@@ -297,12 +281,7 @@ fn first_call_statistics_normalise_each_calls_own_reward() {
     let rewards = [1.0, 0.5, 0.0];
     let sigma = 1.0 / 2f64.sqrt();
     let expected = [0.5 / (sigma + EPS), 0.0, -0.5 / (sigma + EPS)];
-    assert_close(
-        &estimator("grpo_first_call")
-            .advantages(&samples, &rewards)
-            .unwrap(),
-        &expected,
-    );
+    assert_advantages("grpo_first_call", &samples, &rewards, &expected);
 }
 
 #[test]
@@ -333,12 +312,7 @@ fn rloo_subtracts_the_mean_of_the_other_trajectories() {
     // uid 1: equal rewards → 0. uid 2: one trajectory → A = r.
     let expected = [1.0, 1.0, -0.5, -0.5, -0.5, -0.5, 0.0, 0.0, 0.7, 0.7];
     let samples = batch();
-    assert_close(
-        &estimator("rloo")
-            .advantages(&samples, &raw(&samples))
-            .unwrap(),
-        &expected,
-    );
+    assert_advantages("rloo", &samples, &raw(&samples), &expected);
 }
 
 #[test]
@@ -375,12 +349,7 @@ fn grpo_passk_rewards_only_the_best_trajectory() {
     let best = 1.0 / (1.0 / 3f64.sqrt() + EPS);
     let expected = [best, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
     let samples = batch();
-    assert_close(
-        &estimator("grpo_passk")
-            .advantages(&samples, &raw(&samples))
-            .unwrap(),
-        &expected,
-    );
+    assert_advantages("grpo_passk", &samples, &raw(&samples), &expected);
     let got = estimator_with("grpo_passk", "norm_by_std = false")
         .advantages(&samples, &raw(&samples))
         .unwrap();
@@ -404,12 +373,7 @@ fn per_agent_outcome_estimators_score_every_call_of_the_agent() {
         0.0,
         0.0,
     ];
-    assert_close(
-        &estimator("rloo_agent")
-            .advantages(&samples, &raw(&samples))
-            .unwrap(),
-        &rloo,
-    );
+    assert_advantages("rloo_agent", &samples, &raw(&samples), &rloo);
     // pass@k per agent: agent 0 of uid 0 has best 1 (its first call), runner-up 0, σ = 1/2;
     // agent 1: best 1, runner-up 0, σ = 1/√2; the ties of uids 1 and 2 give 0.
     let expected = [
@@ -424,12 +388,7 @@ fn per_agent_outcome_estimators_score_every_call_of_the_agent() {
         0.0,
         0.0,
     ];
-    assert_close(
-        &estimator("grpo_passk_agent")
-            .advantages(&samples, &raw(&samples))
-            .unwrap(),
-        &expected,
-    );
+    assert_advantages("grpo_passk_agent", &samples, &raw(&samples), &expected);
 }
 
 #[test]
@@ -437,12 +396,7 @@ fn grpo_passk_margin_is_over_the_runner_up() {
     // Scores {0.2, 0.8, 0.5}: margin 0.3; μ = 0.5, σ² = (0.09 + 0.09 + 0)/2 → σ = 0.3.
     let samples = [call(7, 1, 0, 0.2), call(7, 2, 0, 0.8), call(7, 3, 0, 0.5)];
     let expected = [0.0, 0.3 / (0.3 + EPS), 0.0];
-    assert_close(
-        &estimator("grpo_passk")
-            .advantages(&samples, &raw(&samples))
-            .unwrap(),
-        &expected,
-    );
+    assert_advantages("grpo_passk", &samples, &raw(&samples), &expected);
 }
 
 #[test]
