@@ -74,6 +74,18 @@ impl Served {
         Self { child, url }
     }
 
+    /// `POST path` with `body`: the status and the answer's text, whatever the status.
+    fn post(&self, path: &str, body: &str) -> (u16, String) {
+        let mut answer = ureq::post(format!("{}{path}", self.url))
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .send(body)
+            .expect("an answer");
+        let status = answer.status().as_u16();
+        (status, answer.body_mut().read_to_string().expect("a body"))
+    }
+
     fn get(&self, path: &str) -> Value {
         let mut answer = ureq::get(format!("{}{path}", self.url))
             .call()
@@ -433,16 +445,7 @@ fn check_refuses_bad_servers_before_any_work() {
 #[test]
 fn serve_refuses_bad_requests_naming_the_field_and_keeps_serving() {
     let server = Served::start("llama");
-    let post = |path: &str, body: &str| {
-        let mut answer = ureq::post(format!("{}{path}", server.url))
-            .config()
-            .http_status_as_error(false)
-            .build()
-            .send(body)
-            .expect("an answer");
-        let status = answer.status().as_u16();
-        (status, answer.body_mut().read_to_string().expect("a body"))
-    };
+    let post = |path: &str, body: &str| server.post(path, body);
     for (body, status, says) in [
         ("nope", 400, "not JSON"),
         (r#"{"text": "hi"}"#, 400, "send token ids"),
@@ -503,16 +506,7 @@ fn serve_refuses_bad_requests_naming_the_field_and_keeps_serving() {
 #[test]
 fn serve_answers_openai_completions_as_vllm_and_refuses_bad_ones() {
     let server = Served::start("llama");
-    let post = |body: &str| {
-        let mut answer = ureq::post(format!("{}/v1/completions", server.url))
-            .config()
-            .http_status_as_error(false)
-            .build()
-            .send(body)
-            .expect("an answer");
-        let status = answer.status().as_u16();
-        (status, answer.body_mut().read_to_string().expect("a body"))
-    };
+    let post = |body: &str| server.post("/v1/completions", body);
     for (body, status, says) in [
         ("nope", 400, "malformed request"),
         (
@@ -583,10 +577,9 @@ fn serve_answers_openai_completions_as_vllm_and_refuses_bad_ones() {
     assert_eq!(answer["usage"]["completion_tokens"], 12);
     let greedy = r#"{"input_ids": [1, 2, 3],
         "sampling_params": {"max_new_tokens": 3, "temperature": 0}}"#;
-    let mut native = ureq::post(format!("{}/generate", server.url))
-        .send(greedy)
-        .expect("an answer");
-    let native: Value = native.body_mut().read_json().expect("JSON");
+    let (got, native) = server.post("/generate", greedy);
+    assert_eq!(got, 200, "{native}");
+    let native: Value = serde_json::from_str(&native).expect("JSON");
     let expected: Vec<String> = native["output_ids"]
         .as_array()
         .expect("ids")

@@ -97,30 +97,25 @@ pub fn parse(
         skip_special_tokens: body.skip_special_tokens,
     };
     let prompt_tokens = prompts.iter().map(Vec::len).sum();
-    let mut requests = Vec::with_capacity(rows);
-    let mut wanted = Vec::with_capacity(rows);
-    for (i, prompt) in prompts.into_iter().enumerate() {
-        for sample in 0..n {
+    let logprobs = body.logprobs.is_some();
+    let (requests, wanted) = prompts
+        .iter()
+        .enumerate()
+        .flat_map(|(i, prompt)| (0..n).map(move |sample| (i, prompt, sample)))
+        .map(|(i, prompt, sample)| {
             // As vLLM does, the sample-th of n draws from seed + sample.
+            let seed = body.seed.map(|s| s.wrapping_add(sample as i64) as u64);
             let wire = WireSamplingParams {
-                sampling_seed: body.seed.map(|s| s.wrapping_add(sample as i64) as u64),
+                sampling_seed: seed,
                 ..wire.clone()
             };
-            let logprobs = body.logprobs.is_some();
-            let (request, want) = generate_route::request(
-                i,
-                prompt.clone(),
-                wire,
-                logprobs,
-                served,
-                limits,
-                "max_tokens",
-            )
-            .map_err(bad)?;
-            requests.push(request);
-            wanted.push(want);
-        }
-    }
+            let budget = "max_tokens";
+            generate_route::request(i, prompt.clone(), wire, logprobs, served, limits, budget)
+                .map_err(bad)
+        })
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .unzip();
     Ok(Parsed {
         requests,
         wanted,
