@@ -67,7 +67,8 @@ pub enum Command {
     /// write a report with gradient-norm spikes, rewards, evals and charts.
     Experiment(ExperimentArgs),
     /// Serve a model for rollouts over SGLang's native HTTP protocol (`/generate`,
-    /// `/update_weights_from_disk`, `/get_model_info`, `/health`); see docs/scaling.md.
+    /// `/update_weights_from_disk`, `/get_model_info`, `/health`) and OpenAI's
+    /// `/v1/completions` and `/v1/models` as vLLM serves them; see docs/scaling.md.
     Serve(ServeArgs),
     /// Draw PNG charts (reward, gradient norms, amplification) from a run's metrics.jsonl.
     Plot {
@@ -206,6 +207,9 @@ pub struct ServeArgs {
     /// The model to serve: an HF folder or a `.gguf` file.
     #[arg(long)]
     pub model: PathBuf,
+    /// The name `/v1/completions` requests give as `model` (default: `--model` as given).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
     /// The address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -224,7 +228,7 @@ pub struct ServeArgs {
     /// The most sequences in one engine batch, and prompts in one request.
     #[arg(long, default_value_t = 64)]
     pub max_batch: usize,
-    /// `/generate` requests in progress at once; more are answered 503 (clients retry).
+    /// Generation requests (`/generate`, `/v1/completions`) in progress at once; more are answered 503 (clients retry).
     #[arg(long, default_value_t = 64)]
     pub max_running_requests: usize,
     /// The largest request body, in bytes.
@@ -243,6 +247,10 @@ impl ServeArgs {
     pub fn options(&self) -> crate::serve::ServeOptions {
         crate::serve::ServeOptions {
             model: self.model.clone(),
+            served_model_name: self
+                .served_model_name
+                .clone()
+                .unwrap_or_else(|| self.model.display().to_string()),
             addr: format!("{}:{}", self.host, self.port),
             device: crate::trainer::tch_device(self.device),
             kind: self.dtype.kind(),

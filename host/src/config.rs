@@ -13,7 +13,7 @@ use std::str::FromStr;
 use serde::Deserialize;
 use toml::Spanned;
 
-pub use rollout_backend::{GroupRolloutSection, RolloutBackend};
+pub use rollout_backend::{check_trainable, GroupRolloutSection, RolloutBackend, WeightSync};
 pub use rollout_correction::{OldLogprobs, RolloutCorrectionSection};
 
 mod rollout_backend;

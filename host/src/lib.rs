@@ -240,6 +240,9 @@ fn prepare(
         .context("--config FILE is required (see docs/config.md)")?;
     let (config, file) = config::RunConfig::load(path)?;
     preflight::check_output_dir(&config, &file, intent)?;
+    if intent != preflight::Intent::Eval {
+        config::check_trainable(&config, &file)?;
+    }
     let registry = plugins::Registry::load_folder(
         &common.plugins,
         plugins::BuildProfile::Release,

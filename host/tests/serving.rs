@@ -1,6 +1,6 @@
 //! Rollouts on inference servers, end to end with real processes on loopback: `drmas-host
-//! serve` workers speaking SGLang's protocol, and `drmas-host train` / `check` pointing a
-//! worker group at them. A run on servers records the local run's metrics (plus the weight
+//! serve` workers speaking SGLang's protocol and OpenAI's `/v1/completions` (as vLLM shapes it),
+//! and `drmas-host train` / `eval` / `check` pointing a worker group at them. A run on servers records the local run's metrics (plus the weight
 //! sync's time and, as it recomputes the old log-probabilities, the sampler–trainer mismatch,
 //! which is tiny: the same model in f32), pushes every iteration's weights, reproduces itself from its seed, survives a
 //! killed server, and bad URLs, dead or silent servers and another model fail before any work.
@@ -34,10 +34,20 @@ struct Served {
 }
 
 impl Served {
-    /// Starts a server of `family`'s tiny model on a free port and waits for its URL.
+    /// Starts a server of `family`'s tiny model, served under the name `family`, on a free
+    /// port and waits for its URL.
     fn start(family: &str) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_drmas-host"))
-            .args(["serve", "--port", "0", "--threads", "1", "--model"])
+            .args([
+                "serve",
+                "--port",
+                "0",
+                "--threads",
+                "1",
+                "--served-model-name",
+                family,
+            ])
+            .arg("--model")
             .arg(tiny_model(family))
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
@@ -62,6 +72,18 @@ impl Served {
             .unwrap_or_else(|| panic!("not a URL line: {line}"))
             .to_owned();
         Self { child, url }
+    }
+
+    /// `POST path` with `body`: the status and the answer's text, whatever the status.
+    fn post(&self, path: &str, body: &str) -> (u16, String) {
+        let mut answer = ureq::post(format!("{}{path}", self.url))
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .send(body)
+            .expect("an answer");
+        let status = answer.status().as_u16();
+        (status, answer.body_mut().read_to_string().expect("a body"))
     }
 
     fn get(&self, path: &str) -> Value {
@@ -95,6 +117,17 @@ fn on_servers(urls: &[&str]) -> String {
     format!(
         "backend = \"sglang\"\nurls = [{}]\nrequest_timeout_s = 60\nconnect_timeout_s = 2\nmax_tries = 3\n",
         urls.join(", ")
+    )
+}
+
+/// `[worker_groups.shared.rollout]` on `urls` over `/v1/completions`, asking for the model
+/// served as `model_name`, with `weight_sync` (`none`, `sglang`).
+fn over_completions(urls: &[&str], model_name: &str, weight_sync: &str) -> String {
+    on_servers(urls).replace(
+        "backend = \"sglang\"\n",
+        &format!(
+            "backend = \"openai\"\nmodel_name = \"{model_name}\"\nweight_sync = \"{weight_sync}\"\n"
+        ),
     )
 }
 
@@ -209,6 +242,73 @@ fn a_run_on_two_servers_records_the_local_metrics_and_pushes_every_iterations_we
 }
 
 #[test]
+fn a_run_over_openai_completions_samples_what_the_native_protocol_samples() {
+    let (a, b) = (Served::start("llama"), Served::start("llama"));
+    let native = train(
+        "completions-native",
+        &run_file(2, &on_servers(&[&a.url, &b.url])),
+    );
+    let openai = train(
+        "completions-openai",
+        &run_file(2, &over_completions(&[&a.url, &b.url], "llama", "sglang")),
+    );
+    assert_eq!(openai.len(), native.len());
+    for (native, openai) in native.iter().zip(&openai) {
+        assert_eq!(keys(openai), keys(native));
+        assert_eq!(openai["calls/first"], 8.0);
+        assert_eq!(openai["calls/second"], 8.0);
+        for role in ["first", "second"] {
+            let largest = openai[&format!("mismatch/{role}/log_ratio_abs_max")]
+                .as_f64()
+                .expect("a number");
+            assert!(
+                largest < 1e-4,
+                "{role}: served and trained logprobs differ by {largest}"
+            );
+        }
+    }
+    // The same seeds go out in either protocol, and weights are pushed the same way: the same
+    // samples, so the same rewards at every iteration (the first included).
+    assert_eq!(rewards(&openai), rewards(&native));
+    for server in [&a, &b] {
+        assert_eq!(
+            server.get("/get_model_info")["weight_version"],
+            "iteration-2"
+        );
+    }
+}
+
+#[test]
+fn servers_that_cannot_load_weights_evaluate_but_do_not_train() {
+    let server = Served::start("llama");
+    let dir = common::scratch("completions-eval");
+    let eval = |rollout: &str| {
+        let output = drmas(&dir, "eval", &run_file(1, rollout));
+        assert!(output.status.success(), "{}", log(&output));
+        let report = String::from_utf8_lossy(&output.stdout);
+        let start = report.find('{').expect("a JSON report");
+        serde_json::from_str::<Value>(&report[start..]).expect("the report")
+    };
+    let openai = eval(&over_completions(&[&server.url], "llama", "none"));
+    // Nothing was pushed for it: the server kept the weights it started with.
+    assert_eq!(server.get("/get_model_info")["weight_version"], "default");
+    // The native protocol pushes the (same) weights first and samples the same.
+    let native = eval(&on_servers(&[&server.url]));
+    assert_eq!(openai, native);
+    let output = drmas(
+        &dir,
+        "check",
+        &run_file(1, &over_completions(&[&server.url], "llama", "none")),
+    );
+    assert!(!output.status.success());
+    assert!(
+        log(&output).contains("a run that trains needs the servers to load each update's weights"),
+        "{}",
+        log(&output)
+    );
+}
+
+#[test]
 fn a_server_killed_mid_run_leaves_its_requests_to_the_other() {
     const ITERATIONS: usize = 4;
     let (mut a, b) = (Served::start("llama"), Served::start("llama"));
@@ -305,21 +405,51 @@ fn check_refuses_bad_servers_before_any_work() {
     let output = drmas(&dir, "check", &run_file(1, &on_servers(&[&llama.url])));
     assert!(output.status.success(), "{}", log(&output));
     assert!(log(&output).contains("healthy, same model"));
+    // Over /v1/completions: the served model's name, what each backend takes, the timeout.
+    fails(
+        &over_completions(&[&llama.url], "gpt-4", "sglang"),
+        &format!(
+            "server {} serves no model named `gpt-4` (its /v1/models: llama)",
+            llama.url
+        ),
+    );
+    fails(
+        "backend = \"openai\"\nurls = [\"http://a:1\"]",
+        "[worker_groups.shared.rollout]: backend = \"openai\" needs model_name",
+    );
+    fails(
+        &format!(
+            "{}router = \"http://a:2\"\n",
+            over_completions(&["http://a:1"], "m", "none")
+        ),
+        "router is for backend = \"sglang\"",
+    );
+    fails(
+        &format!("{}model_name = \"m\"\n", on_servers(&["http://a:1"])),
+        "model_name and weight_sync are for backend = \"openai\"",
+    );
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let url = format!("http://{}", silent.local_addr().expect("address"));
+    fails(
+        &over_completions(&[&url], "llama", "sglang")
+            .replace("request_timeout_s = 60", "request_timeout_s = 1")
+            .replace("max_tries = 3", "max_tries = 1"),
+        &format!("server {url} is not usable"),
+    );
+    drop(silent);
+    let output = drmas(
+        &dir,
+        "check",
+        &run_file(1, &over_completions(&[&llama.url], "llama", "sglang")),
+    );
+    assert!(output.status.success(), "{}", log(&output));
+    assert!(log(&output).contains("over /v1/completions (healthy, same model)"));
 }
 
 #[test]
 fn serve_refuses_bad_requests_naming_the_field_and_keeps_serving() {
     let server = Served::start("llama");
-    let post = |path: &str, body: &str| {
-        let mut answer = ureq::post(format!("{}{path}", server.url))
-            .config()
-            .http_status_as_error(false)
-            .build()
-            .send(body)
-            .expect("an answer");
-        let status = answer.status().as_u16();
-        (status, answer.body_mut().read_to_string().expect("a body"))
-    };
+    let post = |path: &str, body: &str| server.post(path, body);
     for (body, status, says) in [
         ("nope", 400, "not JSON"),
         (r#"{"text": "hi"}"#, 400, "send token ids"),
@@ -375,6 +505,112 @@ fn serve_refuses_bad_requests_naming_the_field_and_keeps_serving() {
         3
     );
     assert_eq!(answer["output_ids"].as_array().expect("ids").len(), 3);
+}
+
+#[test]
+fn serve_answers_openai_completions_as_vllm_and_refuses_bad_ones() {
+    let server = Served::start("llama");
+    let post = |body: &str| server.post("/v1/completions", body);
+    for (body, status, says) in [
+        ("nope", 400, "malformed request"),
+        (
+            r#"{"model": "gpt-4", "prompt": [1, 2]}"#,
+            404,
+            "this server serves `llama`",
+        ),
+        (
+            r#"{"model": "llama", "prompt": "hi"}"#,
+            400,
+            "send token ids",
+        ),
+        (
+            r#"{"model": "llama", "prompt": [1], "suffix": "x"}"#,
+            400,
+            "unknown field `suffix`",
+        ),
+        (
+            r#"{"model": "llama", "prompt": [1], "logprobs": 5}"#,
+            400,
+            "only 0",
+        ),
+        (
+            r#"{"model": "llama", "prompt": [1], "n": 65}"#,
+            413,
+            "--max-batch",
+        ),
+        (
+            r#"{"model": "llama", "prompt": [1, 2], "max_tokens": 100000}"#,
+            400,
+            "lower max_tokens",
+        ),
+        (
+            r#"{"model": "llama", "prompt": [1, 999999]}"#,
+            400,
+            "not in the vocabulary",
+        ),
+        (
+            r#"{"model": "llama", "prompt": [1], "stream": true}"#,
+            400,
+            "`stream`",
+        ),
+    ] {
+        let (got, text) = post(body);
+        assert_eq!(got, status, "{body}: {text}");
+        assert!(text.contains(says), "{body}: {text}");
+    }
+    let models = server.get("/v1/models");
+    assert_eq!(models["data"][0]["id"], "llama");
+    assert!(
+        models["data"][0]["max_model_len"]
+            .as_u64()
+            .expect("a length")
+            > 0
+    );
+    // Greedy: the same tokens as SGLang's /generate, as token_id:N, with their logprobs.
+    let (got, text) = post(
+        r#"{"model": "llama", "prompt": [[1, 2, 3], [4, 5]], "max_tokens": 3, "temperature": 0,
+            "logprobs": 0, "return_tokens_as_token_ids": true, "n": 2}"#,
+    );
+    assert_eq!(got, 200, "{text}");
+    let answer: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(answer["object"], "text_completion");
+    assert_eq!(answer["model"], "llama");
+    let choices = answer["choices"].as_array().expect("choices");
+    assert_eq!(choices.len(), 4, "2 prompts × n 2");
+    assert_eq!(answer["usage"]["prompt_tokens"], 5);
+    assert_eq!(answer["usage"]["completion_tokens"], 12);
+    let greedy = r#"{"input_ids": [1, 2, 3],
+        "sampling_params": {"max_new_tokens": 3, "temperature": 0}}"#;
+    let (got, native) = server.post("/generate", greedy);
+    assert_eq!(got, 200, "{native}");
+    let native: Value = serde_json::from_str(&native).expect("JSON");
+    let expected: Vec<String> = native["output_ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|id| format!("token_id:{id}"))
+        .collect();
+    for (index, choice) in choices.iter().enumerate() {
+        assert_eq!(choice["index"], index);
+        assert_eq!(choice["finish_reason"], "length");
+        let logprobs = &choice["logprobs"];
+        assert_eq!(
+            logprobs["token_logprobs"]
+                .as_array()
+                .expect("logprobs")
+                .len(),
+            3
+        );
+        let tokens: Vec<String> = logprobs["tokens"]
+            .as_array()
+            .expect("tokens")
+            .iter()
+            .map(|t| t.as_str().expect("a string").to_owned())
+            .collect();
+        if index < 2 {
+            assert_eq!(tokens, expected, "choice {index}");
+        }
+    }
 }
 
 /// The python of the sglang-router venv (`DRMAS_ROUTER_PYTHON`, else the one

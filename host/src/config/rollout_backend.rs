@@ -1,14 +1,17 @@
 //! `[worker_groups.NAME.rollout]`: where a worker group's rollouts are generated — in process
-//! (`local`, the default) or on servers speaking SGLang's protocol (`sglang`) — and how
-//! patiently to use the servers.
+//! (`local`, the default), on servers speaking SGLang's protocol (`sglang`) or OpenAI's
+//! `/v1/completions` (`openai`: vLLM) — how the servers get new weights, and how patiently to
+//! use them.
 
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{ConfigError, RunFile, WorkerGroupSection};
+use super::{ConfigError, RunConfig, RunFile, WorkerGroupSection};
 
 /// The longest timeout accepted, in seconds (a day).
 const MAX_TIMEOUT_S: f64 = 86_400.0;
+/// The longest `model_name` accepted, in characters.
+const MAX_MODEL_NAME_CHARS: usize = 256;
 
 /// Which engine generates a worker group's rollouts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -20,13 +23,28 @@ pub enum RolloutBackend {
     /// Servers speaking SGLang's native HTTP protocol: SGLang, sglang-router, or
     /// `drmas-host serve`.
     Sglang,
+    /// Servers speaking OpenAI's `/v1/completions` with token-id prompts and logprobs: vLLM,
+    /// SGLang, or `drmas-host serve`.
+    Openai,
+}
+
+/// How a remote worker group's servers are given the trainer's new weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum WeightSync {
+    /// SGLang's `POST /update_weights_from_disk` (SGLang, `drmas-host serve`).
+    #[serde(rename = "sglang")]
+    Sglang,
+    /// Not at all: the servers keep the weights they started with, so the group can be
+    /// evaluated on them but not trained (vLLM has no standard route to load new weights).
+    #[serde(rename = "none")]
+    Off,
 }
 
 /// `[worker_groups.NAME.rollout]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GroupRolloutSection {
-    /// `local` or `sglang`.
+    /// `local`, `sglang` or `openai`.
     pub backend: Spanned<RolloutBackend>,
     /// With `sglang`: the servers' base URLs (`http://host:port`), or one router's that
     /// forwards weight updates itself.
@@ -48,6 +66,26 @@ pub struct GroupRolloutSection {
     /// must be able to read it); default: `weights/` in the run folder. Relative to the run
     /// file.
     pub weights_dir: Option<String>,
+    /// With `openai`: the model name the servers serve (their `GET /v1/models`), sent as each
+    /// request's `model`.
+    pub model_name: Option<Spanned<String>>,
+    /// With `openai`: how the servers get new weights (`sglang` or `none`, the default).
+    pub weight_sync: Option<Spanned<WeightSync>>,
+}
+
+impl GroupRolloutSection {
+    /// How the group's servers get new weights; `None` for a local group.
+    pub fn sync_mode(&self) -> Option<WeightSync> {
+        match self.backend.get_ref() {
+            RolloutBackend::Local => None,
+            RolloutBackend::Sglang => Some(WeightSync::Sglang),
+            RolloutBackend::Openai => Some(
+                self.weight_sync
+                    .as_ref()
+                    .map_or(WeightSync::Off, |sync| *sync.get_ref()),
+            ),
+        }
+    }
 }
 
 impl Default for GroupRolloutSection {
@@ -62,6 +100,8 @@ impl Default for GroupRolloutSection {
             max_tries: 4,
             max_batch_per_request: 64,
             weights_dir: None,
+            model_name: None,
+            weight_sync: None,
         }
     }
 }
@@ -75,25 +115,33 @@ pub(super) fn check(
     let section = &group.rollout;
     let at = section.backend.span().start;
     let table = format!("[worker_groups.{name}.rollout]");
-    match section.backend.get_ref() {
+    let backend = match section.backend.get_ref() {
         RolloutBackend::Local => {
             if let Some(url) = section.urls.first().or(section.router.as_ref()) {
                 return Err(file.invalid(
                     url.span().start,
                     format!(
-                        "{table}: urls and router are for backend = \"sglang\"; set it, or remove \
-                         them"
+                        "{table}: urls and router are for backend = \"sglang\" or \"openai\"; \
+                         set one, or remove them"
                     ),
                 ));
             }
+            check_openai_keys(section, &table, file)?;
             return Ok(());
         }
-        RolloutBackend::Sglang => {}
-    }
+        RolloutBackend::Sglang => {
+            check_openai_keys(section, &table, file)?;
+            "sglang"
+        }
+        RolloutBackend::Openai => {
+            check_openai_section(section, &table, file)?;
+            "openai"
+        }
+    };
     if section.urls.is_empty() {
         return Err(file.invalid(
             at,
-            format!("{table}: backend = \"sglang\" needs urls = [\"http://host:port\", …]"),
+            format!("{table}: backend = \"{backend}\" needs urls = [\"http://host:port\", …]"),
         ));
     }
     if group.lora.is_some() {
@@ -101,7 +149,7 @@ pub(super) fn check(
             at,
             format!(
                 "{table}: LoRA groups generate locally (servers would need every agent's \
-                 adapter); remove backend = \"sglang\" or [worker_groups.{name}.lora]"
+                 adapter); remove backend = \"{backend}\" or [worker_groups.{name}.lora]"
             ),
         ));
     }
@@ -126,6 +174,87 @@ pub(super) fn check(
         return Err(file.invalid(
             at,
             format!("{table}: max_in_flight, max_tries and max_batch_per_request must be ≥ 1"),
+        ));
+    }
+    Ok(())
+}
+
+/// `model_name` and `weight_sync` belong to `openai`: refused with another backend.
+fn check_openai_keys(
+    section: &GroupRolloutSection,
+    table: &str,
+    file: &RunFile,
+) -> Result<(), ConfigError> {
+    let name = section.model_name.as_ref().map(Spanned::span);
+    let sync = section.weight_sync.as_ref().map(Spanned::span);
+    match name.or(sync) {
+        Some(span) => Err(file.invalid(
+            span.start,
+            format!(
+                "{table}: model_name and weight_sync are for backend = \"openai\"; set it, or \
+                 remove them"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// What `openai` needs: the served model's name; no router (sglang-router's typed
+/// `/v1/completions` is not what drmas checks a vLLM answer against).
+fn check_openai_section(
+    section: &GroupRolloutSection,
+    table: &str,
+    file: &RunFile,
+) -> Result<(), ConfigError> {
+    if let Some(router) = &section.router {
+        return Err(file.invalid(
+            router.span().start,
+            format!(
+                "{table}: router is for backend = \"sglang\"; with \"openai\" list the servers \
+                 (or one load balancer) in urls"
+            ),
+        ));
+    }
+    let Some(name) = &section.model_name else {
+        return Err(file.invalid(
+            section.backend.span().start,
+            format!(
+                "{table}: backend = \"openai\" needs model_name = \"…\", the name the servers \
+                 serve (vLLM: --served-model-name, else its --model; listed by GET /v1/models)"
+            ),
+        ));
+    };
+    let length = name.get_ref().chars().count();
+    if !(1..=MAX_MODEL_NAME_CHARS).contains(&length) {
+        return Err(file.invalid(
+            name.span().start,
+            format!("{table}: model_name must be 1 to {MAX_MODEL_NAME_CHARS} characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// `train` needs every remote group's servers to load new weights: refuses a group on
+/// servers that cannot (`openai` with `weight_sync = "none"`), naming what to do.
+pub fn check_trainable(config: &RunConfig, file: &RunFile) -> Result<(), ConfigError> {
+    for (name, group) in &config.worker_groups {
+        let section = &group.rollout;
+        if section.sync_mode() != Some(WeightSync::Off) {
+            continue;
+        }
+        let at = section
+            .weight_sync
+            .as_ref()
+            .map_or(section.backend.span(), Spanned::span);
+        return Err(file.invalid(
+            at.start,
+            format!(
+                "[worker_groups.{name}.rollout]: a run that trains needs the servers to load each \
+                 update's weights, and weight_sync = \"none\" (the default with backend = \
+                 \"openai\": vLLM has no standard route for it) gives them none; evaluate with \
+                 `drmas-host eval`, or serve the model with SGLang or `drmas-host serve` and set \
+                 weight_sync = \"sglang\""
+            ),
         ));
     }
     Ok(())

@@ -104,6 +104,7 @@ impl Experiment {
     pub fn run(&self, registry: &Registry) -> anyhow::Result<Outcome> {
         let (base, file) = RunConfig::load(&self.base_config)?;
         self.check(&base, registry)?;
+        crate::config::check_trainable(&base, &file)?;
         let out_dir = absolute(&self.out_dir)?;
         let (mut trained, mut skipped) = (Vec::new(), Vec::new());
         for estimator in &self.estimators {

@@ -95,7 +95,16 @@ pub fn parse(body: &[u8], served: &Served, limits: RequestLimits) -> Result<Pars
     for (i, ((prompt, params), logprobs)) in
         prompts.into_iter().zip(params).zip(logprobs).enumerate()
     {
-        let (request, want) = request(i, prompt, params, logprobs, served, limits).map_err(bad)?;
+        let (request, want) = request(
+            i,
+            prompt,
+            params,
+            logprobs,
+            served,
+            limits,
+            "max_new_tokens",
+        )
+        .map_err(bad)?;
         requests.push(request);
         wanted.push(want);
     }
@@ -148,14 +157,16 @@ fn per_prompt<T: Clone>(
     }
 }
 
-/// Prompt `i` as an engine request, checked against the model and the limits.
-fn request(
+/// Prompt `i` as an engine request, checked against the model and the limits; `budget` is
+/// what the protocol calls `max_new_tokens`, for messages.
+pub(super) fn request(
     i: usize,
     prompt: Vec<i64>,
     wire: WireSamplingParams,
     logprobs: bool,
     served: &Served,
     limits: RequestLimits,
+    budget: &str,
 ) -> Result<(GenerationRequest, Wanted), String> {
     let at = |what: String| format!("prompt {i}: {what}");
     if prompt.is_empty() {
@@ -182,8 +193,8 @@ fn request(
     let total = prompt.len().saturating_add(max_new_tokens);
     if total > served.context_length {
         return Err(at(format!(
-            "{} prompt tokens plus max_new_tokens {max_new_tokens} is {total}, more than the \
-             model's context of {} tokens; lower max_new_tokens or shorten the prompt",
+            "{} prompt tokens plus {budget} {max_new_tokens} is {total}, more than the model's \
+             context of {} tokens; lower {budget} or shorten the prompt",
             prompt.len(),
             served.context_length
         )));

@@ -1,6 +1,7 @@
 //! `drmas-host serve`: drmas's own engine behind SGLang's native HTTP protocol (the subset in
-//! [`crate::engine::remote::wire`]), so a trainer's rollouts can run on other processes or
-//! machines, and the remote path is tested end to end with nothing fake in it.
+//! [`crate::engine::remote::wire`]) and OpenAI's `/v1/completions` as vLLM shapes it
+//! ([`crate::engine::remote::openai_wire`]), so a trainer's rollouts can run on other processes
+//! or machines, and the remote path is tested end to end with nothing fake in it.
 //!
 //! HTTP threads check each request and hand it to one engine thread ([`batcher`]), which runs
 //! the requests that arrive together as one batch and reloads weights between batches. What a
@@ -10,6 +11,7 @@
 //! the limit; nothing a client sends stops the server.
 
 mod batcher;
+mod completions_route;
 mod generate_route;
 mod http;
 
@@ -24,6 +26,7 @@ use tiny_http::{Method, Request};
 use self::batcher::{BatchLimits, Batcher};
 use self::generate_route::RequestLimits;
 use self::http::{answer, read_body, refuse, Refusal};
+use crate::engine::remote::openai_wire::{CompletionAnswer, COMPLETIONS_PATH, MODELS_PATH};
 use crate::engine::remote::wire::{
     ModelInfo, UpdateWeightsAnswer, UpdateWeightsBody, GENERATE_PATH, HEALTH_PATH, MODEL_INFO_PATH,
     UPDATE_WEIGHTS_PATH,
@@ -44,6 +47,8 @@ const SPARE_THREADS: usize = 4;
 pub struct ServeOptions {
     /// The model: an HF folder or a `.gguf` file.
     pub model: PathBuf,
+    /// The name `/v1/completions` requests give as `model` (`/v1/models` lists it).
+    pub served_model_name: String,
     /// `host:port` to listen on (port 0 picks a free one).
     pub addr: String,
     /// Where the model runs.
@@ -54,7 +59,8 @@ pub struct ServeOptions {
     pub seed: u64,
     /// The most sequences in one engine batch, and prompts in one request.
     pub max_batch: usize,
-    /// `/generate` requests in progress at once; more are refused with 503.
+    /// Generation requests (`/generate`, `/v1/completions`) in progress at once; more are
+    /// refused with 503.
     pub max_running_requests: usize,
     /// The largest request body, in bytes.
     pub max_body_bytes: usize,
@@ -72,6 +78,8 @@ pub struct Server {
     options: ServeOptions,
     running: AtomicUsize,
     next_id: AtomicU64,
+    /// When the server started, in Unix seconds (`created` of its answers).
+    started: u64,
 }
 
 impl Server {
@@ -104,6 +112,7 @@ impl Server {
             options,
             running: AtomicUsize::new(0),
             next_id: AtomicU64::new(0),
+            started: unix_seconds(),
         })
     }
 
@@ -144,12 +153,22 @@ impl Server {
                     &serde_json::json!({ "weight_version": version }),
                 );
             }
-            (Method::Post, GENERATE_PATH) => self.generate(request),
+            (Method::Get, MODELS_PATH) => {
+                let served = self.batcher.served();
+                let name = &self.options.served_model_name;
+                answer(
+                    request,
+                    200,
+                    &completions_route::models(&served, name, self.started),
+                );
+            }
+            (Method::Post, GENERATE_PATH) => self.admit(request, Self::generate_answer),
+            (Method::Post, COMPLETIONS_PATH) => self.admit(request, Self::completions_answer),
             (Method::Post, UPDATE_WEIGHTS_PATH) => self.update_weights(request),
-            (_, GENERATE_PATH | UPDATE_WEIGHTS_PATH) => {
+            (_, GENERATE_PATH | COMPLETIONS_PATH | UPDATE_WEIGHTS_PATH) => {
                 refuse(request, Refusal::new(405, format!("{path} takes POST")));
             }
-            (_, HEALTH_PATH | MODEL_INFO_PATH | WEIGHT_VERSION_PATH) => {
+            (_, HEALTH_PATH | MODEL_INFO_PATH | WEIGHT_VERSION_PATH | MODELS_PATH) => {
                 refuse(request, Refusal::new(405, format!("{path} takes GET")));
             }
             _ => refuse(
@@ -158,8 +177,8 @@ impl Server {
                     404,
                     format!(
                         "no endpoint {path}; served: POST {GENERATE_PATH}, POST \
-                         {UPDATE_WEIGHTS_PATH}, GET {MODEL_INFO_PATH}, GET {WEIGHT_VERSION_PATH}, \
-                         GET {HEALTH_PATH}"
+                         {COMPLETIONS_PATH}, POST {UPDATE_WEIGHTS_PATH}, GET {MODEL_INFO_PATH}, \
+                         GET {MODELS_PATH}, GET {WEIGHT_VERSION_PATH}, GET {HEALTH_PATH}"
                     ),
                 ),
             ),
@@ -180,8 +199,13 @@ impl Server {
         }
     }
 
-    /// `POST /generate`, within the cap on requests in progress.
-    fn generate(&self, mut request: Request) {
+    /// A generation request (`/generate`, `/v1/completions`) answered by `respond`, within
+    /// the cap on requests in progress.
+    fn admit(
+        &self,
+        mut request: Request,
+        respond: fn(&Self, &mut Request) -> Result<serde_json::Value, Refusal>,
+    ) {
         let cap = self.options.max_running_requests.max(1);
         if self.running.fetch_add(1, Ordering::SeqCst) >= cap {
             self.running.fetch_sub(1, Ordering::SeqCst);
@@ -195,7 +219,7 @@ impl Server {
                 ),
             );
         }
-        let result = self.generate_answer(&mut request);
+        let result = respond(self, &mut request);
         self.running.fetch_sub(1, Ordering::SeqCst);
         match result {
             Ok(body) => answer(request, 200, &body),
@@ -206,12 +230,7 @@ impl Server {
     fn generate_answer(&self, request: &mut Request) -> Result<serde_json::Value, Refusal> {
         let body = read_body(request, self.options.max_body_bytes, "--max-body-bytes")?;
         let served = self.batcher.served();
-        let limits = RequestLimits {
-            max_batch: self.options.max_batch.max(1),
-            max_stops: MAX_STOPS,
-            max_stop_bytes: MAX_STOP_BYTES,
-        };
-        let parsed = generate_route::parse(&body, &served, limits)?;
+        let parsed = generate_route::parse(&body, &served, self.limits())?;
         drop(body);
         let (generations, version) = self
             .batcher
@@ -241,6 +260,63 @@ impl Server {
             serde_json::to_value(outputs.pop())
         };
         value.map_err(|e| Refusal::new(500, format!("cannot serialise the answer: {e}")))
+    }
+
+    /// `POST /v1/completions`: vLLM's completion answer, one choice per prompt and sample.
+    fn completions_answer(&self, request: &mut Request) -> Result<serde_json::Value, Refusal> {
+        let body = read_body(request, self.options.max_body_bytes, "--max-body-bytes")?;
+        let served = self.batcher.served();
+        let name = &self.options.served_model_name;
+        let parsed = completions_route::parse(&body, &served, name, self.limits())?;
+        drop(body);
+        let (generations, _version) = self
+            .batcher
+            .generate(parsed.requests.clone())
+            .map_err(|e| Refusal::new(500, format!("{e:#}")))?;
+        let usage = completions_route::usage(parsed.prompt_tokens, &generations);
+        let mut choices = Vec::with_capacity(generations.len());
+        for (index, ((request, generation), wanted)) in parsed
+            .requests
+            .iter()
+            .zip(generations)
+            .zip(&parsed.wanted)
+            .enumerate()
+        {
+            let text = self
+                .batcher
+                .decode(&generation.tokens, wanted.skip_special_tokens)
+                .map_err(|e| Refusal::new(500, format!("{e:#}")))?;
+            let token_text = |token: i64| self.batcher.decode(&[token], false).unwrap_or_default();
+            choices.push(completions_route::choice(
+                index,
+                request,
+                generation,
+                wanted,
+                text,
+                token_text,
+                parsed.tokens_as_ids,
+            ));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let answer = CompletionAnswer {
+            id: format!("cmpl-{id:x}"),
+            object: "text_completion".into(),
+            created: unix_seconds(),
+            model: name.clone(),
+            choices,
+            usage,
+        };
+        serde_json::to_value(answer)
+            .map_err(|e| Refusal::new(500, format!("cannot serialise the answer: {e}")))
+    }
+
+    /// What one generation request may hold.
+    fn limits(&self) -> RequestLimits {
+        RequestLimits {
+            max_batch: self.options.max_batch.max(1),
+            max_stops: MAX_STOPS,
+            max_stop_bytes: MAX_STOP_BYTES,
+        }
     }
 
     /// `POST /update_weights_from_disk`: `{"success": true, ...}` once the new weights serve.
@@ -287,6 +363,13 @@ impl Server {
         };
         answer(request, status, &reply);
     }
+}
+
+/// Seconds since the Unix epoch (0 on a clock set before it).
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
 }
 
 /// `drmas-host serve`: loads the model, prints `listening on URL` and serves until killed.

@@ -1,6 +1,6 @@
 //! [`Fleet`]: a worker group whose rollouts run on inference servers
-//! (`[worker_groups.NAME.rollout] backend = "sglang"`): its [`RemoteGenerator`], checked
-//! before any work, and the folder its weights are pushed through.
+//! (`[worker_groups.NAME.rollout] backend = "sglang"` or `"openai"`): its [`RemoteGenerator`],
+//! checked before any work, and the folder its weights are pushed through.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use super::WorkerGroup;
-use crate::config::{RolloutBackend, RunConfig, RunFile, WorkerGroupSection};
-use crate::engine::remote::{RemoteGenerator, RemoteSettings};
+use crate::config::{RolloutBackend, RunConfig, RunFile, WeightSync, WorkerGroupSection};
+use crate::engine::remote::{Protocol, RemoteGenerator, RemoteSettings};
 use crate::model::config::LlamaConfig;
 use crate::model::gguf::GgufModel;
 use crate::model::hf_folder::HfFolder;
@@ -19,12 +19,13 @@ use crate::preflight::resolve_model;
 pub struct Fleet {
     /// Generates the group's rollouts on the servers.
     pub generator: RemoteGenerator,
-    /// The HF folder the trainer writes the group's weights to and the servers load.
-    weights: PathBuf,
+    /// The HF folder the trainer writes the group's weights to and the servers load; `None`
+    /// when they cannot load new weights (`weight_sync = "none"`: evaluation only).
+    weights: Option<PathBuf>,
 }
 
 impl Fleet {
-    /// The fleet of `group` when its section says `backend = "sglang"`, its servers probed
+    /// The fleet of `group` when its section names a remote backend, its servers probed
     /// against the group's model; `None` for a local group.
     pub fn for_group(
         group: &WorkerGroup,
@@ -37,6 +38,12 @@ impl Fleet {
         };
         generator.probe(group.pretrained.model.config())?;
         let rollout = &section.rollout;
+        if rollout.sync_mode() != Some(WeightSync::Sglang) {
+            return Ok(Some(Self {
+                generator,
+                weights: None,
+            }));
+        }
         let base = match &rollout.weights_dir {
             Some(dir) => file.resolve(dir),
             None => out_dir.join("weights"),
@@ -46,26 +53,34 @@ impl Fleet {
         let base = std::fs::canonicalize(&base).unwrap_or(base);
         Ok(Some(Self {
             generator,
-            weights: base.join(&group.name),
+            weights: Some(base.join(&group.name)),
         }))
     }
 
-    /// Whether the servers were given this run's weights yet.
+    /// Whether the servers were given this run's weights yet (servers that cannot load
+    /// weights keep those they started with).
     pub fn synced(&self) -> bool {
-        self.generator.weight_version().is_some()
+        self.weights.is_none() || self.generator.weight_version().is_some()
     }
 
     /// Writes `group`'s weights as an HF folder and has every server load them as `version`;
     /// returns the seconds it took (writing and loading).
     pub fn sync(&self, group: &WorkerGroup, version: &str) -> anyhow::Result<f64> {
+        let Some(weights) = &self.weights else {
+            anyhow::bail!(
+                "worker group `{}`: its servers cannot load new weights (weight_sync = \"none\"); \
+                 only `drmas-host eval` runs on them",
+                group.name
+            );
+        };
         let started = Instant::now();
-        group.pretrained.save_hf(&self.weights).with_context(|| {
+        group.pretrained.save_hf(weights).with_context(|| {
             format!(
                 "worker group `{}`: writing its weights for the servers",
                 group.name
             )
         })?;
-        self.generator.update_weights(&self.weights, version)?;
+        self.generator.update_weights(weights, version)?;
         let seconds = started.elapsed().as_secs_f64();
         tracing::info!(
             "worker group `{}`: servers serve weight version {version} ({seconds:.2}s)",
@@ -75,12 +90,20 @@ impl Fleet {
     }
 }
 
-/// The remote generator of worker group `name` when its section says `backend = "sglang"`.
+/// The remote generator of worker group `name` when its section names a remote backend.
 fn remote_generator(name: &str, section: &WorkerGroupSection) -> Option<RemoteGenerator> {
     let rollout = &section.rollout;
-    if *rollout.backend.get_ref() == RolloutBackend::Local {
-        return None;
-    }
+    let protocol = match rollout.backend.get_ref() {
+        RolloutBackend::Local => return None,
+        RolloutBackend::Sglang => Protocol::Sglang,
+        RolloutBackend::Openai => Protocol::Openai {
+            model: rollout
+                .model_name
+                .as_ref()
+                .map(|name| name.get_ref().clone())
+                .unwrap_or_default(),
+        },
+    };
     Some(RemoteGenerator::new(RemoteSettings {
         group: name.to_owned(),
         urls: rollout.urls.iter().map(|u| u.get_ref().clone()).collect(),
@@ -91,6 +114,8 @@ fn remote_generator(name: &str, section: &WorkerGroupSection) -> Option<RemoteGe
         max_tries: rollout.max_tries,
         first_backoff: Duration::from_millis(250),
         max_batch_per_request: rollout.max_batch_per_request,
+        protocol,
+        loads_weights: rollout.sync_mode() == Some(WeightSync::Sglang),
     }))
 }
 
@@ -109,8 +134,12 @@ pub fn probe_servers(config: &RunConfig, file: &RunFile) -> anyhow::Result<Vec<S
         let router = rollout.router.as_ref().map_or(String::new(), |u| {
             format!(" through router {}", u.get_ref())
         });
+        let protocol = match rollout.backend.get_ref() {
+            RolloutBackend::Openai => " over /v1/completions",
+            _ => "",
+        };
         lines.push(format!(
-            "worker group `{name}`: rollouts on {}{router} (healthy, same model)",
+            "worker group `{name}`: rollouts on {}{router}{protocol} (healthy, same model)",
             servers.join(", ")
         ));
     }

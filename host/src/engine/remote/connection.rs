@@ -91,7 +91,7 @@ impl Connection {
         let body = self.body(path, answer)?;
         serde_json::from_str(&body).map_err(|e| {
             Failure::Fatal(format!(
-                "the answer to {path} does not fit SGLang's protocol: {e}"
+                "the answer to {path} is not the JSON the protocol answers: {e}"
             ))
         })
     }

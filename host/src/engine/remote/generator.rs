@@ -10,7 +10,9 @@
 //!
 //! With a router (sglang-router) every request goes to it and it picks the server. The router
 //! reads a request into its own typed form, which takes one `sampling_params` for the whole
-//! request, so each prompt (with its own seed) is a request of its own there.
+//! request, so each prompt (with its own seed) is a request of its own there. OpenAI's
+//! `/v1/completions` also takes one set of sampling parameters (one `seed`) a request, so with
+//! `backend = "openai"` too each prompt is a request of its own.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,8 +21,10 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 
+use super::completions;
 use super::connection::{Connection, Failure};
-use super::settings::{RemoteSettings, MAX_BACKOFF};
+use super::openai_wire::CompletionBody;
+use super::settings::{Protocol, RemoteSettings, MAX_BACKOFF};
 use super::wire::{GenerateBody, GenerateOutput, OneOrEach, WireSamplingParams, GENERATE_PATH};
 use crate::engine::{FinishReason, Generation, GenerationRequest, Generator};
 use crate::rng::SeededRng;
@@ -100,12 +104,7 @@ impl RemoteGenerator {
 
     /// Sends `body` (`prompts` prompts; `home` picks the server it goes to first) until a
     /// server answers it whole.
-    fn send(
-        &self,
-        body: &GenerateBody,
-        prompts: usize,
-        home: usize,
-    ) -> anyhow::Result<Vec<Generation>> {
+    fn send(&self, body: &Request, prompts: usize, home: usize) -> anyhow::Result<Vec<Generation>> {
         let tries = self.settings.max_tries.max(1);
         let mut failures: Vec<String> = Vec::new();
         for attempt in 1..=tries {
@@ -120,9 +119,14 @@ impl RemoteGenerator {
             }
             let server = active[(home + attempt as usize - 1) % active.len()];
             let connection = self.router.as_ref().unwrap_or(&self.servers[server]);
-            let answer = post_generate(connection, body)
-                .map_err(Answer::from)
-                .and_then(|outputs| self.read(outputs, prompts));
+            let answer = match body {
+                Request::Native(body) => post_generate(connection, body)
+                    .map_err(Answer::from)
+                    .and_then(|outputs| self.read(outputs, prompts)),
+                Request::Completion(body) => completions::generate(connection, body)
+                    .map(|generation| vec![generation])
+                    .map_err(Answer::from),
+            };
             match answer {
                 Ok(generations) => return Ok(generations),
                 Err(Answer::Failed(Failure::Fatal(reason))) => bail!(
@@ -223,6 +227,14 @@ fn generate_body(requests: &[GenerationRequest], seeds: &[u64], single: bool) ->
     }
 }
 
+/// One request's body in the fleet's protocol.
+enum Request {
+    /// SGLang's `/generate`: a batch, or one prompt through a router.
+    Native(GenerateBody),
+    /// OpenAI's `/v1/completions`: one prompt.
+    Completion(CompletionBody),
+}
+
 /// A failed attempt, or an answer from other weights than the fleet's.
 enum Answer {
     Failed(Failure),
@@ -305,11 +317,17 @@ impl Generator for RemoteGenerator {
                 request.adapter
             );
         }
-        let seeds: Vec<u64> = requests.iter().map(|_| rng.next_u64()).collect();
+        // A seed fits a signed 64-bit integer, as vLLM's `seed` must; both protocols are sent
+        // the same seeds, so they sample alike.
+        let seeds: Vec<u64> = requests.iter().map(|_| rng.next_u64() >> 1).collect();
         if requests.is_empty() {
             return Ok(Vec::new());
         }
-        let single = self.router.is_some();
+        let completion_model = match &self.settings.protocol {
+            Protocol::Openai { model } => Some(model.as_str()),
+            Protocol::Sglang => None,
+        };
+        let single = self.router.is_some() || completion_model.is_some();
         let servers = self.active().len().max(1);
         let size = if single {
             1
@@ -319,10 +337,21 @@ impl Generator for RemoteGenerator {
                 .div_ceil(servers)
                 .clamp(1, self.settings.max_batch_per_request.max(1))
         };
-        let chunks: Vec<(usize, GenerateBody)> = requests
+        let chunks: Vec<(usize, Request)> = requests
             .chunks(size)
             .zip(seeds.chunks(size))
-            .map(|(requests, seeds)| (requests.len(), generate_body(requests, seeds, single)))
+            .map(|(requests, seeds)| {
+                // Over /v1/completions each chunk holds one prompt (`single`).
+                let body = match (completion_model, requests, seeds) {
+                    (Some(model), [request], &[seed]) => Request::Completion(completions::body(
+                        request,
+                        i64::try_from(seed).unwrap_or(i64::MAX),
+                        model,
+                    )),
+                    _ => Request::Native(generate_body(requests, seeds, single)),
+                };
+                (requests.len(), body)
+            })
             .collect();
         let queue = Mutex::new((0..chunks.len()).collect::<VecDeque<usize>>());
         let answers: Mutex<Vec<Option<Vec<Generation>>>> = Mutex::new(vec![None; chunks.len()]);

@@ -1,14 +1,17 @@
 //! Generation on inference servers that speak SGLang's native HTTP protocol ([`wire`]): SGLang
-//! itself, sglang-router in front of a fleet, or `drmas-host serve`. [`RemoteGenerator`] is a
-//! worker group's [`Generator`](crate::engine::Generator) on them; it also pushes new weights
-//! (`weights.rs`) and checks the servers before any work (`probe.rs`).
+//! itself, sglang-router in front of a fleet, or `drmas-host serve`; or OpenAI's
+//! `/v1/completions` as vLLM serves it ([`openai_wire`], `completions.rs`). [`RemoteGenerator`]
+//! is a worker group's [`Generator`](crate::engine::Generator) on them; it also pushes new
+//! weights (`weights.rs`) and checks the servers before any work (`probe.rs`).
 
+mod completions;
 mod connection;
 mod generator;
+pub mod openai_wire;
 mod probe;
 mod settings;
 mod weights;
 pub mod wire;
 
 pub use generator::RemoteGenerator;
-pub use settings::RemoteSettings;
+pub use settings::{Protocol, RemoteSettings};

@@ -1,18 +1,30 @@
 //! Probing a worker group's servers before any work: each must be healthy and serve the
-//! group's model (`/health`, `/get_model_info`).
+//! group's model (`/health`; `/get_model_info` where the servers speak SGLang's protocol;
+//! `/v1/models` for the OpenAI protocol's model name).
 
 use anyhow::bail;
 
-use super::connection::Failure;
+use super::connection::{Connection, Failure};
 use super::generator::RemoteGenerator;
+use super::openai_wire::{ModelList, MODELS_PATH};
+use super::settings::Protocol;
 use super::wire::{ModelInfo, HEALTH_PATH, MODEL_INFO_PATH};
 use crate::model::config::LlamaConfig;
+
+/// What a probe learnt from one server.
+struct Answers {
+    /// `/get_model_info`, where the servers speak SGLang's protocol.
+    info: Option<ModelInfo>,
+    /// The names in `/v1/models`, with the OpenAI protocol.
+    names: Option<Vec<String>>,
+}
 
 impl RemoteGenerator {
     /// Checks that every server, and the router when there is one, answers `/health` and
     /// serves a model like `model` (the group's own): same architecture and, where the server
     /// reports them, same model type and vocabulary (a router answers with one of its
-    /// servers'). Errors name the server and both models.
+    /// servers'); with the OpenAI protocol, the run file's model name among `/v1/models`.
+    /// Errors name the server and both models.
     pub fn probe(&self, model: &LlamaConfig) -> anyhow::Result<()> {
         let group = &self.settings.group;
         for connection in self.servers.iter().chain(&self.router) {
@@ -21,20 +33,33 @@ impl RemoteGenerator {
             let mut answer = Err(Failure::Transient(String::new()));
             for attempt in 1..=tries {
                 std::thread::sleep(self.backoff(attempt));
-                answer = connection
-                    .get_ok(HEALTH_PATH)
-                    .and_then(|()| connection.get::<ModelInfo>(MODEL_INFO_PATH));
+                answer = self.ask(connection);
                 if !matches!(answer, Err(Failure::Transient(_))) {
                     break;
                 }
             }
-            let info = match answer {
-                Ok(info) => info,
+            let answers = match answer {
+                Ok(answers) => answers,
                 Err(reason) => bail!(
                     "worker group `{group}`: server {url} is not usable ({reason}); start it (a \
                      router: with its servers registered) or fix [worker_groups.{group}.rollout] \
                      urls or router"
                 ),
+            };
+            if let (Some(names), Protocol::Openai { model: name }) =
+                (&answers.names, &self.settings.protocol)
+            {
+                if !names.contains(name) {
+                    bail!(
+                        "worker group `{group}`: server {url} serves no model named `{name}` (its \
+                         /v1/models: {}); set [worker_groups.{group}.rollout] model_name to the \
+                         name it serves",
+                        names.join(", ")
+                    );
+                }
+            }
+            let Some(info) = answers.info else {
+                continue;
             };
             let ours = model.architecture.hf_class();
             let theirs = info.architectures.clone().unwrap_or_default();
@@ -59,5 +84,38 @@ impl RemoteGenerator {
             }
         }
         Ok(())
+    }
+
+    /// One probe of `connection`: `/health`, then what the protocol and the weight sync
+    /// report the model by.
+    fn ask(&self, connection: &Connection) -> Result<Answers, Failure> {
+        connection.get_ok(HEALTH_PATH)?;
+        let names = match self.settings.protocol {
+            Protocol::Openai { .. } => Some(
+                connection
+                    .get::<ModelList>(MODELS_PATH)?
+                    .data
+                    .into_iter()
+                    .map(|card| card.id)
+                    .collect(),
+            ),
+            Protocol::Sglang => None,
+        };
+        let info =
+            if self.settings.loads_weights {
+                Some(connection.get::<ModelInfo>(MODEL_INFO_PATH).map_err(
+                    |failure| match failure {
+                        Failure::Fatal(reason) => Failure::Fatal(format!(
+                            "{reason}; weight_sync = \"sglang\" needs servers that speak SGLang's \
+                         {MODEL_INFO_PATH} and /update_weights_from_disk (SGLang, drmas-host \
+                         serve; not vLLM)"
+                        )),
+                        transient => transient,
+                    },
+                )?)
+            } else {
+                None
+            };
+        Ok(Answers { info, names })
     }
 }

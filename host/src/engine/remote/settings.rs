@@ -25,6 +25,24 @@ pub struct RemoteSettings {
     pub first_backoff: Duration,
     /// The most prompts one request carries.
     pub max_batch_per_request: usize,
+    /// What the servers speak.
+    pub protocol: Protocol,
+    /// Whether the servers load new weights through SGLang's `/update_weights_from_disk`
+    /// (and report their model in `/get_model_info`).
+    pub loads_weights: bool,
+}
+
+/// The HTTP protocol a fleet generates with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Protocol {
+    /// SGLang's native `POST /generate` with `input_ids`.
+    Sglang,
+    /// OpenAI's `POST /v1/completions` with a token-id prompt, as vLLM serves it, asking for
+    /// the model the servers serve under `model`.
+    Openai {
+        /// The served model's name.
+        model: String,
+    },
 }
 
 /// The longest wait between two attempts.
