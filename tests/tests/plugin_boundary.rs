@@ -391,6 +391,39 @@ fn a_plugin_file_or_folder_others_can_write_is_refused_with_the_chmod_fix() {
 }
 
 #[test]
+fn a_file_that_is_not_a_library_for_this_machine_is_refused_before_it_is_opened() {
+    let folder = common::scratch("not-a-library");
+    let text = folder.join("libnotes.so");
+    std::fs::write(&text, "these are notes, not a library\n").expect("write");
+    let error = Registry::load_folder(&folder, BuildProfile::Dev, ExternalLinks::Refuse)
+        .err()
+        .expect("a text file named .so")
+        .to_string();
+    assert!(
+        error.starts_with(&format!(
+            "{} is not a shared library this machine can load: it is a text file",
+            text.display()
+        )),
+        "{error}"
+    );
+    std::fs::remove_file(&text).expect("remove");
+
+    let mut truncated = std::fs::read(common::fixture_library()).expect("read the fixture");
+    truncated.truncate(8192);
+    let half = folder.join("libhalf.so");
+    std::fs::write(&half, truncated).expect("write");
+    let error = Registry::load_folder(&folder, BuildProfile::Dev, ExternalLinks::Refuse)
+        .err()
+        .expect("a truncated library")
+        .to_string();
+    assert!(
+        error.starts_with(&format!("{} is not a shared library", half.display()))
+            && error.contains("truncated"),
+        "{error}"
+    );
+}
+
+#[test]
 fn a_link_out_of_the_plugins_folder_is_refused_unless_followed() {
     let folder = common::scratch("linked-plugin");
     let link = folder.join("libfixture.so");
