@@ -52,6 +52,22 @@ pub enum DatasetError {
         /// What the file has.
         found: String,
     },
+    /// A parquet page, refused from its header, holds a value longer than the record bound or is
+    /// too large to decode.
+    #[error(
+        "{path}: column `{column}`, {rows}: {what}; raise max_record_bytes in the environment's \
+         params if records this long are meant, or remove them from the file"
+    )]
+    RecordTooLarge {
+        /// The dataset file.
+        path: PathBuf,
+        /// The column, dotted.
+        column: String,
+        /// The rows the page spans (`row 7`, `rows 1 to 500`), 1-based.
+        rows: String,
+        /// The page's size and what it holds.
+        what: String,
+    },
     /// A parquet row is not a valid record.
     #[error("{path}: row {row}: {reason}; load with skip_malformed to skip such rows")]
     MalformedRow {

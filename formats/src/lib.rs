@@ -8,8 +8,9 @@
 //! - parquet as verl and pandas write it (snappy; lists and structs nested) ([`ParquetFile`]):
 //!   optional column checks before any row is read, then rows with errors naming the file and the
 //!   1-based row, read through the [`row`] accessors;
-//! - one [`DatasetError`], and the [`LoadOptions`] (`limit`, `skip_malformed`, `max_record_bytes`) and [`Loaded`]
-//!   result every reader shares.
+//! - one [`DatasetError`], and the [`LoadOptions`] (`limit`, `skip_malformed`, `max_record_bytes`,
+//!   checked in params by [`check_max_record_bytes`]) and [`Loaded`] result every reader shares;
+//!   a record's size is bounded before it is read whole, in JSONL lines and parquet pages alike.
 //!
 //! A plugin hands a reader a function that turns one line or row into its record, or says why the
 //! record is malformed; the reader applies the limit, skips and counts malformed records when asked
@@ -21,12 +22,14 @@
 mod error;
 mod jsonl;
 mod load;
+mod page_header;
 mod parquet;
+mod record_size;
 pub mod row;
 mod schema;
 
 pub use error::DatasetError;
 pub use jsonl::{load_jsonl, read_jsonl};
-pub use load::{LoadOptions, Loaded, DEFAULT_MAX_RECORD_BYTES};
+pub use load::{check_max_record_bytes, LoadOptions, Loaded, DEFAULT_MAX_RECORD_BYTES};
 pub use parquet::{is_parquet, ParquetFile};
 pub use schema::Expect;

@@ -1,8 +1,23 @@
 //! What every reader is asked ([`LoadOptions`]) and gives back ([`Loaded`]).
 
-/// The longest JSONL line read by default: 1 MiB, far beyond any task's text, far below what
-/// tokenising a runaway record would cost.
+/// The longest JSONL line or parquet value read by default: 1 MiB, far beyond any task's text,
+/// far below what tokenising a runaway record would cost.
 pub const DEFAULT_MAX_RECORD_BYTES: usize = 1 << 20;
+
+/// The largest `max_record_bytes` a plugin accepts in its params: 1 GiB.
+const MAX_RECORD_BYTES_CEILING: u64 = 1 << 30;
+
+/// `max_record_bytes` from a component's params, when it is from 1 byte to 1 GiB; otherwise the
+/// reason, naming the field.
+pub fn check_max_record_bytes(value: u64) -> Result<usize, String> {
+    match usize::try_from(value) {
+        Ok(bytes) if (1..=MAX_RECORD_BYTES_CEILING).contains(&value) => Ok(bytes),
+        _ => Err(format!(
+            "max_record_bytes = {value} must be a number of bytes from 1 to \
+             {MAX_RECORD_BYTES_CEILING}"
+        )),
+    }
+}
 
 /// How a dataset is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,7 +26,9 @@ pub struct LoadOptions {
     pub limit: Option<usize>,
     /// Skip (and count) malformed lines or rows instead of failing on the first one.
     pub skip_malformed: bool,
-    /// A JSONL line longer than this many bytes is malformed, and is never held in memory whole.
+    /// A JSONL line longer than this many bytes is malformed, and is never held in memory whole;
+    /// so is a parquet row with a string value this long, and a parquet page that must hold
+    /// one is refused before it is decoded.
     pub max_record_bytes: usize,
 }
 

@@ -9,6 +9,7 @@ use parquet::errors::ParquetError;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::record::Row;
 
+use crate::record_size::{check_pages, oversized_value};
 use crate::schema::{check_columns, Expect};
 use crate::{DatasetError, LoadOptions, Loaded};
 
@@ -22,20 +23,25 @@ pub fn is_parquet(path: &Path) -> bool {
 pub struct ParquetFile {
     path: PathBuf,
     reader: SerializedFileReader<File>,
+    /// The same file, for reading page headers before the reader decodes their pages.
+    pages: File,
 }
 
 impl ParquetFile {
     /// Opens `path` and reads its metadata; a file that is not parquet is a
     /// [`DatasetError::Parquet`].
     pub fn open(path: &Path) -> Result<Self, DatasetError> {
-        let file = File::open(path).map_err(|source| DatasetError::Io {
+        let io = |source| DatasetError::Io {
             path: path.to_owned(),
             source,
-        })?;
+        };
+        let file = File::open(path).map_err(io)?;
+        let pages = file.try_clone().map_err(io)?;
         let reader = decoding(path, || SerializedFileReader::new(file))?;
         Ok(Self {
             path: path.to_owned(),
             reader,
+            pages,
         })
     }
 
@@ -54,12 +60,20 @@ impl ParquetFile {
     }
 
     /// Reads the rows in file order: `parse` turns each row, with its 1-based number, into a
-    /// record or says why it is malformed.
+    /// record or says why it is malformed. A value longer than
+    /// [`LoadOptions::max_record_bytes`] makes its row malformed; a page that must hold one, or
+    /// is too large to decode, is refused from its header before any row is read.
     pub fn load<T>(
         &self,
         options: &LoadOptions,
         mut parse: impl FnMut(&Row, usize) -> Result<T, String>,
     ) -> Result<Loaded<T>, DatasetError> {
+        check_pages(
+            &self.path,
+            &self.pages,
+            self.reader.metadata(),
+            options.max_record_bytes,
+        )?;
         let mut loaded = Loaded::default();
         let mut rows = decoding(&self.path, || self.reader.get_row_iter(None))?;
         for number in 1.. {
@@ -69,12 +83,17 @@ impl ParquetFile {
             let Some(row) = decoding(&self.path, || rows.next().transpose())? else {
                 break;
             };
-            loaded.push(parse(&row, number), options, |reason| {
-                DatasetError::MalformedRow {
-                    path: self.path.clone(),
-                    row: number,
-                    reason,
-                }
+            let record = match oversized_value(&row, options.max_record_bytes) {
+                Some((column, bytes)) => Err(format!(
+                    "column `{column}` holds a value of {bytes} bytes, over max_record_bytes = {}",
+                    options.max_record_bytes
+                )),
+                None => parse(&row, number),
+            };
+            loaded.push(record, options, |reason| DatasetError::MalformedRow {
+                path: self.path.clone(),
+                row: number,
+                reason,
             })?;
         }
         Ok(loaded)

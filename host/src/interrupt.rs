@@ -3,10 +3,14 @@
 //! update), saves a checkpoint and exits with `128 + signal`. A second signal ends the process at
 //! once. The handler does only what is async-signal-safe: an atomic swap, `write(2)`, `_exit`.
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// The first stop signal received (0: none yet).
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
+/// Whether an update, which a signal does not cut short, is running.
+static UPDATING: AtomicBool = AtomicBool::new(false);
+/// Whether the first signal arrived while an update was running.
+static DURING_UPDATE: AtomicBool = AtomicBool::new(false);
 
 /// What the handler writes on the first signal.
 const FIRST_NOTICE: &[u8] = b"\ndrmas-host: stopping after the current phase and saving a \
@@ -20,6 +24,8 @@ const SECOND_NOTICE: &[u8] = b"\ndrmas-host: second signal; stopping at once, no
 pub struct Interrupted {
     /// SIGINT or SIGTERM.
     pub signal: i32,
+    /// Whether it arrived during an update (which was then finished, not cut short).
+    pub during_update: bool,
 }
 
 impl Interrupted {
@@ -27,6 +33,11 @@ impl Interrupted {
     /// SIGINT, 143 for SIGTERM).
     pub fn exit_code(self) -> u8 {
         u8::try_from(128 + self.signal).unwrap_or(1)
+    }
+
+    /// The signal's name, for messages: `SIGINT (Ctrl-C)`, `SIGTERM`.
+    pub fn signal_name(self) -> &'static str {
+        signal_name(self.signal)
     }
 }
 
@@ -57,8 +68,29 @@ pub fn install() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Marks an update as running until the guard is dropped, so that a signal arriving meanwhile
+/// is reported as one the update finished through.
+#[must_use = "the update counts as running only while the guard lives"]
+pub struct Updating(());
+
+impl Drop for Updating {
+    fn drop(&mut self) {
+        UPDATING.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Marks the update phase as running (see [`Updating`]).
+pub fn updating() -> Updating {
+    UPDATING.store(true, Ordering::SeqCst);
+    Updating(())
+}
+
 extern "C" fn on_signal(signal: libc::c_int) {
     let first = RECEIVED.swap(signal, Ordering::SeqCst) == 0;
+    if first {
+        // Atomic loads and stores are async-signal-safe.
+        DURING_UPDATE.store(UPDATING.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
     let notice = if first { FIRST_NOTICE } else { SECOND_NOTICE };
     // SAFETY: write(2) and _exit(2) are async-signal-safe; the buffer is a static.
     unsafe {
@@ -73,7 +105,10 @@ extern "C" fn on_signal(signal: libc::c_int) {
 pub fn check() -> Result<(), Interrupted> {
     match RECEIVED.load(Ordering::SeqCst) {
         0 => Ok(()),
-        signal => Err(Interrupted { signal }),
+        signal => Err(Interrupted {
+            signal,
+            during_update: DURING_UPDATE.load(Ordering::SeqCst),
+        }),
     }
 }
 

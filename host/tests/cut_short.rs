@@ -35,6 +35,16 @@ trait CutShort {
         iteration: u32,
         delay: Duration,
         signals: usize,
+    ) -> (ExitStatus, Duration) {
+        let line = format!("iteration {iteration:>3}/{ITERATIONS}");
+        self.interrupt_at(&line, delay, signals)
+    }
+    /// Like [`CutShort::interrupt_after`], once the log holds `line`.
+    fn interrupt_at(
+        &mut self,
+        line: &str,
+        delay: Duration,
+        signals: usize,
     ) -> (ExitStatus, Duration);
 }
 
@@ -53,16 +63,15 @@ impl CutShort for Run {
         self.start().wait().expect("wait for drmas-host")
     }
 
-    fn interrupt_after(
+    fn interrupt_at(
         &mut self,
-        iteration: u32,
+        line: &str,
         delay: Duration,
         signals: usize,
     ) -> (ExitStatus, Duration) {
         let mut child = self.start();
         let started = Instant::now();
-        let line = format!("iteration {iteration:>3}/{ITERATIONS}");
-        while !self.last_log().contains(&line) {
+        while !self.last_log().contains(line) {
             if let Some(status) = child.try_wait().expect("poll drmas-host") {
                 panic!("exited ({status}) before `{line}`:\n{}", self.last_log());
             }
@@ -154,6 +163,48 @@ fn sigint_saves_a_checkpoint_and_resume_ends_where_an_uninterrupted_run_does() {
             "the message names another iteration than {saved}:\n{log}"
         );
     }
+    let status = run.run();
+    assert!(status.success(), "{status}:\n{}", run.last_log());
+    assert_same_end(&run, &reference, ITERATIONS);
+}
+
+#[test]
+fn sigint_during_the_update_finishes_and_saves_that_iteration_and_resume_ends_where_an_uninterrupted_run_does(
+) {
+    let run_file = common::pair_run_file(ITERATIONS, 0, "");
+    let mut reference = Run::named("update-reference", &run_file);
+    assert!(reference.run().success(), "{}", reference.last_log());
+
+    let mut run = Run::named("sigint-update", &run_file);
+    run.log_filter = "warn,drmas_host::trainer=debug".to_owned();
+    // The signal is sent as the update starts; should it land after it (the process was not
+    // scheduled in time), the next iteration's update is tried, on the resumed run (a signal
+    // landing in a rollout drops that iteration, which the resumed run then does again).
+    let mut landed = None;
+    for iteration in 1..ITERATIONS {
+        let marker = format!("iteration {iteration}: updating the worker groups");
+        let (status, _) = run.interrupt_at(&marker, Duration::ZERO, 1);
+        let log = run.last_log();
+        assert_eq!(status.code(), Some(130), "{status}:\n{log}");
+        if log.contains(&format!(
+            "SIGINT (Ctrl-C) came during the update of iteration {iteration}, \
+             which was finished first. Iteration {iteration} is saved in"
+        )) {
+            assert!(run.checkpoint(iteration).is_dir(), "{log}");
+            assert_eq!(
+                common::metrics(&run.out()).keys().last(),
+                Some(&iteration),
+                "the finished iteration's metrics line is written"
+            );
+            landed = Some(iteration);
+            break;
+        }
+    }
+    assert!(
+        landed.is_some(),
+        "no signal landed in an update:\n{}",
+        run.last_log()
+    );
     let status = run.run();
     assert!(status.success(), "{status}:\n{}", run.last_log());
     assert_same_end(&run, &reference, ITERATIONS);

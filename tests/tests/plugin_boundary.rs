@@ -196,7 +196,7 @@ fn a_library_that_is_not_a_plugin_is_refused_clearly() {
         .expect_err("must fail")
         .to_string();
     assert!(
-        error.contains("cannot open plugin") && error.contains("notes.so"),
+        error.contains("notes.so is not a shared library this machine can load: it is a text file"),
         "{error}"
     );
 }
@@ -388,6 +388,39 @@ fn a_plugin_file_or_folder_others_can_write_is_refused_with_the_chmod_fix() {
     );
     chmod(&folder, 0o755);
     assert_eq!(load().expect("the fixed folder loads").plugins().len(), 1);
+}
+
+#[test]
+fn a_file_that_is_not_a_library_for_this_machine_is_refused_before_it_is_opened() {
+    let folder = common::scratch("not-a-library");
+    let text = folder.join("libnotes.so");
+    std::fs::write(&text, "these are notes, not a library\n").expect("write");
+    let error = Registry::load_folder(&folder, BuildProfile::Dev, ExternalLinks::Refuse)
+        .err()
+        .expect("a text file named .so")
+        .to_string();
+    assert!(
+        error.starts_with(&format!(
+            "{} is not a shared library this machine can load: it is a text file",
+            text.display()
+        )),
+        "{error}"
+    );
+    std::fs::remove_file(&text).expect("remove");
+
+    let mut truncated = std::fs::read(common::fixture_library()).expect("read the fixture");
+    truncated.truncate(8192);
+    let half = folder.join("libhalf.so");
+    std::fs::write(&half, truncated).expect("write");
+    let error = Registry::load_folder(&folder, BuildProfile::Dev, ExternalLinks::Refuse)
+        .err()
+        .expect("a truncated library")
+        .to_string();
+    assert!(
+        error.starts_with(&format!("{} is not a shared library", half.display()))
+            && error.contains("truncated"),
+        "{error}"
+    );
 }
 
 #[test]

@@ -12,6 +12,7 @@ use crate::advantage::{self, Estimator, EstimatorError};
 use crate::suggest::similar;
 
 use super::discover::{discover, BuildProfile, DiscoverError};
+use super::elf::{check_shared_library, ElfError};
 use super::estimator::PluginEstimator;
 use super::hosted::Hosted;
 use super::trust::{refuse_writable_library, ExternalLinks};
@@ -22,6 +23,9 @@ pub enum RegistryError {
     /// The folder could not be scanned or a crate not built.
     #[error(transparent)]
     Discover(#[from] DiscoverError),
+    /// A file in the plugins folder is not a shared library for this machine.
+    #[error(transparent)]
+    NotALibrary(#[from] ElfError),
     /// A library could not be loaded.
     #[error(transparent)]
     Load(#[from] LoadError),
@@ -81,15 +85,17 @@ impl Registry {
     ) -> Result<Self, RegistryError> {
         let mut registry = Registry::default();
         for library in discover(folder, profile, links)? {
+            check_shared_library(&library)?;
             registry.add(load_plugin(&library)?)?;
         }
         Ok(registry)
     }
 
     /// Loads one library file (refused when users other than its owner can write it or its
-    /// folder).
+    /// folder, or when it is not a shared library for this machine).
     pub fn load_file(&mut self, library: &Path) -> Result<(), RegistryError> {
         refuse_writable_library(library).map_err(DiscoverError::from)?;
+        check_shared_library(library)?;
         self.add(load_plugin(library)?)
     }
 

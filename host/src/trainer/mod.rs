@@ -321,9 +321,21 @@ impl Trainer {
     /// iteration unless a checkpoint of it exists or there is none, says on stderr what was saved
     /// and how to continue, and hands the error back.
     fn stopped(&self, error: anyhow::Error, stage: Stage) -> anyhow::Error {
-        let what = match crate::interrupt::interruption(&error) {
+        let interrupted = crate::interrupt::interruption(&error);
+        let what = match interrupted {
             Some(interrupted) => interrupted.to_string(),
             None => "an error".to_owned(),
+        };
+        // A signal during an update is honoured once the update (and its iteration) is done.
+        let finished_first = match interrupted {
+            Some(interrupted) if interrupted.during_update && matches!(stage, Stage::Finished) => {
+                format!(
+                    "{} came during the update of iteration {}, which was finished first. ",
+                    interrupted.signal_name(),
+                    self.iteration
+                )
+            }
+            _ => String::new(),
         };
         let note = match stage {
             Stage::Updating => format!(
@@ -343,7 +355,10 @@ impl Trainer {
                     _ => String::new(),
                 };
                 match self.save_unless_saved() {
-                    Ok(saved) => format!("{dropped}{}", stopped::resume_hint(Some(&saved))),
+                    Ok(saved) => format!(
+                        "{dropped}{finished_first}{}",
+                        stopped::resume_hint(Some(&saved))
+                    ),
                     Err(save_error) => format!(
                         "{dropped}saving iteration {} failed too: {save_error:#}",
                         self.iteration
@@ -441,6 +456,8 @@ impl Trainer {
     /// gathered; returns the iteration's metrics. Never interrupted: once one group's weights
     /// change, the iteration has to finish.
     fn learn(&mut self, collected: &Collected) -> anyhow::Result<Metrics> {
+        let _updating = crate::interrupt::updating();
+        tracing::debug!("iteration {}: updating the worker groups", self.iteration);
         let mut metrics = collected.metrics.clone();
         let rollout = collected.sampled.batch();
         let started = Instant::now();

@@ -174,6 +174,8 @@ pub struct TrainRun {
     pub dir: PathBuf,
     /// How many times it was started.
     pub starts: usize,
+    /// Its `RUST_LOG` (`warn` unless a test needs to see more).
+    pub log_filter: String,
 }
 
 impl TrainRun {
@@ -181,7 +183,11 @@ impl TrainRun {
     pub fn new(name: &str, run_file: &str) -> Self {
         let dir = scratch(name);
         std::fs::write(dir.join("run.toml"), run_file).expect("write the run file");
-        Self { dir, starts: 0 }
+        Self {
+            dir,
+            starts: 0,
+            log_filter: "warn".to_owned(),
+        }
     }
 
     /// The run folder.
@@ -210,7 +216,7 @@ impl TrainRun {
             .arg(fixture_plugins())
             .arg("--config")
             .arg(self.dir.join("run.toml"))
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", &self.log_filter)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone the log"))
             .stderr(log)

@@ -96,3 +96,29 @@ fn a_bad_split_or_config_key_is_an_error() {
     assert!(MathEnvironment::from_config(&"levle = 2".into()).is_err());
     assert!(MathEnvironment::from_config(&"level = 4".into()).is_err());
 }
+
+#[test]
+fn max_record_bytes_bounds_a_line_and_is_checked() {
+    let error = MathEnvironment::from_config(&"max_record_bytes = 0".into())
+        .err()
+        .expect("0 bytes")
+        .to_string();
+    assert!(
+        error.contains("[environment.params] max_record_bytes = 0 must be a number of bytes"),
+        "{error}"
+    );
+    let env = MathEnvironment::from_config(&"format = \"gsm8k\"\nmax_record_bytes = 100".into())
+        .expect("config");
+    let spec = DatasetSpec {
+        path: data("gsm8k/test.jsonl"),
+        limit: Some(1),
+        ..Default::default()
+    };
+    let error = env.load_tasks(&spec).expect_err("the first line is longer");
+    assert!(
+        error
+            .message()
+            .contains("test.jsonl:1: the line is longer than 100 bytes (max_record_bytes)"),
+        "{error}"
+    );
+}

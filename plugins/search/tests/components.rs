@@ -171,6 +171,35 @@ fn an_oversized_query_is_refused_to_the_model_without_ending_the_rollout() {
 }
 
 #[test]
+fn max_record_bytes_bounds_a_question_line_and_is_checked() {
+    let config = "max_record_bytes = 2000000000\n[retriever]\nkind = \"http\"\nurl = \"http://127.0.0.1:9\"\n";
+    let error = SearchEnvironment::from_config(&config.into())
+        .err()
+        .expect("over a GiB")
+        .to_string();
+    assert!(
+        error.contains(
+            "[environment.params] max_record_bytes = 2000000000 must be a number of bytes"
+        ),
+        "{error}"
+    );
+    let (env, index) = nq_environment("record-bytes", "max_record_bytes = 20\n");
+    let spec = DatasetSpec {
+        path: data("nq/questions.jsonl"),
+        limit: Some(1),
+        ..Default::default()
+    };
+    let error = env.load_tasks(&spec).expect_err("longer than 20 bytes");
+    assert!(
+        error
+            .message()
+            .contains("questions.jsonl:1: the line is longer than 20 bytes (max_record_bytes)"),
+        "{error}"
+    );
+    let _ = std::fs::remove_dir_all(index);
+}
+
+#[test]
 fn an_unreachable_http_retriever_is_found_when_the_environment_is_built() {
     // Built by `check` as by `train`: a URL nobody answers at fails there, naming it.
     let config = "[retriever]\nkind = \"http\"\nurl = \"http://127.0.0.1:9\"\ntimeout_secs = 1\n";

@@ -9,7 +9,9 @@
 mod jsonl;
 mod parquet;
 
-pub use drmas_formats::{is_parquet, DatasetError, LoadOptions};
+pub use drmas_formats::{
+    check_max_record_bytes, is_parquet, DatasetError, LoadOptions, DEFAULT_MAX_RECORD_BYTES,
+};
 pub use jsonl::{load_jsonl, read_jsonl, AnswerMode, JsonlFormat};
 pub use parquet::load_parquet;
 

@@ -13,7 +13,10 @@ use drmas_sdk::{
 use serde::Deserialize;
 
 use crate::answer::{extract_answer, score};
-use crate::dataset::{is_parquet, load_jsonl, load_parquet, JsonlFormat, LoadOptions, MathTask};
+use crate::dataset::{
+    check_max_record_bytes, is_parquet, load_jsonl, load_parquet, JsonlFormat, LoadOptions,
+    MathTask, DEFAULT_MAX_RECORD_BYTES,
+};
 use crate::generator::{generate, Difficulty, Split};
 
 /// The built-in generated dataset's path.
@@ -22,6 +25,8 @@ pub const GENERATED: &str = "builtin:generated";
 /// Scores solutions with the answer checker.
 pub struct MathEnvironment {
     config: MathEnvironmentConfig,
+    /// `config.max_record_bytes`, checked.
+    max_record_bytes: usize,
 }
 
 #[derive(Debug, Deserialize)]
@@ -31,6 +36,8 @@ struct MathEnvironmentConfig {
     format: Format,
     /// Skip (and count) malformed lines instead of failing.
     skip_malformed: bool,
+    /// The longest JSONL line or parquet value read (bytes): longer ones are malformed.
+    max_record_bytes: u64,
     /// Difficulty of generated tasks (1-3).
     level: Difficulty,
     /// Seed of generated tasks.
@@ -44,6 +51,7 @@ impl Default for MathEnvironmentConfig {
         Self {
             format: Format::Auto,
             skip_malformed: false,
+            max_record_bytes: DEFAULT_MAX_RECORD_BYTES as u64,
             level: Difficulty::Easy,
             seed: 0,
             generated_count: 1000,
@@ -66,8 +74,12 @@ impl Component for MathEnvironment {
     const DESCRIPTION: &'static str = "one-step math tasks scored by a MATH-style answer checker";
 
     fn from_config(params: &Params) -> Result<Self> {
+        let config: MathEnvironmentConfig = params.parse()?;
+        let max_record_bytes = check_max_record_bytes(config.max_record_bytes)
+            .map_err(|reason| Error::new(format!("[environment.params] {reason}")))?;
         Ok(Self {
-            config: params.parse()?,
+            config,
+            max_record_bytes,
         })
     }
 }
@@ -92,7 +104,7 @@ impl MathEnvironment {
         let options = LoadOptions {
             limit,
             skip_malformed: self.config.skip_malformed,
-            ..LoadOptions::default()
+            max_record_bytes: self.max_record_bytes,
         };
         let loaded = match &self.config.format {
             Format::Parquet => load_parquet(&path, &options)?,

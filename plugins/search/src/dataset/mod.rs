@@ -21,7 +21,9 @@ mod split;
 
 use std::path::Path;
 
-pub use drmas_formats::{is_parquet, DatasetError, LoadOptions};
+pub use drmas_formats::{
+    check_max_record_bytes, is_parquet, DatasetError, LoadOptions, DEFAULT_MAX_RECORD_BYTES,
+};
 pub use jsonl::load_qa_jsonl;
 pub use parquet::load_qa_parquet;
 pub use split::Split;

@@ -14,7 +14,9 @@ use drmas_sdk::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::{load_qa, LoadOptions, Split};
+use crate::dataset::{
+    check_max_record_bytes, load_qa, LoadOptions, Split, DEFAULT_MAX_RECORD_BYTES,
+};
 use crate::format::format_information;
 use crate::metrics::{exact_match, f1_score, sub_exact_match};
 use crate::retriever::bm25::{Bm25Options, Bm25Retriever};
@@ -28,6 +30,7 @@ pub struct SearchEnvironment {
     top_k: usize,
     max_turns: u32,
     skip_malformed: bool,
+    max_record_bytes: usize,
 }
 
 #[derive(Deserialize)]
@@ -40,6 +43,13 @@ struct Config {
     max_turns: u32,
     #[serde(default)]
     skip_malformed: bool,
+    /// The longest JSONL line or parquet value read (bytes): longer ones are malformed.
+    #[serde(default = "default_max_record_bytes")]
+    max_record_bytes: u64,
+}
+
+fn default_max_record_bytes() -> u64 {
+    DEFAULT_MAX_RECORD_BYTES as u64
 }
 
 fn default_top_k() -> usize {
@@ -101,6 +111,8 @@ impl Component for SearchEnvironment {
 
     fn from_config(params: &Params) -> Result<Self> {
         let config: Config = params.parse()?;
+        let max_record_bytes = check_max_record_bytes(config.max_record_bytes)
+            .map_err(|reason| Error::new(format!("[environment.params] {reason}")))?;
         let retriever: Arc<dyn Retriever> = match config.retriever {
             RetrieverConfig::Bm25 { corpus, index_dir } => {
                 let progress = |message: &str| drmas_sdk::log::info!("{message}");
@@ -135,6 +147,7 @@ impl Component for SearchEnvironment {
             top_k: config.top_k,
             max_turns: config.max_turns,
             skip_malformed: config.skip_malformed,
+            max_record_bytes,
         })
     }
 }
@@ -155,7 +168,7 @@ impl Environment for SearchEnvironment {
                 .filter(|_| split == Split::All)
                 .map(|l| l as usize),
             skip_malformed: self.skip_malformed,
-            ..LoadOptions::default()
+            max_record_bytes: self.max_record_bytes,
         };
         let path = spec.resolved_path();
         let mut dataset = load_qa(&path, &options)?;
