@@ -10,7 +10,9 @@
 #     by 512 tokens (`devices --generate` against HF `generate`, dynamic cache, and for batch 64
 #     also the static cache); one training step of 16 calls of 32 + 480 tokens (`devices
 #     --update`, bf16 weights with f32 masters) against PyTorch eager with autocast (f32 weights)
-#     and in bf16.
+#     and in bf16; one GRPO iteration of `drmas-host train` (math Solver and Verifier sharing the
+#     model, 16 prompts × 8 samples, responses of at most 256 tokens), its rollout and update
+#     seconds. No TRL runs on the device (it is not installed there), so that row has no peer.
 #   qwen2.5-7b: generation at batch 64 the same way; one training step of 8 calls of
 #     32 + 2048 tokens with activation checkpointing on both sides.
 #
@@ -21,7 +23,8 @@
 #                         on a machine without a GPU, to check the script itself)
 #   DRMAS_SPEED_MODEL     an HF folder to time instead of making the architecture's model
 #   DRMAS_SPEED_BATCHES, DRMAS_SPEED_NEW_TOKENS, DRMAS_SPEED_CALLS,
-#   DRMAS_SPEED_RESPONSE_TOKENS   override the shapes above
+#   DRMAS_SPEED_RESPONSE_TOKENS, DRMAS_SPEED_GRPO ("PROMPTS GROUP_SIZE TOKENS", or "none")
+#                         override the shapes above
 #   DRMAS_PYTHON          the python3 holding torch 2.11 (see run.sh)
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -33,12 +36,12 @@ case "$arch" in
   qwen2.5-1.5b)
     batches="${DRMAS_SPEED_BATCHES:-64 256}" calls="${DRMAS_SPEED_CALLS:-16}"
     response="${DRMAS_SPEED_RESPONSE_TOKENS:-480}" checkpointing=""
-    precisions="autocast bf16"
+    precisions="autocast bf16" grpo="${DRMAS_SPEED_GRPO:-16 8 256}"
     ;;
   qwen2.5-7b)
     batches="${DRMAS_SPEED_BATCHES:-64}" calls="${DRMAS_SPEED_CALLS:-8}"
     response="${DRMAS_SPEED_RESPONSE_TOKENS:-2048}" checkpointing="--activation-checkpointing"
-    precisions="bf16"
+    precisions="bf16" grpo="${DRMAS_SPEED_GRPO:-none}"
     ;;
   *)
     log "unknown architecture $arch: qwen2.5-1.5b or qwen2.5-7b"
@@ -72,6 +75,10 @@ for precision in $precisions; do
     --device "$device" --calls "$calls" --prompt-tokens 32 --response-tokens "$response" \
     --precision "$precision" $checkpointing
 done
+if [[ "$grpo" != none ]]; then
+  read -r prompts group_size tokens <<<"$grpo"
+  train grpo-drmas "$model" bf16 shared "" "$prompts" "$group_size" "$tokens" 300
+fi
 
 log "writing the report"
 tar -czf "$out/logs.tar.gz" -C "$work" logs

@@ -9,7 +9,8 @@ Generation: tokens/s of drmas and of HF `generate` on the same batch, their rati
 side's decode step against the bound set by reading the weights and the mean KV cache once per
 step at BANDWIDTH. Training: seconds and tokens/s of one step and MFU against PEAK_FLOPS, the
 FLOPs of a token being 6·P + 12·L·T·d (P the weights that multiply, L layers, T the sequence
-length, d heads × head dim: forward and backward matmuls, attention scores and sums).
+length, d heads × head dim: forward and backward matmuls, attention scores and sums). GRPO: the
+rollout and update seconds of one `drmas-host train` iteration, from its metrics.
 """
 
 import datetime
@@ -81,10 +82,18 @@ def collect(logs: Path, config: dict) -> dict:
                 "activation_checkpointing": out["activation_checkpointing"],
                 "forward_tokens": out["forward_tokens"], "seconds": out["seconds"],
             })
+    grpo = None
+    metrics = logs / "grpo-drmas.metrics.jsonl"
+    if metrics.exists():
+        lines = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        trained = [line for line in lines if line.get("iteration", 0) >= 1]
+        if trained:
+            grpo = {"step": steps.get("grpo-drmas"), **trained[-1]}
     for row in training:
         row["tokens_per_s"] = row["forward_tokens"] / row["seconds"]
         row["mfu"] = row["tokens_per_s"] * flops_per_token(config, row["sequence"]) / PEAK_FLOPS
-    return {"steps": list(steps.values()), "generation": generation, "training": training}
+    return {"steps": list(steps.values()), "generation": generation, "training": training,
+            "grpo": grpo}
 
 
 def markdown(report: dict, device: str, seconds: int) -> str:
@@ -128,6 +137,26 @@ def markdown(report: dict, device: str, seconds: int) -> str:
             f"{'yes' if t['activation_checkpointing'] else 'no'} | {t['forward_tokens']} | "
             f"{t['seconds']:.3f} | {t['tokens_per_s']:.0f} | {t['mfu'] * 100:.1f} % | {ratio} |"
         )
+    grpo = report["grpo"]
+    if grpo:
+        calls = {key.split("/", 1)[1]: int(value) for key, value in grpo.items()
+                 if key.startswith("calls/")}
+        lengths = ", ".join(f"{role} {grpo.get('response_len/' + role, 0):.0f}" for role in calls)
+        step_seconds = grpo["step"]["seconds"] if grpo["step"] else ""
+        lines += [
+            "",
+            "## One GRPO iteration (`drmas-host train`, math Solver and Verifier sharing the model)",
+            "",
+            "| calls | mean response tokens | rollout (s) | of which generation (s) | update (s) "
+            "| rollout tokens/s | step with loading (s) |",
+            "|---|---|---|---|---|---|---|",
+            f"| {', '.join(f'{role} {n}' for role, n in calls.items())} | {lengths} "
+            f"| {grpo.get('time/rollout_s', 0):.1f} | {grpo.get('time/generation_s', 0):.1f} "
+            f"| {grpo.get('time/update_s', 0):.1f} | {grpo.get('tokens_per_s/rollout', 0):.0f} "
+            f"| {step_seconds} |",
+            "",
+            "No peer on the device: TRL is not installed there.",
+        ]
     lines += ["", "## Steps", "", "| step | exit | seconds | peak GPU memory (MiB) |",
               "|---|---|---|---|"]
     for step in report["steps"]:

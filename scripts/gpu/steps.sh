@@ -2,7 +2,8 @@
 # the check with a time limit, samples the GPU's memory while it runs and records its outcome.
 #
 # Usage: source steps.sh NAME (NAME: the script's, for its log lines and default report folder).
-# Expects: $here (the bundle folder), $device. Sets: $out (where the report goes: $OUT, default
+# Expects: $here (the bundle folder), $device. Defines `step`, and `run_file` and `train` for
+# one-iteration math runs. Sets: $out (where the report goes: $OUT, default
 # $here/NAME-out), $python, $work (a temporary folder removed on exit), $logs, $steps, $began,
 # and exports DRMAS_PYTHON.
 script_name="$1"
@@ -58,3 +59,75 @@ step() {
   return 0
 }
 
+# A one-iteration run file: the math Solver and Verifier on MODEL on $device in DTYPE, sharing
+# one group, or (GROUPS = two) each in its own group; EXTRA lines go into every group's section;
+# PROMPTS prompts of GROUP_SIZE samples each, every response at most TOKENS tokens (default 8 ×
+# 4, 32). The random models earn equal rewards, so every advantage is 0: the entropy bonus gives
+# the update a gradient to compute and apply.
+run_file() {
+  local model="$1" dtype="$2" dir="$3" groups="${4:-shared}" extra="${5:-}"
+  local prompts="${6:-8}" group_size="${7:-4}" tokens="${8:-32}"
+  local solver=shared verifier=shared
+  if [[ "$groups" == two ]]; then
+    solver=solver verifier=verifier
+  fi
+  cat <<EOF
+[run]
+output_dir = "$dir"
+seed = 0
+iterations = 1
+eval_every = 0
+save_every = 0
+
+[environment]
+name = "math"
+params = { level = 1, seed = 0 }
+train_data = { path = "builtin:generated", split = "train", limit = 64 }
+
+[orchestra]
+name = "math"
+params = { max_loops = 2 }
+
+[[agents]]
+role = "solver"
+agent = "Solver Agent"
+worker_group = "$solver"
+max_new_tokens = $tokens
+
+[[agents]]
+role = "verifier"
+agent = "Verifier Agent"
+worker_group = "$verifier"
+max_new_tokens = $((tokens < 8 ? tokens : 8))
+
+$(for group in $(printf '%s\n' "$solver" "$verifier" | sort -u); do
+  printf '[worker_groups.%s]\nmodel = "%s"\ndtype = "%s"\ndevice = "%s"\nlearning_rate = 1e-5\nmicro_batch_size = 8\n%b\n' \
+    "$group" "$model" "$dtype" "$device" "$extra"
+done)
+
+[algorithm]
+estimator = "drmas"
+
+[algorithm.loss]
+entropy_coef = 0.01
+
+[rollout]
+prompts_per_batch = $prompts
+group_size = $group_size
+temperature = 1.0
+max_prompt_tokens = 256
+max_response_tokens = $tokens
+EOF
+}
+
+# train NAME MODEL DTYPE [GROUPS [EXTRA [PROMPTS GROUP_SIZE TOKENS [LIMIT_S]]]]: one iteration of
+# run_file's run as step NAME (time limit LIMIT_S, default 240), its metrics kept in the logs.
+train() {
+  local name="$1" model="$2" dtype="$3"
+  run_file "$model" "$dtype" "$work/runs/$name" "${4:-shared}" "${5:-}" "${6:-8}" "${7:-4}" \
+    "${8:-32}" >"$work/$name.toml"
+  step "$name" "${9:-240}" "$here/run.sh" train --config "$work/$name.toml"
+  if [[ -f "$work/runs/$name/metrics.jsonl" ]]; then
+    cp "$work/runs/$name/metrics.jsonl" "$logs/$name.metrics.jsonl"
+  fi
+}
