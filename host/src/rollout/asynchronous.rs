@@ -158,8 +158,8 @@ pub(super) fn run(
                         Ok(stepped) => stepped,
                         Err(error) => {
                             match failures.record(error) {
-                                Ok(message) => {
-                                    outcomes[episode] = Some(EpisodeOutcome::failed(message));
+                                Ok(failed) => {
+                                    outcomes[episode] = Some(failed);
                                     finished += 1;
                                     on_progress(finished);
                                 }

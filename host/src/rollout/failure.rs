@@ -6,6 +6,7 @@
 
 use drmas_sdk::PluginError;
 
+use super::EpisodeOutcome;
 use crate::plugins::PluginCallError;
 
 /// An episode broke one of the host's rules for episodes (see the module docs).
@@ -76,11 +77,11 @@ impl FailureCount {
         }
     }
 
-    /// Counts `error` of one episode: returns the message the episode is marked failed with when
-    /// it is an episode failure within the bound, else the error that ends the rollout (`error`
-    /// itself when it is not the episode's own; over the bound, the first failure under a
-    /// [`TooManyFailures`] context).
-    pub fn record(&mut self, error: anyhow::Error) -> anyhow::Result<String> {
+    /// Counts `error` of one episode: returns the episode's failed outcome when it is an episode
+    /// failure within the bound, else the error that ends the rollout (`error` itself when it is
+    /// not the episode's own; over the bound, the first failure under a [`TooManyFailures`]
+    /// context).
+    pub fn record(&mut self, error: anyhow::Error) -> anyhow::Result<EpisodeOutcome> {
         if !is_episode_failure(&error) {
             return Err(error);
         }
@@ -89,7 +90,7 @@ impl FailureCount {
         let first = self.first.take().unwrap_or(error);
         if self.failed as f64 / self.episodes.max(1) as f64 <= self.rate {
             self.first = Some(first);
-            return Ok(message);
+            return Ok(EpisodeOutcome::failed(message));
         }
         Err(first.context(if self.rate == 0.0 {
             TooManyFailures::First
@@ -144,8 +145,8 @@ mod tests {
     fn failures_pass_within_the_rate_and_the_first_is_named_past_it() {
         let mut count = FailureCount::new(4, 0.5);
         assert_eq!(
-            count.record(plugin_error("first")).expect("1 of 4"),
-            "episode of task `3`: first"
+            count.record(plugin_error("first")).expect("1 of 4").failure,
+            Some("episode of task `3`: first".to_owned())
         );
         count.record(plugin_error("second")).expect("2 of 4");
         let error = count.record(plugin_error("third")).expect_err("3 of 4");

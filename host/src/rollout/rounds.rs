@@ -59,7 +59,7 @@ pub(super) fn run(
             .with_context(|| format!("episode of task `{}`", task.id));
         slots.push(match started {
             Ok(state) => Slot::Running(Box::new(state)),
-            Err(error) => Slot::Failed(EpisodeOutcome::failed(failures.record(error)?)),
+            Err(error) => Slot::Failed(failures.record(error)?),
         });
     }
     let mut rollout = Rollout::default();
@@ -69,7 +69,7 @@ pub(super) fn run(
         let advanced = advance_all(&mut slots, team, tasks)?;
         for (slot, result) in slots.iter_mut().zip(advanced) {
             if let Err(error) = result {
-                *slot = Slot::Failed(EpisodeOutcome::failed(failures.record(error)?));
+                *slot = Slot::Failed(failures.record(error)?);
             }
         }
         on_progress(slots.iter().filter(|s| s.is_over()).count());
@@ -96,8 +96,7 @@ pub(super) fn run(
                             calls.push(call.context("a waiting episode has a pending call")?);
                         }
                         Err(error) => {
-                            slots[episode] =
-                                Slot::Failed(EpisodeOutcome::failed(failures.record(error)?));
+                            slots[episode] = Slot::Failed(failures.record(error)?);
                         }
                     }
                 }
@@ -121,8 +120,7 @@ pub(super) fn run(
                             rollout.calls.push(call);
                         }
                         Err(error) => {
-                            slots[episode] =
-                                Slot::Failed(EpisodeOutcome::failed(failures.record(error)?));
+                            slots[episode] = Slot::Failed(failures.record(error)?);
                         }
                     }
                 }

@@ -32,8 +32,8 @@ pub(super) fn warn_failures(rollout: &Rollout, label: &str, consequence: &str) {
     }
     if failed > LOGGED_FAILURES {
         tracing::warn!(
-            "{label}: {} more episodes failed ({failed} of {}; [rollout] \
-             max_episode_failure_rate allows this many)",
+            "{label}: {} more episodes failed, {failed} of {} in all (within [rollout] \
+             max_episode_failure_rate)",
             failed - LOGGED_FAILURES,
             rollout.episodes.len()
         );
