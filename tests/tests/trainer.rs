@@ -981,6 +981,16 @@ fn episodes_that_panic_or_time_out_are_dropped_under_each_schedule_and_scored_0_
         assert_eq!(line["groups/dropped_failed"], 1.0, "{fault}: {line}");
         assert_eq!(line["advantage/calls"], 24.0, "{fault}: {line}");
         assert_eq!(summary.failed.episodes, 4, "{fault}");
+        // samples.jsonl marks each call's episode; a failed one has no reward.
+        let samples = std::fs::read_to_string(dir.join("run/samples.jsonl")).expect("samples");
+        for sample in samples.lines() {
+            let sample: Value = serde_json::from_str(sample).expect("a JSON line");
+            match sample["failed"].as_bool() {
+                Some(true) => assert_eq!(sample["reward"], 0.0, "{fault}: {sample}"),
+                Some(false) => {}
+                None => panic!("{fault}: no `failed` in {sample}"),
+            }
+        }
         // Evaluation: k = 2 samples of `gamma` fail, scored 0, before and after training.
         let evals: Vec<Value> = metrics(&dir)
             .into_iter()

@@ -16,18 +16,15 @@ pub(super) struct BrokenEpisode(pub String);
 
 /// Whether `error` is its episode's own failure rather than the host's: a plugin's error or
 /// caught panic, a plugin call past its time limit (or on an object such a call still holds),
-/// or a broken episode rule.
+/// or a broken episode rule. A call whose thread could not start or ended without an answer
+/// (host code around it panicked) is the host's.
 pub(super) fn is_episode_failure(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
         cause.is::<PluginError>()
             || cause.is::<BrokenEpisode>()
             || matches!(
                 cause.downcast_ref::<PluginCallError>(),
-                Some(
-                    PluginCallError::TimedOut { .. }
-                        | PluginCallError::Abandoned { .. }
-                        | PluginCallError::Lost { .. }
-                )
+                Some(PluginCallError::TimedOut { .. } | PluginCallError::Abandoned { .. })
             )
     })
 }
@@ -129,6 +126,12 @@ mod tests {
         assert!(is_episode_failure(&anyhow::Error::from(BrokenEpisode(
             "256 calls".into()
         ))));
+        assert!(!is_episode_failure(&anyhow::Error::from(
+            PluginCallError::Lost {
+                origin: "agent `a`",
+                method: "parse",
+            }
+        )));
         assert!(!is_episode_failure(&anyhow::Error::from(
             PluginCallError::NoThread {
                 origin: "agent `a`",

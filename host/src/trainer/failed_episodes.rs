@@ -1,7 +1,7 @@
 //! Failed episodes in the trainer (see `rollout::EpisodeOutcome::failure`): which prompt groups
 //! they spoil — a group-normalised estimator needs every episode of a group for its baseline, so
 //! a group with a failed episode is dropped whole — and the warnings that keep them from going
-//! unnoticed.
+//! unnoticed, and the error of an iteration they leave nothing to train on.
 
 use crate::rollout::Rollout;
 
@@ -38,6 +38,22 @@ pub(super) fn warn_failures(rollout: &Rollout, label: &str, consequence: &str) {
             rollout.episodes.len()
         );
     }
+}
+
+/// The error of iteration `iteration` when every prompt group it rolled out (`generated`) held
+/// a failed episode: no group is left to update on.
+pub(super) fn nothing_left_to_train(generated: &Rollout, iteration: u32) -> anyhow::Error {
+    let first = generated
+        .episodes
+        .iter()
+        .find_map(|e| e.failure.as_deref())
+        .unwrap_or_default();
+    anyhow::anyhow!(
+        "every prompt group of iteration {iteration} has a failed episode ({} of {} episodes \
+         failed), so none is left to train on; the first failure: {first}",
+        generated.failed_episodes(),
+        generated.episodes.len()
+    )
 }
 
 #[cfg(test)]

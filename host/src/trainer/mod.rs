@@ -25,7 +25,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub use checkpoint::Checkpoint;
 use dynamic_sampling::{append, groups_with_spread, keep_groups};
 pub use eval::{score, EvalReport, SourceScore, SOLVED_REWARD};
-use failed_episodes::{groups_with_failures, warn_failures};
+use failed_episodes::{groups_with_failures, nothing_left_to_train, warn_failures};
 pub use fleet::probe_servers;
 use metrics::{
     iteration_line, record_advantages, record_critic, record_dynamic_sampling, record_eval,
@@ -437,28 +437,16 @@ impl Trainer {
             &self.team,
             started.elapsed().as_secs_f64(),
         );
-        if let Some(kept) = &sampled.kept {
-            if self.config.algorithm.dynamic_sampling.enabled {
-                record_dynamic_sampling(&mut metrics, &sampled.generated, kept, group_size);
-            }
+        let dynamic = self.config.algorithm.dynamic_sampling.enabled;
+        if let Some(kept) = sampled.kept.as_ref().filter(|_| dynamic) {
+            record_dynamic_sampling(&mut metrics, &sampled.generated, kept, group_size);
         }
         let failed = sampled.generated.failed_episodes();
         metrics.set("episodes/failed", failed as f64);
         metrics.set("groups/dropped_failed", sampled.failed_groups as f64);
         self.write_samples(&sampled.generated, &sampled.tasks, group_size)?;
         if sampled.batch().episodes.is_empty() && sampled.failed_groups > 0 {
-            let first = sampled
-                .generated
-                .episodes
-                .iter()
-                .find_map(|e| e.failure.as_deref())
-                .unwrap_or_default();
-            anyhow::bail!(
-                "every prompt group of iteration {} has a failed episode ({failed} of {} \
-                 episodes failed), so none is left to train on; the first failure: {first}",
-                self.iteration,
-                sampled.generated.episodes.len()
-            );
+            return Err(nothing_left_to_train(&sampled.generated, self.iteration));
         }
         self.failed.episodes += failed as u64;
         self.failed.groups += sampled.failed_groups as u64;
@@ -806,6 +794,7 @@ impl Trainer {
                 "role": self.team[call.agent].role,
                 "valid": call.valid,
                 "reward": rollout.episodes[call.episode].reward(),
+                "failed": rollout.episodes[call.episode].is_failed(),
                 "call_reward": rollout.episodes[call.episode].call_reward(call.index),
                 "text": call.text,
             });
