@@ -516,6 +516,10 @@ pub struct RolloutSection {
     /// The longest one call into plugin code (an agent's `parse`, an environment's `step`, ...)
     /// may take before the run stops naming it; 0: no limit.
     pub plugin_call_timeout_s: u64,
+    /// The fraction of a rollout's episodes that may fail (a plugin call of the episode erred,
+    /// panicked or timed out) before the run stops; a failed episode's prompt group is dropped
+    /// from the batch. 0: the first failure stops the run.
+    pub max_episode_failure_rate: f64,
 }
 
 /// How a rollout batches agent calls.
@@ -546,6 +550,7 @@ impl Default for RolloutSection {
             schedule: Schedule::Rounds,
             batch_wait_ms: 50,
             plugin_call_timeout_s: 60,
+            max_episode_failure_rate: 0.0,
         }
     }
 }

@@ -231,7 +231,10 @@ fn an_error_after_the_first_iteration_saves_the_last_finished_one() {
     let status = run.run();
     let log = run.last_log();
     assert_eq!(status.code(), Some(1), "{status}:\n{log}");
-    assert!(log.contains("asked to fail after 20 resets"), "{log}");
+    assert!(
+        log.contains("reset after 20 resets: asked to fail"),
+        "{log}"
+    );
     assert!(
         log.contains("iteration 3 was dropped (an error in its rollout)")
             && log.contains("Iteration 2 is saved in"),

@@ -2,7 +2,9 @@
 //! through the fixture plugin on a tiny random model: a role's contract makes calls outside it
 //! invalid (and counted); an orchestra's reward for one call reaches the estimator in place of
 //! the episode reward; an environment's state key replaces the observation as the state; a
-//! multi-step episode records each step, and one that never ends stops after 256 steps.
+//! multi-step episode records each step, and one that never ends stops after 256 steps; an
+//! episode whose environment errs, panics or hangs fails alone, and failures over
+//! `max_episode_failure_rate` stop the rollout.
 
 mod common;
 
@@ -173,13 +175,26 @@ fn an_orchestras_reward_for_one_call_reaches_the_estimator() {
 }
 
 /// The rollout of the `relay` orchestra (one `speaker` call per step) over tasks `words` of
-/// the `parity` environment with `params`, one episode each.
+/// the `parity` environment with `params`, one episode each, under `rounds`, the first failed
+/// episode stopping it.
 fn relay_rollout(params: &str, words: &str) -> anyhow::Result<Rollout> {
+    relay_rollout_with(params, words, Schedule::Rounds, 0.0, None)
+}
+
+/// [`relay_rollout`] under `schedule`, `max_failure_rate` and the environment's `call_limit`.
+fn relay_rollout_with(
+    params: &str,
+    words: &str,
+    schedule: Schedule,
+    max_failure_rate: f64,
+    call_limit: Option<Duration>,
+) -> anyhow::Result<Rollout> {
     let registry = common::fixture_registry();
     let orchestra = registry.orchestra("relay", "").expect("relay orchestra");
-    let environment = registry
+    let mut environment = registry
         .environment("parity", params)
         .expect("parity environment");
+    environment.set_limit(call_limit);
     let mut model = Pretrained::load(&tiny_llama(), Device::Cpu, Kind::Float).expect("model");
     let (generator, codec) = LocalGenerator::split(&mut model);
     let team = [TeamMember {
@@ -210,8 +225,9 @@ fn relay_rollout(params: &str, words: &str) -> anyhow::Result<Rollout> {
         RolloutLimits {
             max_prompt_tokens: 64,
             max_batch: 8,
-            schedule: Schedule::Rounds,
+            schedule,
             batch_wait: Duration::from_millis(10),
+            max_failure_rate,
         },
         &mut SeededRng::new(1),
         &mut |_| {},
@@ -259,4 +275,117 @@ fn a_state_key_from_the_environment_replaces_the_observation_as_the_state() {
     let by_key = first_states("start_state = \"start\"", "alpha, beta, alpha");
     assert!(by_key.iter().all(|&state| state == by_key[0]), "{by_key:?}");
     assert_ne!(by_key[0], by_observation[0]);
+}
+
+/// The failure of episode `gamma` (task 2 of "alpha, beta, gamma, delta") under each schedule,
+/// with `params` making it fail and `call_limit` on the environment's calls; checks the other
+/// episodes finished and returns the failure's message.
+fn gamma_fails(params: &str, call_limit: Option<Duration>) -> Vec<String> {
+    [Schedule::Rounds, Schedule::Async]
+        .into_iter()
+        .map(|schedule| {
+            let rollout = relay_rollout_with(
+                &format!("fail_words = [\"gamma\"]\n{params}"),
+                "alpha, beta, gamma, delta",
+                schedule,
+                0.25,
+                call_limit,
+            )
+            .unwrap_or_else(|e| panic!("{schedule:?}: 1 of 4 failing is within 0.25: {e:#}"));
+            let failed: Vec<bool> = rollout.episodes.iter().map(|e| e.is_failed()).collect();
+            assert_eq!(failed, [false, false, true, false], "{schedule:?}");
+            assert_eq!(rollout.failed_episodes(), 1);
+            for (episode, outcome) in rollout.episodes.iter().enumerate() {
+                if episode != 2 {
+                    assert_eq!(outcome.steps, 1, "{schedule:?}: episode {episode} finished");
+                    let calls = rollout.calls.iter().filter(|c| c.episode == episode);
+                    assert_eq!(calls.count(), 1, "{schedule:?}: episode {episode}");
+                }
+            }
+            let message = rollout.episodes[2].failure.clone().expect("a failure");
+            assert!(
+                message.starts_with("episode of task `2`: ")
+                    && message.contains("environment `parity` of plugin `fixture` ("),
+                "{schedule:?}: {message}"
+            );
+            message
+        })
+        .collect()
+}
+
+#[test]
+fn an_episode_whose_environment_errs_or_panics_fails_alone_under_both_schedules() {
+    for message in gamma_fails("fail_in = \"step\"\nfault = \"error\"", None) {
+        assert!(message.ends_with("step: asked to fail"), "{message}");
+    }
+    for message in gamma_fails("fail_in = \"step\"\nfault = \"panic\"", None) {
+        assert!(
+            message.contains("panicked in step: step: asked to panic"),
+            "{message}"
+        );
+    }
+    for message in gamma_fails("fault = \"error\"", None) {
+        assert!(
+            message.contains("resetting the environment on task `2`")
+                && message.ends_with("reset on `gamma`: asked to fail"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn an_episode_whose_environment_call_times_out_fails_alone_under_both_schedules() {
+    let started = std::time::Instant::now();
+    for message in gamma_fails(
+        "fail_in = \"step\"\nfault = \"hang\"",
+        Some(Duration::from_secs(1)),
+    ) {
+        assert!(
+            message.contains("did not return from `step` within 1 s")
+                && message.contains("its thread is abandoned"),
+            "{message}"
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn failures_over_the_bound_stop_the_rollout_naming_counts_bound_and_first_failure() {
+    let words = "alpha, beta, gamma, delta";
+    for schedule in [Schedule::Rounds, Schedule::Async] {
+        let error = relay_rollout_with("fail_words = [\"beta\"]", words, schedule, 0.0, None)
+            .map(|_| ())
+            .expect_err("rate 0: the first failure stops");
+        let message = format!("{error:#}");
+        assert!(
+            message.starts_with(
+                "an episode failed, and [rollout] max_episode_failure_rate = 0 stops the run at \
+                 the first failure"
+            ) && message.contains("episode of task `1`: resetting the environment on task `1`")
+                && message.ends_with("reset on `beta`: asked to fail"),
+            "{schedule:?}: {message}"
+        );
+
+        let error = relay_rollout_with(
+            "fail_words = [\"alpha\", \"beta\", \"gamma\"]",
+            words,
+            schedule,
+            0.5,
+            None,
+        )
+        .map(|_| ())
+        .expect_err("3 of 4 is over 0.5");
+        let message = format!("{error:#}");
+        assert!(
+            message.starts_with(
+                "3 of the rollout's 4 episodes failed, more than [rollout] \
+                 max_episode_failure_rate = 0.5 allows; the first failure: episode of task `"
+            ) && message.contains("environment `parity` of plugin `fixture` ("),
+            "{schedule:?}: {message}"
+        );
+    }
 }

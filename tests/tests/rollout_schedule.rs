@@ -69,6 +69,7 @@ fn rollout(schedule: Schedule) -> Rollout {
             max_batch: 64,
             schedule,
             batch_wait: Duration::from_millis(50),
+            max_failure_rate: 0.0,
         },
         &mut SeededRng::new(3),
         &mut |done| finished.push(done),

@@ -1,13 +1,13 @@
 //! The trainer end to end on tiny random models (host/tests/fixtures/hf): rollouts through a real
 //! plugin, advantages, updates, checkpoints and resume — shared, separate and heterogeneous
-//! worker groups — plus run files that must fail before any work.
+//! worker groups — plus run files that must fail before any work, and runs whose episodes fail.
 
 mod common;
 
 use std::path::Path;
 
 use drmas_host::config::RunConfig;
-use drmas_host::trainer::Trainer;
+use drmas_host::trainer::{FailedCount, TaskOrder, TrainSummary, Trainer};
 use serde_json::Value;
 
 fn tiny_model(family: &str) -> String {
@@ -856,4 +856,255 @@ fn per_agent_adapters_take_their_own_learning_rates() {
     let line = &metrics(&dir)[1];
     assert_eq!(line["lr/agent/first"], 1e-3, "{line}");
     assert_eq!(line["lr/agent/second"], 1e-9, "{line}");
+}
+
+/// The one-iteration run of `run_file` on `words` (all in one batch) of the `parity` environment
+/// with `params`, without evaluation, and `rollout` lines added to `[rollout]`.
+fn parity_run_file(words: &[&str], params: &str, rollout: &str) -> String {
+    run_file("shared", "shared", &group("shared", "llama"), 1)
+        .replace(
+            "name = \"parity\"",
+            &format!("name = \"parity\"\nparams = {{ {params} }}"),
+        )
+        .replace(
+            "\"alpha, beta, gamma, delta, epsilon\"",
+            &format!("\"{}\"", words.join(", ")),
+        )
+        .replace("eval_data = { path = \"alpha, beta\" }\n", "")
+        .replace(
+            "prompts_per_batch = 2",
+            &format!("prompts_per_batch = {}\n{rollout}", words.len()),
+        )
+}
+
+/// Trains `text` in the scratch folder `name`; returns the folder, the summary and iteration
+/// 1's metrics.
+fn train_one(name: &str, text: &str) -> (std::path::PathBuf, TrainSummary, Value) {
+    let dir = common::scratch(&format!("{name}-{}", std::process::id()));
+    let summary = trainer(&dir, text)
+        .expect("the checks pass")
+        .train()
+        .unwrap_or_else(|e| panic!("{name}: {e:#}"));
+    let iteration = metrics(&dir)
+        .into_iter()
+        .find(|line| line["iteration"] == 1)
+        .expect("iteration 1's metrics");
+    (dir, summary, iteration)
+}
+
+#[test]
+fn a_failed_group_is_dropped_and_the_update_equals_a_run_on_the_surviving_tasks() {
+    // `gamma`'s 4 episodes fail in `reset`, before any generation, so under `rounds` the others
+    // draw exactly the samples a run without `gamma` draws, provided it takes the same tasks in
+    // the same order: its 3 words are laid out so that its shuffle yields the failing run's order.
+    let words = ["alpha", "beta", "gamma", "delta"];
+    let surviving: Vec<&str> = TaskOrder::new(4, 5)
+        .next_batch(4)
+        .into_iter()
+        .map(|i| words[i])
+        .filter(|&word| word != "gamma")
+        .collect();
+    let mut reference_words = [""; 3];
+    for (&word, slot) in surviving.iter().zip(TaskOrder::new(3, 5).next_batch(3)) {
+        reference_words[slot] = word;
+    }
+    let (failing_dir, summary, failing) = train_one(
+        "trainer-failed-group",
+        &parity_run_file(
+            &words,
+            "fail_words = [\"gamma\"]",
+            "max_episode_failure_rate = 0.5",
+        ),
+    );
+    let (reference_dir, _, reference) = train_one(
+        "trainer-failed-group-reference",
+        &parity_run_file(&reference_words, "", ""),
+    );
+
+    assert_eq!(failing["episodes/failed"], 4.0, "gamma's group: {failing}");
+    assert_eq!(failing["groups/dropped_failed"], 1.0, "{failing}");
+    assert_eq!(reference["episodes/failed"], 0.0, "{reference}");
+    assert_eq!(
+        summary.failed,
+        FailedCount {
+            episodes: 4,
+            groups: 1
+        }
+    );
+    assert!(
+        summary
+            .render()
+            .contains("failed episodes         4 (1 prompt groups dropped)"),
+        "{}",
+        summary.render()
+    );
+    // 3 groups × 4 episodes × 2 calls trained, as in the reference.
+    assert_eq!(failing["advantage/calls"], 24.0, "{failing}");
+    for key in [
+        "advantage/calls",
+        "advantage/mean/first",
+        "advantage/mean/second",
+        "advantage/std/first",
+        "advantage/std/second",
+        "reward/mean",
+        "grad_norm/group/shared",
+    ] {
+        assert_eq!(failing[key], reference[key], "{key}");
+    }
+    let checkpoint = |dir: &Path| dir.join("run/checkpoints/iteration_00001");
+    assert!(
+        weights(&checkpoint(&failing_dir), "shared")
+            == weights(&checkpoint(&reference_dir), "shared"),
+        "the update differs from the reference run's"
+    );
+}
+
+#[test]
+fn episodes_that_panic_or_time_out_are_dropped_under_each_schedule_and_scored_0_in_eval() {
+    for (schedule, fault, timeout) in [("rounds", "panic", ""), ("async", "hang", "1")] {
+        let mut rollout = format!("schedule = \"{schedule}\"\nmax_episode_failure_rate = 0.5");
+        if !timeout.is_empty() {
+            rollout.push_str(&format!("\nplugin_call_timeout_s = {timeout}"));
+        }
+        // `gamma` fails in its step, after its calls were generated.
+        let text = parity_run_file(
+            &["alpha", "beta", "gamma", "delta"],
+            &format!("fail_words = [\"gamma\"], fail_in = \"step\", fault = \"{fault}\""),
+            &rollout,
+        )
+        .replace(
+            "train_data =",
+            "eval_data = { path = \"alpha, gamma\" }\ntrain_data =",
+        );
+        let (dir, summary, line) = train_one(&format!("trainer-{fault}-episodes"), &text);
+        assert_eq!(line["episodes/failed"], 4.0, "{fault}: {line}");
+        assert_eq!(line["groups/dropped_failed"], 1.0, "{fault}: {line}");
+        assert_eq!(line["advantage/calls"], 24.0, "{fault}: {line}");
+        assert_eq!(summary.failed.episodes, 4, "{fault}");
+        // samples.jsonl marks each call's episode; a failed one has no reward.
+        let samples = std::fs::read_to_string(dir.join("run/samples.jsonl")).expect("samples");
+        for sample in samples.lines() {
+            let sample: Value = serde_json::from_str(sample).expect("a JSON line");
+            match sample["failed"].as_bool() {
+                Some(true) => assert_eq!(sample["reward"], 0.0, "{fault}: {sample}"),
+                Some(false) => {}
+                None => panic!("{fault}: no `failed` in {sample}"),
+            }
+        }
+        // Evaluation: k = 2 samples of `gamma` fail, scored 0, before and after training.
+        let evals: Vec<Value> = metrics(&dir)
+            .into_iter()
+            .filter(|l| l["eval/failed_episodes"].is_number())
+            .collect();
+        assert_eq!(evals.len(), 2, "{fault}: {evals:?}");
+        for eval in &evals {
+            assert_eq!(eval["eval/failed_episodes"], 2.0, "{fault}: {eval}");
+            assert!(
+                eval["eval/pass@2"].as_f64().is_some_and(|p| p <= 0.5),
+                "{fault}: gamma never passes: {eval}"
+            );
+        }
+    }
+}
+
+#[test]
+fn failures_past_the_bound_stop_the_run_naming_counts_bound_and_first_failure() {
+    let words = ["alpha", "beta", "gamma", "delta"];
+    let run = |params: &str, rollout: &str| {
+        let dir = common::scratch(&format!("trainer-failure-bound-{}", std::process::id()));
+        let error = trainer(&dir, &parity_run_file(&words, params, rollout))
+            .expect("the checks pass")
+            .train()
+            .expect_err("too many failures");
+        let metrics_file = dir.join("run/metrics.jsonl");
+        let lines = std::fs::read_to_string(&metrics_file).unwrap_or_default();
+        assert!(lines.is_empty(), "iteration 1 is dropped: {lines}");
+        format!("{error:#}")
+    };
+    // The default: the first failure stops the run, as before, now naming the option.
+    let error = run("fail_words = [\"gamma\"]", "");
+    assert!(
+        error.starts_with(
+            "an episode failed, and [rollout] max_episode_failure_rate = 0 stops the run at the \
+             first failure"
+        ) && error.contains("episode of task `2`: resetting the environment on task `2`: ")
+            && error.contains("environment `parity` of plugin `fixture` (")
+            && error.ends_with("reset on `gamma`: asked to fail"),
+        "{error}"
+    );
+    // 2 groups of 4 failing: 8 of 16 fit 0.5; the 5th failure is over 0.25.
+    let error = run(
+        "fail_words = [\"gamma\", \"beta\"]",
+        "max_episode_failure_rate = 0.25",
+    );
+    assert!(
+        error.starts_with(
+            "5 of the rollout's 16 episodes failed, more than [rollout] \
+             max_episode_failure_rate = 0.25 allows; the first failure: episode of task `"
+        ) && error.contains("asked to fail"),
+        "{error}"
+    );
+    // One failed episode in every group (4 of 16, within 0.5) leaves nothing to train on.
+    let error = run(
+        "fail_words = [\"alpha\", \"beta\", \"gamma\", \"delta\"], fail_once = true",
+        "max_episode_failure_rate = 0.5",
+    );
+    assert!(
+        error.starts_with(
+            "every prompt group of iteration 1 has a failed episode (4 of 16 episodes failed), \
+             so none is left to train on; the first failure: episode of task `"
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn under_dynamic_sampling_a_failed_group_is_replaced_like_one_without_spread() {
+    let dir = common::scratch(&format!("trainer-dynamic-failed-{}", std::process::id()));
+    // 2 of the 5 words per rollout; `gamma`'s episodes fail in `reset` (4 of a rollout's 8).
+    let text = run_file("shared", "shared", &group("shared", "llama"), 3)
+        .replace(
+            "name = \"parity\"",
+            "name = \"parity\"\nparams = { fail_words = [\"gamma\"] }",
+        )
+        .replace("eval_data = { path = \"alpha, beta\" }\n", "")
+        .replace(
+            "[rollout]\n",
+            "[algorithm.dynamic_sampling]\nenabled = true\nmax_rollout_batches = 3\n\n\
+             [rollout]\nmax_episode_failure_rate = 0.5\n",
+        );
+    trainer(&dir, &text)
+        .expect("trainer")
+        .train()
+        .expect("three iterations");
+    let lines = metrics(&dir);
+    assert_eq!(lines.len(), 3);
+    let mut dropped_in_all = 0.0;
+    for line in &lines {
+        let number = |key: &str| {
+            line[key]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{key}: {line}"))
+        };
+        let (generated, kept, dropped) = (
+            number("dynamic_sampling/generated_groups"),
+            number("dynamic_sampling/kept_groups"),
+            number("groups/dropped_failed"),
+        );
+        assert_eq!(number("episodes/failed"), dropped * 4.0, "{line}");
+        assert!(kept <= 2.0 && kept + dropped <= generated, "{line}");
+        // A dropped group is replaced by a further rollout, within the cap of 3.
+        if dropped > 0.0 {
+            assert!(generated >= 4.0, "{line}");
+        }
+        if kept < 2.0 {
+            assert_eq!(generated, 6.0, "a short batch only at the cap: {line}");
+        }
+        // Failed episodes made no calls; only the kept groups' calls are trained on.
+        assert_eq!(number("calls/first"), (generated - dropped) * 4.0, "{line}");
+        assert_eq!(number("advantage/calls"), kept * 4.0 * 2.0, "{line}");
+        dropped_in_all += dropped;
+    }
+    // 6 or more of the 5 words drawn: `gamma` among them.
+    assert!(dropped_in_all >= 1.0, "{lines:?}");
 }

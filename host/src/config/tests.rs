@@ -186,6 +186,32 @@ fn every_number_out_of_range_is_named_with_its_line() {
 }
 
 #[test]
+fn an_episode_failure_rate_of_one_is_named_with_its_line() {
+    let text = format!("{VALID}\n[rollout]\nmax_episode_failure_rate = 1.0\n");
+    let line = VALID.lines().count() + 3;
+    let message = error(&text);
+    assert!(
+        message.contains(&format!(
+            "run.toml:{line}:28: [rollout] max_episode_failure_rate = 1 must be a number in [0, 1)"
+        )),
+        "{message}"
+    );
+    let config = parse(&format!(
+        "{VALID}\n[rollout]\nmax_episode_failure_rate = 0.25\n"
+    ))
+    .expect("0.25 is in range");
+    assert_eq!(config.rollout.max_episode_failure_rate, 0.25);
+    assert_eq!(
+        parse(VALID)
+            .expect("valid")
+            .rollout
+            .max_episode_failure_rate,
+        0.0,
+        "off by default"
+    );
+}
+
+#[test]
 fn a_plugin_call_limit_beyond_a_day_is_named_with_its_line() {
     let text = format!("{VALID}\n[rollout]\nplugin_call_timeout_s = 100000\n");
     let message = error(&text);

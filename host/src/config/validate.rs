@@ -237,6 +237,11 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
         0,
         MAX_PLUGIN_CALL_TIMEOUT_S,
     );
+    s.float(
+        "max_episode_failure_rate",
+        rollout.max_episode_failure_rate,
+        Range::Fraction,
+    );
 
     let eval = &config.eval;
     let mut s = problems.section("[eval]".into(), &["eval"]);

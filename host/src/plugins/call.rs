@@ -1,8 +1,8 @@
 //! [`guarded`]: one call into plugin code, recorded for the crash report and, under a time
 //! limit, run on a thread of its own so a call that never returns cannot hang the run. A thread
-//! cannot be killed: a call past its limit is abandoned — its thread keeps whatever it holds
-//! (the episode's routing or environment state) until the process ends — and the caller gets an
-//! error naming the component and the method.
+//! cannot be killed: a call past its limit is abandoned — its thread keeps running and keeps
+//! whatever it holds (the episode's routing or environment state) until it returns or the
+//! process ends — and the caller gets an error naming the component and the method.
 
 use std::sync::mpsc;
 use std::time::Duration;
@@ -15,8 +15,8 @@ pub enum PluginCallError {
     /// It ran past its limit.
     #[error(
         "{origin} did not return from `{method}` within {} s ([rollout] plugin_call_timeout_s); \
-         its thread is abandoned (a thread cannot be stopped) and the run stops. Raise the limit \
-         if the call is slow rather than stuck",
+         its thread is abandoned (a thread cannot be stopped) and the episode fails. Raise the \
+         limit if the call is slow rather than stuck",
         limit.as_secs()
     )]
     TimedOut {

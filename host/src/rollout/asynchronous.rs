@@ -15,6 +15,7 @@ use drmas_sdk::Task;
 
 use super::agent_turn::{complete, generate_batch, prepare, BatchRecord, PreparedCall};
 use super::episode::EpisodeState;
+use super::failure::FailureCount;
 use super::{AgentCall, Crew, EpisodeOutcome, Rollout, RolloutLimits};
 use crate::engine::Generation;
 use crate::rng::SeededRng;
@@ -70,7 +71,9 @@ pub(super) fn run(
     let mut parked: Vec<Option<EpisodeState>> = tasks.iter().map(|_| None).collect();
     let mut outcomes: Vec<Option<EpisodeOutcome>> = vec![None; tasks.len()];
     let mut rollout = Rollout::default();
+    // What ends the rollout: the host's error, a stop signal, or failures over the bound.
     let mut failure: Option<anyhow::Error> = None;
+    let mut failures = FailureCount::new(tasks.len(), limits.max_failure_rate);
     let (sender, events) = mpsc::channel::<Event>();
 
     std::thread::scope(|scope| {
@@ -154,7 +157,16 @@ pub(super) fn run(
                     let stepped = match result {
                         Ok(stepped) => stepped,
                         Err(error) => {
-                            failure.get_or_insert(error);
+                            match failures.record(error) {
+                                Ok(failed) => {
+                                    outcomes[episode] = Some(failed);
+                                    finished += 1;
+                                    on_progress(finished);
+                                }
+                                Err(error) => {
+                                    failure.get_or_insert(error);
+                                }
+                            }
                             continue;
                         }
                     };

@@ -1,12 +1,13 @@
 //! One episode's state between rounds: its routing state machine, its environment episode and
 //! the agent call it is waiting for.
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use drmas_sdk::{
     AgentContext, AgentOutput, CallReward, Environment, Episode, Metric, Next, Orchestra,
     PluginError, Routing, Task,
 };
 
+use super::failure::BrokenEpisode;
 use super::TeamMember;
 use crate::plugins::{Hosted, HostedSession};
 
@@ -34,9 +35,26 @@ pub struct EpisodeOutcome {
     pub steps: u32,
     /// Agent calls made.
     pub calls: usize,
+    /// Why the episode failed, when a plugin call of it failed or it broke an episode rule (the
+    /// error with its plugin, component, method and task); its steps are then not recorded and
+    /// its return is 0.
+    pub failure: Option<String>,
 }
 
 impl EpisodeOutcome {
+    /// The outcome of an episode that failed with `message`.
+    pub(super) fn failed(message: String) -> Self {
+        Self {
+            failure: Some(message),
+            ..Self::default()
+        }
+    }
+
+    /// Whether the episode failed (see [`Self::failure`]).
+    pub fn is_failed(&self) -> bool {
+        self.failure.is_some()
+    }
+
     /// The episode's return: its step rewards summed in order.
     pub fn reward(&self) -> f64 {
         self.step_rewards
@@ -65,14 +83,18 @@ impl EpisodeOutcome {
         for CallReward { call, reward } in rewards {
             let index = call as usize;
             if index >= self.calls {
-                bail!(
+                return Err(BrokenEpisode(format!(
                     "the orchestra gave call {call} its own reward, but the episode has made {} \
                      calls (calls count from 0 in the order `observe` received them)",
                     self.calls
-                );
+                ))
+                .into());
             }
             if !reward.is_finite() {
-                bail!("the orchestra gave call {call} the reward {reward}; rewards must be finite");
+                return Err(BrokenEpisode(format!(
+                    "the orchestra gave call {call} the reward {reward}; rewards must be finite"
+                ))
+                .into());
             }
             if self.call_rewards.len() <= index {
                 self.call_rewards.resize(index + 1, None);
@@ -153,16 +175,18 @@ impl EpisodeState {
                 Next::Act { role, context } => {
                     let Some(member) = team.iter().position(|m| m.role == role) else {
                         let roles: Vec<&str> = team.iter().map(|m| m.role.as_str()).collect();
-                        bail!(
+                        return Err(BrokenEpisode(format!(
                             "the orchestra asked for role `{role}`, which no agent fills (roles: [{}])",
                             roles.join(", ")
-                        );
+                        ))
+                        .into());
                     };
                     if self.outcome.calls >= MAX_CALLS_PER_EPISODE {
-                        bail!(
+                        return Err(BrokenEpisode(format!(
                             "the orchestra made {MAX_CALLS_PER_EPISODE} agent calls in one episode \
                              without ending it; does its routing ever submit?"
-                        );
+                        ))
+                        .into());
                     }
                     self.pending = Some((member, context));
                 }
@@ -193,10 +217,11 @@ impl EpisodeState {
                     if step.done {
                         self.done = true;
                     } else if self.outcome.steps >= MAX_STEPS_PER_EPISODE {
-                        bail!(
+                        return Err(BrokenEpisode(format!(
                             "the environment took {MAX_STEPS_PER_EPISODE} steps in one episode \
                              without ending it; does it ever return done = true?"
-                        );
+                        ))
+                        .into());
                     } else {
                         self.outcome
                             .step_states

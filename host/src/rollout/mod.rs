@@ -4,12 +4,15 @@
 //! (each episode and each group moves as soon as it can).
 //!
 //! Every agent call becomes one [`AgentCall`]: the prompt and response tokens, the sampling
-//! log-probabilities and the format verdict the trainer needs.
+//! log-probabilities and the format verdict the trainer needs. An episode whose own plugin
+//! calls fail is marked failed ([`EpisodeOutcome::failure`]) while the others go on, within
+//! `[rollout] max_episode_failure_rate`.
 
 mod agent_turn;
 mod asynchronous;
 mod call;
 mod episode;
+mod failure;
 mod rounds;
 mod runner;
 mod team;
@@ -17,5 +20,6 @@ mod team;
 pub use agent_turn::BatchRecord;
 pub use call::AgentCall;
 pub use episode::EpisodeOutcome;
+pub use failure::TooManyFailures;
 pub use runner::{run, Crew, Rollout, RolloutLimits};
 pub use team::TeamMember;

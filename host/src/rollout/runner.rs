@@ -24,6 +24,9 @@ pub struct RolloutLimits {
     pub schedule: Schedule,
     /// Under [`Schedule::Async`], how long an idle group waits for more calls.
     pub batch_wait: Duration,
+    /// The fraction of the episodes that may fail (see [`EpisodeOutcome::failure`]) before the
+    /// rollout stops with [`super::TooManyFailures`]; 0: the first failure stops it.
+    pub max_failure_rate: f64,
 }
 
 /// Everything a rollout produced.
@@ -46,6 +49,11 @@ pub struct Rollout {
 }
 
 impl Rollout {
+    /// The episodes that failed (see [`EpisodeOutcome::failure`]).
+    pub fn failed_episodes(&self) -> usize {
+        self.episodes.iter().filter(|e| e.is_failed()).count()
+    }
+
     /// Adds a finished batch.
     pub(super) fn record_batch(&mut self, record: BatchRecord) {
         self.generation_seconds += record.seconds;
@@ -69,7 +77,9 @@ pub struct Crew<'a> {
 
 /// Runs one episode per entry of `tasks` to completion. Each agent call is rendered with its
 /// worker group's chat template and generated in a batch with other calls of that group, as
-/// `limits.schedule` decides; `on_progress(finished_episodes)` reports progress.
+/// `limits.schedule` decides; `on_progress(finished_episodes)` reports progress. An episode
+/// whose own plugin calls fail is marked failed and the others go on, up to
+/// `limits.max_failure_rate`.
 pub fn run(
     crew: &Crew<'_>,
     tasks: &[&Task],

@@ -112,6 +112,7 @@ mod tests {
                     metrics: Vec::new(),
                     steps: 1,
                     calls: 2,
+                    failure: None,
                 })
                 .collect(),
             generated_tokens: 2 * rewards.len(),

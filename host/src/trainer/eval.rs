@@ -29,6 +29,9 @@ pub struct EvalReport {
     pub sources: BTreeMap<String, SourceScore>,
     /// Scores over every question.
     pub overall: SourceScore,
+    /// Episodes that failed (a plugin call of theirs failed, within `[rollout]
+    /// max_episode_failure_rate`); each is scored as reward 0.
+    pub failed_episodes: usize,
 }
 
 /// Scores `rewards[q]` (the k rewards of question q) with `sources[q]` its data source.
@@ -52,6 +55,7 @@ pub fn score(sources: &[&str], rewards: &[Vec<f64>]) -> EvalReport {
             .map(|(source, questions)| (source, score_questions(&questions)))
             .collect(),
         overall: score_questions(&all),
+        failed_episodes: 0,
     }
 }
 

@@ -145,7 +145,13 @@ pub(super) fn record_rollout(
     team: &[TeamMember],
     seconds: f64,
 ) {
-    let rewards: Vec<f64> = rollout.episodes.iter().map(|e| e.reward()).collect();
+    // A failed episode's return is not a reward the team earned.
+    let rewards: Vec<f64> = rollout
+        .episodes
+        .iter()
+        .filter(|e| !e.is_failed())
+        .map(|e| e.reward())
+        .collect();
     let (mean, std) = mean_std(&rewards);
     metrics.set("reward/mean", mean);
     metrics.set("reward/std", std);
@@ -260,6 +266,7 @@ pub(super) fn record_eval(metrics: &mut Metrics, report: &EvalReport) {
     metrics.set(format!("eval/avg@{k}"), report.overall.avg_at_k);
     metrics.set(format!("eval/pass@{k}"), report.overall.pass_at_k);
     metrics.set("eval/mean_reward", report.overall.mean_reward);
+    metrics.set("eval/failed_episodes", report.failed_episodes as f64);
     for (source, score) in &report.sources {
         metrics.set(format!("eval/{source}/avg@{k}"), score.avg_at_k);
         metrics.set(format!("eval/{source}/pass@{k}"), score.pass_at_k);
@@ -337,9 +344,16 @@ pub(super) fn record_update_time(
 /// The one-line progress report of an iteration.
 pub(super) fn iteration_line(metrics: &Metrics, total: u32) -> String {
     let get = |key: &str| metrics.get(key).unwrap_or(f64::NAN);
+    let failed = match metrics.get("episodes/failed") {
+        Some(failed) if failed > 0.0 => format!(
+            "  failed episodes {failed} ({} groups dropped)",
+            get("groups/dropped_failed")
+        ),
+        _ => String::new(),
+    };
     format!(
         "iteration {:>3}/{total}  reward {:.3} ± {:.3} (with format penalty {:.3})  rollout {:.1}s \
-         ({:.0} tok/s)  update {:.1}s",
+         ({:.0} tok/s)  update {:.1}s{failed}",
         get("iteration"),
         get("reward/mean"),
         get("reward/std"),

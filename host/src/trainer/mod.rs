@@ -5,6 +5,7 @@
 mod checkpoint;
 mod dynamic_sampling;
 mod eval;
+mod failed_episodes;
 mod fleet;
 mod metrics;
 mod offload;
@@ -24,6 +25,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub use checkpoint::Checkpoint;
 use dynamic_sampling::{append, groups_with_spread, keep_groups};
 pub use eval::{score, EvalReport, SourceScore, SOLVED_REWARD};
+use failed_episodes::{groups_with_failures, nothing_left_to_train, warn_failures};
 pub use fleet::probe_servers;
 use metrics::{
     iteration_line, record_advantages, record_critic, record_dynamic_sampling, record_eval,
@@ -66,7 +68,18 @@ pub struct Trainer {
     rng: SeededRng,
     iteration: u32,
     skipped_steps: u64,
+    /// Episodes failed, and prompt groups dropped for them, in this process's iterations.
+    failed: FailedCount,
     out_dir: PathBuf,
+}
+
+/// Failed training episodes and the prompt groups dropped for them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FailedCount {
+    /// Episodes whose own plugin calls failed.
+    pub episodes: u64,
+    /// Prompt groups left out of the update because one of their episodes failed.
+    pub groups: u64,
 }
 
 /// What a finished training run reports.
@@ -80,6 +93,8 @@ pub struct TrainSummary {
     pub eval_before_after: Option<(EvalReport, EvalReport)>,
     /// Optimizer steps skipped because of non-finite values.
     pub skipped_steps: u64,
+    /// Training episodes that failed in this process's iterations, and the groups dropped.
+    pub failed: FailedCount,
     /// The run folder (metrics, evaluations, checkpoints).
     pub out_dir: PathBuf,
     /// The newest checkpoint.
@@ -127,6 +142,11 @@ impl TrainSummary {
             );
         }
         let _ = writeln!(out, "skipped steps           {}", self.skipped_steps);
+        let _ = writeln!(
+            out,
+            "failed episodes         {} ({} prompt groups dropped)",
+            self.failed.episodes, self.failed.groups
+        );
         let _ = writeln!(
             out,
             "metrics                 {}",
@@ -205,6 +225,7 @@ impl Trainer {
             penalty,
             iteration: 0,
             skipped_steps: 0,
+            failed: FailedCount::default(),
             out_dir,
             config,
         })
@@ -312,6 +333,7 @@ impl Trainer {
             first_last,
             eval_before_after: before.zip(after),
             skipped_steps: self.skipped_steps,
+            failed: self.failed,
             out_dir: self.out_dir.clone(),
             checkpoint,
         })
@@ -415,10 +437,19 @@ impl Trainer {
             &self.team,
             started.elapsed().as_secs_f64(),
         );
-        if let Some(kept) = &sampled.kept {
+        let dynamic = self.config.algorithm.dynamic_sampling.enabled;
+        if let Some(kept) = sampled.kept.as_ref().filter(|_| dynamic) {
             record_dynamic_sampling(&mut metrics, &sampled.generated, kept, group_size);
         }
+        let failed = sampled.generated.failed_episodes();
+        metrics.set("episodes/failed", failed as f64);
+        metrics.set("groups/dropped_failed", sampled.failed_groups as f64);
         self.write_samples(&sampled.generated, &sampled.tasks, group_size)?;
+        if sampled.batch().episodes.is_empty() && sampled.failed_groups > 0 {
+            return Err(nothing_left_to_train(&sampled.generated, self.iteration));
+        }
+        self.failed.episodes += failed as u64;
+        self.failed.groups += sampled.failed_groups as u64;
 
         let samples = self.samples(sampled.batch());
         let mut rewards = self.penalty.apply(&samples);
@@ -527,8 +558,16 @@ impl Trainer {
                 .flat_map(|task| std::iter::repeat_n(task, group_size))
                 .collect();
             let rollout = self.rollout(&tasks, "rollout")?;
-            for spread in groups_with_spread(&rollout, group_size) {
-                let take = spread && kept_groups < prompts;
+            warn_failures(&rollout, "rollout", "its prompt group is dropped");
+            let failed = groups_with_failures(&rollout, group_size);
+            sampled.failed_groups += failed.iter().filter(|&&f| f).count();
+            for (spread, failed) in groups_with_spread(&rollout, group_size)
+                .into_iter()
+                .zip(failed)
+            {
+                // A failed episode spoils its group's baseline: the group is dropped like one
+                // without spread (and, under dynamic sampling, replaced the same way).
+                let take = !failed && (spread || !dynamic.enabled) && kept_groups < prompts;
                 kept_groups += usize::from(take);
                 keep.push(take);
             }
@@ -538,15 +577,15 @@ impl Trainer {
                 break;
             }
         }
-        if dynamic.enabled {
+        if dynamic.enabled || sampled.failed_groups > 0 {
             sampled.kept = Some(keep_groups(sampled.generated.clone(), &keep, group_size));
-            if kept_groups < prompts {
-                tracing::warn!(
-                    "dynamic sampling: {kept_groups} of {prompts} prompt groups with reward \
-                     spread after {rounds} rollouts ([algorithm.dynamic_sampling] \
-                     max_rollout_batches); training on those"
-                );
-            }
+        }
+        if dynamic.enabled && kept_groups < prompts {
+            tracing::warn!(
+                "dynamic sampling: {kept_groups} of {prompts} prompt groups with reward spread \
+                 (and no failed episode) after {rounds} rollouts ([algorithm.dynamic_sampling] \
+                 max_rollout_batches); training on those"
+            );
         }
         Ok(sampled)
     }
@@ -755,6 +794,7 @@ impl Trainer {
                 "role": self.team[call.agent].role,
                 "valid": call.valid,
                 "reward": rollout.episodes[call.episode].reward(),
+                "failed": rollout.episodes[call.episode].is_failed(),
                 "call_reward": rollout.episodes[call.episode].call_reward(call.index),
                 "text": call.text,
             });
@@ -802,6 +842,7 @@ impl Trainer {
                 max_batch: MAX_GENERATION_BATCH,
                 schedule: self.config.rollout.schedule,
                 batch_wait: std::time::Duration::from_millis(self.config.rollout.batch_wait_ms),
+                max_failure_rate: self.config.rollout.max_episode_failure_rate,
             },
             &mut self.rng,
             &mut |finished| bar.set_position(finished as u64),
@@ -854,20 +895,28 @@ impl Trainer {
         self.rng = training_rng;
         setup::set_phase(&self.config, &mut self.team, Phase::Train);
         let rollout = result?;
+        warn_failures(&rollout, "eval", "scored 0");
         let rewards: Vec<Vec<f64>> = rollout
             .episodes
             .chunks(k)
             .map(|chunk| chunk.iter().map(|e| e.reward()).collect())
             .collect();
         let sources: Vec<&str> = tasks.iter().map(|t| t.data_source.as_str()).collect();
-        let report = score(&sources, &rewards);
+        let report = EvalReport {
+            failed_episodes: rollout.failed_episodes(),
+            ..score(&sources, &rewards)
+        };
         let dir = self.out_dir.join("eval");
         std::fs::create_dir_all(&dir)?;
         let path = dir.join(format!("{name}.json"));
         std::fs::write(&path, serde_json::to_string_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
+        let failed = match report.failed_episodes {
+            0 => String::new(),
+            n => format!(", {n} failed episodes scored 0"),
+        };
         println!(
-            "eval {label}: avg@{k} {:.3}  pass@{k} {:.3}  mean reward {:.3}  ({} questions)",
+            "eval {label}: avg@{k} {:.3}  pass@{k} {:.3}  mean reward {:.3}  ({} questions{failed})",
             report.overall.avg_at_k,
             report.overall.pass_at_k,
             report.overall.mean_reward,
@@ -889,8 +938,11 @@ struct SampledGroups {
     generated: Rollout,
     /// The task of each prompt group of `generated`.
     tasks: Vec<Task>,
-    /// Under dynamic sampling, the groups of `generated` kept for training.
+    /// Under dynamic sampling or when episodes failed, the groups of `generated` kept for
+    /// training.
     kept: Option<Rollout>,
+    /// Prompt groups of `generated` dropped because one of their episodes failed.
+    failed_groups: usize,
 }
 
 impl SampledGroups {

@@ -301,10 +301,18 @@ impl Routing for Pair {
 /// model, even an untrained random one, earns it about half of the time, so rewards vary
 /// within every group and the trainer always has a signal to follow. With `start_state`, every
 /// episode starts in the state of that key, whatever its word; with `steps`, an episode ends
-/// after that many steps (default 1), each rewarded alike.
+/// after that many steps (default 1), each rewarded alike. Episodes of the words in `fail_words`
+/// fail as `fault` says (`error`, `panic` or `hang`) in their `reset` or, with
+/// `fail_in = "step"`, in their first `step` — with `fail_once = true`, only the first episode of
+/// each such word — for the tests of failed episodes.
 pub struct ParityEnvironment {
     start_state: Option<String>,
     steps: u32,
+    fail_words: Vec<String>,
+    fail_in: FailIn,
+    fault: EnvironmentFault,
+    /// With `fail_once`, the words whose one failing episode has begun.
+    failed_once: Option<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Default for ParityEnvironment {
@@ -312,6 +320,10 @@ impl Default for ParityEnvironment {
         Self {
             start_state: None,
             steps: 1,
+            fail_words: Vec::new(),
+            fail_in: FailIn::Reset,
+            fault: EnvironmentFault::Error,
+            failed_once: None,
         }
     }
 }
@@ -323,6 +335,23 @@ struct ParityConfig {
     start_state: Option<String>,
     #[serde(default = "one_step")]
     steps: u32,
+    #[serde(default)]
+    fail_words: Vec<String>,
+    #[serde(default)]
+    fail_in: FailIn,
+    #[serde(default)]
+    fault: EnvironmentFault,
+    #[serde(default)]
+    fail_once: bool,
+}
+
+/// Which call of a `fail_words` episode fails.
+#[derive(Clone, Copy, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum FailIn {
+    #[default]
+    Reset,
+    Step,
 }
 
 fn one_step() -> u32 {
@@ -340,6 +369,10 @@ impl Component for ParityEnvironment {
         Ok(Self {
             start_state: config.start_state,
             steps: config.steps,
+            fail_words: config.fail_words,
+            fail_in: config.fail_in,
+            fault: config.fault,
+            failed_once: config.fail_once.then(Default::default),
         })
     }
 }
@@ -350,9 +383,20 @@ impl Environment for ParityEnvironment {
     }
 
     fn reset(&self, task: &Task) -> Result<Reset> {
+        let fails = self.fail_words.contains(&task.payload)
+            && self.failed_once.as_ref().is_none_or(|failed| {
+                let mut failed = failed.lock().unwrap_or_else(|e| e.into_inner());
+                let first = !failed.contains(&task.payload);
+                failed.push(task.payload.clone());
+                first
+            });
+        if fails && matches!(self.fail_in, FailIn::Reset) {
+            return self.fault.strike(&format!("reset on `{}`", task.payload));
+        }
         Ok(Reset {
             episode: Box::new(ParityEpisode {
                 steps_left: self.steps,
+                fault: fails.then_some(self.fault),
             }),
             observation: task.prompt.clone(),
             state_key: self.start_state.clone(),
@@ -362,10 +406,15 @@ impl Environment for ParityEnvironment {
 
 struct ParityEpisode {
     steps_left: u32,
+    /// How the first step fails, if it does.
+    fault: Option<EnvironmentFault>,
 }
 
 impl Episode for ParityEpisode {
     fn step(&mut self, action: &str) -> Result<Step> {
+        if let Some(fault) = self.fault.take() {
+            return fault.strike("step");
+        }
         self.steps_left -= 1;
         Ok(Step {
             observation: format!("{} steps left", self.steps_left),
@@ -419,9 +468,9 @@ impl Environment for SlowParityEnvironment {
 }
 
 /// The `parity` environment until `after_resets` resets have been made; every later reset fails
-/// as `fault` says: `error` (an error), `hang` (never returns), `abort` (the process aborts) or
-/// `null` (writes through a null pointer). For the tests of what the host does when a plugin
-/// fails mid-run.
+/// as `fault` says: `error` (an error), `panic`, `hang` (never returns), `abort` (the process
+/// aborts) or `null` (writes through a null pointer). For the tests of what the host does when a
+/// plugin fails mid-run.
 pub struct FaultyParityEnvironment {
     after_resets: u64,
     fault: EnvironmentFault,
@@ -435,13 +484,34 @@ struct FaultyParityConfig {
     fault: EnvironmentFault,
 }
 
-#[derive(Clone, Copy, Deserialize)]
+#[derive(Clone, Copy, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 enum EnvironmentFault {
+    #[default]
     Error,
+    Panic,
     Hang,
     Abort,
     Null,
+}
+
+impl EnvironmentFault {
+    /// Fails `what` this way (an error, a panic, a call that never returns, a crash).
+    fn strike<T>(self, what: &str) -> Result<T> {
+        match self {
+            EnvironmentFault::Error => Err(Error::new(format!("{what}: asked to fail"))),
+            EnvironmentFault::Panic => panic!("{what}: asked to panic"),
+            EnvironmentFault::Hang => loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            },
+            EnvironmentFault::Abort => std::process::abort(),
+            EnvironmentFault::Null => {
+                // SAFETY: none; this is the fault the test asks for (SIGSEGV).
+                unsafe { std::ptr::null_mut::<u8>().write_volatile(1) };
+                Err(Error::new("wrote through a null pointer and lived"))
+            }
+        }
+    }
 }
 
 impl Component for FaultyParityEnvironment {
@@ -470,20 +540,7 @@ impl Environment for FaultyParityEnvironment {
         if made < self.after_resets {
             return ParityEnvironment::default().reset(task);
         }
-        match self.fault {
-            EnvironmentFault::Error => {
-                Err(Error::new(format!("asked to fail after {made} resets")))
-            }
-            EnvironmentFault::Hang => loop {
-                std::thread::sleep(std::time::Duration::from_secs(3600));
-            },
-            EnvironmentFault::Abort => std::process::abort(),
-            EnvironmentFault::Null => {
-                // SAFETY: none; this is the fault the test asks for (SIGSEGV).
-                unsafe { std::ptr::null_mut::<u8>().write_volatile(1) };
-                Err(Error::new("wrote through a null pointer and lived"))
-            }
-        }
+        self.fault.strike(&format!("reset after {made} resets"))
     }
 }
 
