@@ -48,15 +48,7 @@ fn chat(tokenizer: &Tokenizer, question: &str) -> Vec<i64> {
 }
 
 fn request(prompt: &[i64], params: SamplingParams, max_new_tokens: usize) -> GenerationRequest {
-    GenerationRequest {
-        prompt: prompt.to_vec(),
-        params,
-        max_new_tokens,
-        stop: Vec::new(),
-        adapter: None,
-        stop_tokens: Vec::new(),
-        seed: None,
-    }
+    GenerationRequest::new(prompt.to_vec(), params, max_new_tokens)
 }
 
 fn text(tokenizer: &Tokenizer, tokens: &[i64]) -> String {
@@ -305,9 +297,6 @@ fn stop_strings_and_lengths_end_sequences() {
         assert!(answer.contains("Paris"), "answer: {answer:?}");
         let stop = |stops: &[&str]| GenerationRequest {
             stop: stops.iter().map(|s| s.to_string()).collect(),
-            adapter: None,
-            stop_tokens: Vec::new(),
-            seed: None,
             ..request(&prompt, SamplingParams::GREEDY, 12)
         };
         let requests = [

@@ -55,15 +55,7 @@ fn greedy(gguf: &GgufModel, llama: &Llama, prompts: &[Vec<i64>], max_new: usize)
     let tokenizer = gguf.tokenizer().expect("the tokenizer loads");
     let requests: Vec<GenerationRequest> = prompts
         .iter()
-        .map(|prompt| GenerationRequest {
-            prompt: prompt.clone(),
-            params: SamplingParams::GREEDY,
-            max_new_tokens: max_new,
-            stop: Vec::new(),
-            adapter: None,
-            stop_tokens: Vec::new(),
-            seed: None,
-        })
+        .map(|prompt| GenerationRequest::new(prompt.clone(), SamplingParams::GREEDY, max_new))
         .collect();
     generate(llama, &tokenizer, &requests, &mut SeededRng::new(0))
         .expect("generates")

@@ -139,13 +139,12 @@ fn mixed_generation_matches_each_adapter_alone() {
     let pretrained = adapted(2);
     let request =
         |prompt: &[i64], adapter: Option<usize>, max_new_tokens: usize| GenerationRequest {
-            prompt: prompt.to_vec(),
-            params: SamplingParams::with_temperature(0.0),
-            max_new_tokens,
-            stop: Vec::new(),
             adapter,
-            stop_tokens: Vec::new(),
-            seed: None,
+            ..GenerationRequest::new(
+                prompt.to_vec(),
+                SamplingParams::with_temperature(0.0),
+                max_new_tokens,
+            )
         };
     // The same prompt under two adapters must not share a prefill; rows finishing early are
     // dropped from the batch, and the adapter rows with them.

@@ -36,14 +36,12 @@ fn fixture() -> Pretrained {
 fn sampled_calls(pretrained: &Pretrained) -> Vec<AgentCall> {
     let prompts: [Vec<i64>; 2] = [vec![5, 17, 3, 29, 8], vec![11, 2, 40]];
     let requests: Vec<GenerationRequest> = (0..6)
-        .map(|i| GenerationRequest {
-            prompt: prompts[i % 2].clone(),
-            params: SamplingParams::with_temperature([1.0, 0.7, 1.3][i % 3]),
-            max_new_tokens: 3 + i,
-            stop: Vec::new(),
-            adapter: None,
-            stop_tokens: Vec::new(),
-            seed: None,
+        .map(|i| {
+            GenerationRequest::new(
+                prompts[i % 2].clone(),
+                SamplingParams::with_temperature([1.0, 0.7, 1.3][i % 3]),
+                3 + i,
+            )
         })
         .collect();
     let generations = generate(
