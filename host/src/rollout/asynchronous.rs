@@ -15,7 +15,7 @@ use drmas_sdk::Task;
 
 use super::agent_turn::{complete, generate_batch, prepare, BatchRecord, PreparedCall};
 use super::episode::EpisodeState;
-use super::failure::FailureCount;
+use super::failure::{episode_of, FailureCount};
 use super::{AgentCall, Crew, EpisodeOutcome, Rollout, RolloutLimits};
 use crate::engine::Generation;
 use crate::rng::SeededRng;
@@ -274,7 +274,7 @@ fn step(
             completed,
         }))
     };
-    run().with_context(|| format!("episode of task `{}`", task.id))
+    run().with_context(|| episode_of(task))
 }
 
 /// Runs `work`, turning a panic into an error so the scheduler always hears back.

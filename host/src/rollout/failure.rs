@@ -4,10 +4,15 @@
 //! as long as the failures stay within `[rollout] max_episode_failure_rate`. Anything else — a
 //! stop signal, a generation error, the host's own faults — still ends the rollout at once.
 
-use drmas_sdk::PluginError;
+use drmas_sdk::{PluginError, Task};
 
 use super::EpisodeOutcome;
 use crate::plugins::PluginCallError;
+
+/// The context every error of an episode carries: which task it ran.
+pub(super) fn episode_of(task: &Task) -> String {
+    format!("episode of task `{}`", task.id)
+}
 
 /// An episode broke one of the host's rules for episodes (see the module docs).
 #[derive(Debug, thiserror::Error)]

@@ -10,7 +10,7 @@ use drmas_sdk::Task;
 
 use super::agent_turn::{complete, generate_batch, prepare};
 use super::episode::EpisodeState;
-use super::failure::FailureCount;
+use super::failure::{episode_of, FailureCount};
 use super::{Crew, EpisodeOutcome, Rollout, RolloutLimits, TeamMember};
 
 /// An episode of the rollout: running (or ended), or failed with its outcome.
@@ -55,8 +55,8 @@ pub(super) fn run(
     let mut failures = FailureCount::new(tasks.len(), limits.max_failure_rate);
     let mut slots = Vec::with_capacity(tasks.len());
     for task in tasks {
-        let started = EpisodeState::start(orchestra, environment, task)
-            .with_context(|| format!("episode of task `{}`", task.id));
+        let started =
+            EpisodeState::start(orchestra, environment, task).with_context(|| episode_of(task));
         slots.push(match started {
             Ok(state) => Slot::Running(Box::new(state)),
             Err(error) => Slot::Failed(failures.record(error)?),
@@ -90,7 +90,7 @@ pub(super) fn run(
                         continue;
                     };
                     let prepared = prepare(state, episode, team, codecs, limits.max_prompt_tokens)
-                        .with_context(|| format!("episode of task `{}`", tasks[episode].id));
+                        .with_context(|| episode_of(tasks[episode]));
                     match prepared {
                         Ok(call) => {
                             calls.push(call.context("a waiting episode has a pending call")?);
@@ -113,7 +113,7 @@ pub(super) fn run(
                         continue;
                     };
                     match complete(state, call, generation, team, codecs)
-                        .with_context(|| format!("episode of task `{}`", tasks[episode].id))
+                        .with_context(|| episode_of(tasks[episode]))
                     {
                         Ok(call) => {
                             rollout.generated_tokens += call.response.len();
@@ -157,9 +157,7 @@ fn advance_all(
                         .iter_mut()
                         .zip(tasks)
                         .map(|(slot, task)| match slot.running() {
-                            Some(state) => state
-                                .advance(team)
-                                .with_context(|| format!("episode of task `{}`", task.id)),
+                            Some(state) => state.advance(team).with_context(|| episode_of(task)),
                             None => Ok(()),
                         })
                         .collect::<Vec<_>>()
