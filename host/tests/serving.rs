@@ -643,13 +643,20 @@ impl Routed {
     /// Starts the router of `python` on a free port, round robin over `servers`, and waits
     /// until it has registered every one of them.
     fn start(python: &Path, servers: &[&str]) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
+        let free_port = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|listener| listener.local_addr())
+                .expect("a free port")
+                .port()
+        };
+        let port = free_port();
         let child = Command::new(python)
             .args(["-m", "sglang_router.launch_router", "--host", "127.0.0.1"])
             .args(["--port", &port.to_string(), "--policy", "round_robin"])
+            // Its metrics exporter takes port 29000 unless told otherwise, and a second router
+            // on the machine then panics with "Address already in use".
+            .args(["--prometheus-host", "127.0.0.1"])
+            .args(["--prometheus-port", &free_port().to_string()])
             // The router first tries gRPC on each worker; a short health-check timeout makes
             // that give up in a second instead of five.
             .args(["--health-check-timeout-secs", "1", "--log-level", "warn"])

@@ -226,7 +226,14 @@ impl Engine {
     fn generate(&mut self, batch: Vec<GenerateJob>) {
         let all: Vec<GenerationRequest> = batch.iter().flat_map(|(r, _)| r.clone()).collect();
         let model = &self.pretrained;
+        let started = Instant::now();
         let result = generate(&model.model, &model.tokenizer, &all, &mut self.rng);
+        tracing::debug!(
+            sequences = all.len(),
+            requests = batch.len(),
+            seconds = started.elapsed().as_secs_f64(),
+            "generated a batch"
+        );
         let version = self.version();
         match result {
             Ok(generations) => {
