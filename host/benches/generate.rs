@@ -10,10 +10,11 @@
 //! sampling group: prefilled once) and for distinct prompts the tokens generated and tokens per
 //! second over the whole `generate` call (prefill included).
 //!
-//! `DRMAS_BENCH_KERNELS` lists the backends to compare, interleaved per batch: `avx512`,
-//! `avx2`, `portable` (the CPU kernels of that version on the products where they beat
-//! libtorch on this CPU, as a worker group builds them), the same with `:all` (every product
-//! on the kernels), and `libtorch`. By default: every version the CPU runs, then `libtorch`.
+//! `DRMAS_BENCH_KERNELS` lists the backends to compare, interleaved per batch: `auto` (what a
+//! worker group builds), `avx512`, `avx2`, `portable` (the CPU kernels of that version on the
+//! products where they beat libtorch on this CPU), the same with `:all` (every product on the
+//! kernels), and `libtorch`. By default: `auto` where it mixes versions, every version the CPU
+//! runs, then `libtorch`.
 //! The CPU (model name and vector extensions) and the load average before and after are
 //! printed with the results: the machine may be shared.
 //!
@@ -47,9 +48,12 @@ fn main() {
     drmas_host::allocator::keep_freed_memory();
     let threads: i32 = setting("DRMAS_BENCH_THREADS", 2);
     let batches: Vec<usize> = setting_list("DRMAS_BENCH_BATCHES", &[1, 16, 64]);
-    let default_modes: Vec<String> = Isa::supported()
-        .iter()
-        .map(|isa| isa.name().to_owned())
+    // `auto` (what a worker group builds) only where it is not one version's tuned kernels.
+    let auto =
+        (CpuKernels::tuned(Isa::best()) != Some(CpuKernels::fastest())).then(|| "auto".to_owned());
+    let default_modes: Vec<String> = auto
+        .into_iter()
+        .chain(Isa::supported().iter().map(|isa| isa.name().to_owned()))
         .chain(["libtorch".to_owned()])
         .collect();
     let modes: Vec<(String, Arc<dyn Backend>)> =
@@ -229,8 +233,10 @@ fn main() {
 /// The backend a `DRMAS_BENCH_KERNELS` item names (see the header comment); exits on a name
 /// it does not know or a version this CPU does not run.
 fn backend_named(name: &str) -> Arc<dyn Backend> {
-    if name == "libtorch" {
-        return backend::libtorch();
+    match name {
+        "libtorch" => return backend::libtorch(),
+        "auto" => return Arc::new(CpuKernels::fastest()),
+        _ => {}
     }
     let (isa, all) = match name.strip_suffix(":all") {
         Some(isa) => (isa, true),
@@ -248,8 +254,8 @@ fn backend_named(name: &str) -> Arc<dyn Backend> {
         Some(kernels) => Arc::new(kernels),
         None => {
             eprintln!(
-                "DRMAS_BENCH_KERNELS: {name:?} is not avx512, avx2, portable (each optionally \
-                 with :all) or libtorch, or this CPU does not run it"
+                "DRMAS_BENCH_KERNELS: {name:?} is not auto, avx512, avx2, portable (each \
+                 optionally with :all) or libtorch, or this CPU does not run it"
             );
             std::process::exit(2)
         }
