@@ -12,8 +12,10 @@
 # models and dtypes; one training iteration of a tiny run on the device in f32 and bf16, of a
 # tiny LoRA run in bf16, and of the SmolLM2-shaped model in bf16, each with its seconds and peak
 # GPU memory; two SmolLM2-shaped groups sharing the device, with and without `offload = true`
-# (peak GPU memory, the moves' seconds); and a long-response update step (8 × 2048 tokens) of
-# the SmolLM2-shaped model with and without activation checkpointing (peak GPU memory, seconds).
+# (peak GPU memory, the moves' seconds); one iteration of the SmolLM2-shaped model with its
+# rollouts on two `drmas-host serve` workers on the device (rollout and weight-sync seconds, the
+# sampler-trainer log-ratio); and a long-response update step (8 × 2048 tokens) of the
+# SmolLM2-shaped model with and without activation checkpointing (peak GPU memory, seconds).
 #
 # Usage: ./check.sh
 # Environment:
@@ -56,6 +58,34 @@ train train-tiny-lora-bf16 "$fixtures/llama" bf16 shared \
 train train-smollm2-bf16 "$smollm2" bf16
 train train-smollm2-two-groups-bf16 "$smollm2" bf16 two
 train train-smollm2-two-groups-offload-bf16 "$smollm2" bf16 two 'offload = true'
+# Two `drmas-host serve` workers on the device serving the SmolLM2-shaped model in bf16, and the
+# same one-iteration run with its rollouts on them (addressed directly: the device has no
+# sglang-router); the run pushes its new weights to both. Its metrics carry the rollout and
+# weight-sync seconds and the sampler-trainer log-ratio, next to train-smollm2-bf16's in process.
+serve_worker() {
+  local log="$logs/serve-worker-$1.log"
+  "$here/run.sh" serve --model "$smollm2" --device "$device" --dtype bf16 --port 0 >"$log" 2>&1 &
+  server_pids+=($!)
+  for _ in $(seq 1 1200); do
+    if grep -q "listening on" "$log"; then
+      grep -o 'http://[0-9.:]*' "$log" | head -1
+      return
+    fi
+    sleep 0.1
+  done
+}
+server_pids=()
+first="$(serve_worker 1)"
+second="$(serve_worker 2)"
+if [[ -n "$first" && -n "$second" ]]; then
+  train train-smollm2-served-bf16 "$smollm2" bf16 shared \
+    "[worker_groups.shared.rollout]\nbackend = \"sglang\"\nurls = [\"$first\", \"$second\"]"
+else
+  log "a serve worker did not start (logs/serve-worker-*.log)"
+  printf '{"name":"train-smollm2-served-bf16","rc":1,"seconds":0,"gpu_memory_baseline_mib":0,"gpu_memory_peak_mib":0}\n' >>"$steps"
+fi
+kill "${server_pids[@]}" 2>/dev/null
+wait "${server_pids[@]}" 2>/dev/null
 for checkpointing in "" --activation-checkpointing; do
   step "long-update-smollm2-bf16${checkpointing:+-checkpointed}" 150 "$here/run.sh" devices \
     --device "$device" --dtype bf16 --update "$smollm2" --calls 8 --response-tokens \

@@ -11,9 +11,9 @@ import json
 import sys
 from pathlib import Path
 
-# Metrics of a training run worth a column: the iteration's times, reward, policy loss and
-# gradient norms per group.
-METRIC_PREFIXES = ("time/", "reward/mean", "loss/policy/", "grad_norm/group/")
+# Metrics of a training run worth a column: the iteration's times, reward, policy loss,
+# gradient norms per group and the sampler-trainer log-ratio per agent.
+METRIC_PREFIXES = ("time/", "reward/mean", "loss/policy/", "grad_norm/group/", "mismatch/")
 
 
 def read_json(path: Path):
