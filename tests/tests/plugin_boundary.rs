@@ -100,8 +100,8 @@ fn a_panicking_plugin_call_becomes_an_error_and_the_host_goes_on() {
         "{error}"
     );
     assert!(
-        error.contains("panicked in parse: asked to panic"),
-        "{error}"
+        error.contains("panicked in parse: asked to panic (at tests/fixture-plugin/src/lib.rs:"),
+        "the panic's location comes with it: {error}"
     );
     // Still usable afterwards.
     assert_eq!(agent.parse("ok").expect("parse").action, "OK");
