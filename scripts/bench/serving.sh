@@ -36,19 +36,22 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# Starts one serve worker on the model; prints its URL.
+# The functions below set $url instead of printing it: called as $(…) they would run in a
+# subshell, and the pids they add would never reach the cleanup.
+
+# Starts one serve worker on the model; sets $url to its URL.
 start_worker() {
   local log="$bench/worker-$1.log"
   "$drmas" serve --model "$model" --port 0 --threads 1 >"$log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 600); do
-    if grep -q "listening on" "$log"; then grep -o 'http://[0-9.:]*' "$log" | head -1; return; fi
+    if grep -q "listening on" "$log"; then url="$(grep -o 'http://[0-9.:]*' "$log" | head -1)"; return; fi
     sleep 0.1
   done
   echo "worker $1 did not start: $(cat "$log")" >&2; exit 1
 }
 
-# Starts the router in front of the given URLs; prints its URL once every worker is registered.
+# Starts the router in front of the given URLs; sets $url once every worker is registered.
 start_router() {
   local port; port="$(free_port)"
   "$python" -m sglang_router.launch_router --host 127.0.0.1 --port "$port" --policy round_robin \
@@ -56,7 +59,7 @@ start_router() {
   pids+=($!)
   for _ in $(seq 1 600); do
     if [[ "$(curl -s "http://127.0.0.1:$port/workers" | grep -o '"is_healthy":true' | wc -l)" == "$#" ]]; then
-      echo "http://127.0.0.1:$port"; return
+      url="http://127.0.0.1:$port"; return
     fi
     sleep 0.1
   done
@@ -79,13 +82,13 @@ run_variant() {
 }
 
 run_variant local ""
-w1="$(start_worker 1)"
-r1="$(start_router "$w1")"
+start_worker 1; w1="$url"
+start_router "$w1"; r1="$url"
 run_variant "1 worker" "backend = \"sglang\"
 urls = [\"$w1\"]
 router = \"$r1\""
-w2="$(start_worker 2)"
-r2="$(start_router "$w1" "$w2")"
+start_worker 2; w2="$url"
+start_router "$w1" "$w2"; r2="$url"
 run_variant "2 workers" "backend = \"sglang\"
 urls = [\"$w1\", \"$w2\"]
 router = \"$r2\""

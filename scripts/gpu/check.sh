@@ -62,21 +62,26 @@ train train-smollm2-two-groups-offload-bf16 "$smollm2" bf16 two 'offload = true'
 # same one-iteration run with its rollouts on them (addressed directly: the device has no
 # sglang-router); the run pushes its new weights to both. Its metrics carry the rollout and
 # weight-sync seconds and the sampler-trainer log-ratio, next to train-smollm2-bf16's in process.
+# serve_worker N starts worker N and sets $url to its URL (empty if it did not start); it is not
+# called as $(…), whose subshell would keep the pid from server_pids.
 serve_worker() {
   local log="$logs/serve-worker-$1.log"
+  url=""
   "$here/run.sh" serve --model "$smollm2" --device "$device" --dtype bf16 --port 0 >"$log" 2>&1 &
   server_pids+=($!)
   for _ in $(seq 1 1200); do
     if grep -q "listening on" "$log"; then
-      grep -o 'http://[0-9.:]*' "$log" | head -1
+      url="$(grep -o 'http://[0-9.:]*' "$log" | head -1)"
       return
     fi
     sleep 0.1
   done
 }
 server_pids=()
-first="$(serve_worker 1)"
-second="$(serve_worker 2)"
+serve_worker 1
+first="$url"
+serve_worker 2
+second="$url"
 if [[ -n "$first" && -n "$second" ]]; then
   train train-smollm2-served-bf16 "$smollm2" bf16 shared \
     "[worker_groups.shared.rollout]\nbackend = \"sglang\"\nurls = [\"$first\", \"$second\"]"
