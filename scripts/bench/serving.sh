@@ -52,10 +52,12 @@ start_worker() {
 }
 
 # Starts the router in front of the given URLs; sets $url once every worker is registered.
+# Each router gets its own metrics port: the default (29000) is taken by the first one.
 start_router() {
   local port; port="$(free_port)"
   "$python" -m sglang_router.launch_router --host 127.0.0.1 --port "$port" --policy round_robin \
-    --health-check-timeout-secs 1 --log-level warn --worker-urls "$@" >"$bench/router-$port.log" 2>&1 &
+    --health-check-timeout-secs 1 --log-level warn --worker-urls "$@" \
+    --prometheus-host 127.0.0.1 --prometheus-port "$(free_port)" >"$bench/router-$port.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 600); do
     if [[ "$(curl -s "http://127.0.0.1:$port/workers" | grep -o '"is_healthy":true' | wc -l)" == "$#" ]]; then
