@@ -86,8 +86,7 @@ if [[ -n "$first" && -n "$second" ]]; then
   train train-smollm2-served-bf16 "$smollm2" bf16 shared \
     "[worker_groups.shared.rollout]\nbackend = \"sglang\"\nurls = [\"$first\", \"$second\"]"
 else
-  log "a serve worker did not start (logs/serve-worker-*.log)"
-  printf '{"name":"train-smollm2-served-bf16","rc":1,"seconds":0,"gpu_memory_baseline_mib":0,"gpu_memory_peak_mib":0}\n' >>"$steps"
+  step train-smollm2-served-bf16 5 sh -c 'echo "a serve worker did not start (serve-worker-*.log)" >&2; exit 1'
 fi
 kill "${server_pids[@]}" 2>/dev/null
 wait "${server_pids[@]}" 2>/dev/null

@@ -97,12 +97,33 @@ impl Routes {
 
     /// Whether the kernels take a product of `rows` rows.
     fn takes(&self, rows: usize) -> bool {
+        match Product::of(rows) {
+            Product::FewRows => self.few_rows,
+            Product::Decode => self.decode,
+            Product::Prefill => self.prefill,
+        }
+    }
+}
+
+/// The kinds of dense product, by row count, that [`Routes`] and the decode version tell apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Product {
+    /// At most [`dot::MAX_ROWS`] rows.
+    FewRows,
+    /// Up to [`DECODE_ROWS`] rows.
+    Decode,
+    /// More.
+    Prefill,
+}
+
+impl Product {
+    fn of(rows: usize) -> Self {
         if rows <= dot::MAX_ROWS {
-            self.few_rows
+            Product::FewRows
         } else if rows <= DECODE_ROWS {
-            self.decode
+            Product::Decode
         } else {
-            self.prefill
+            Product::Prefill
         }
     }
 }
@@ -140,7 +161,8 @@ fn cpu_identity() -> Option<([u8; 12], u32)> {
 /// on AMD's family 19h with AVX-512 (Zen 4), where its decode tile (6 weight rows streamed
 /// per pass against the AVX-512 tile's 24) was faster per decode step in every quiet run at
 /// batch 16 and 64 (batch 64: ~128 against ~146 ms) while the AVX-512 version stays faster for
-/// few rows and prefills; `isa` elsewhere. Both decode tiles sum in the same order, so the choice changes speed only.
+/// few rows and prefills; `isa` elsewhere. Both decode tiles sum in the same order, so the
+/// choice changes speed only.
 fn decode_isa_for(isa: Isa, vendor: &[u8; 12], family: u32) -> Isa {
     if isa == Isa::Avx512 && vendor == b"AuthenticAMD" && family == 0x19 {
         Isa::Avx2
@@ -176,16 +198,16 @@ impl CpuKernels {
     /// them here (see `decode_isa_for`).
     pub fn fastest() -> Self {
         let isa = Isa::best();
-        let kernels = Self {
+        let decode_isa =
+            cpu_identity().map_or(isa, |(vendor, family)| decode_isa_for(isa, &vendor, family));
+        Self {
             isa,
-            decode_isa: isa,
+            decode_isa: if decode_isa.is_supported() {
+                decode_isa
+            } else {
+                isa
+            },
             routes: Routes::for_this_cpu(isa),
-        };
-        match cpu_identity() {
-            Some((vendor, family)) => kernels
-                .with_decode_isa(decode_isa_for(kernels.isa, &vendor, family))
-                .unwrap_or(kernels),
-            None => kernels,
         }
     }
 
@@ -249,10 +271,9 @@ impl Backend for CpuKernels {
         if !self.routes.takes(rows) {
             return None;
         }
-        let isa = if rows > dot::MAX_ROWS && rows <= DECODE_ROWS {
-            self.decode_isa
-        } else {
-            self.isa
+        let isa = match Product::of(rows) {
+            Product::Decode => self.decode_isa,
+            Product::FewRows | Product::Prefill => self.isa,
         };
         linear(x, weight, bias, isa)
     }
