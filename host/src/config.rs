@@ -393,6 +393,8 @@ pub struct DynamicSamplingSection {
     /// included; DAPO's `max_num_gen_batches`). Past it, the iteration trains on the groups
     /// it kept.
     pub max_rollout_batches: usize,
+    /// What must differ within a prompt group for it to be kept (verl's `filter_groups.metric`).
+    pub metric: SpreadMetric,
 }
 
 impl Default for DynamicSamplingSection {
@@ -400,8 +402,23 @@ impl Default for DynamicSamplingSection {
         Self {
             enabled: false,
             max_rollout_batches: 4,
+            metric: SpreadMetric::Reward,
         }
     }
+}
+
+/// The quantity dynamic sampling looks at to decide whether a prompt group carries signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpreadMetric {
+    /// The episodes' rewards (DAPO's accuracy): a group whose episodes all earned the same
+    /// reward is dropped.
+    Reward,
+    /// Each call's reward after the invalid-action penalty and overlong shaping, the rewards the
+    /// estimator sees: a group is dropped only when they are all equal, so no group-normalising
+    /// estimator could give any of its calls a non-zero advantage. For tasks whose outcome is
+    /// almost always the same (a small model on a hard task) but whose calls' formats differ.
+    PenalisedReward,
 }
 
 /// `[algorithm.loss]`: PPO-style clipped surrogate and its regularisers.

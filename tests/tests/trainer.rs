@@ -182,6 +182,51 @@ fn dynamic_sampling_fills_the_batch_with_groups_that_have_reward_spread() {
 }
 
 #[test]
+fn dynamic_sampling_on_penalised_rewards_keeps_groups_whose_calls_differ_in_format() {
+    // `words` rewards only the word itself, which the random model never writes: every episode
+    // reward is 0, so on `reward` no group has spread, while the calls' validity (and with it
+    // their penalised rewards) varies.
+    let kept_per_iteration = |metric: &str| {
+        let dir = common::scratch(&format!("trainer-spread-{metric}-{}", std::process::id()));
+        let text = run_file("shared", "shared", &group("shared", "llama"), 2)
+            .replace("name = \"parity\"", "name = \"words\"")
+            .replace(
+                "[rollout]",
+                &format!(
+                    "[algorithm.dynamic_sampling]\nenabled = true\nmax_rollout_batches = 2\n\
+                     metric = \"{metric}\"\n\n[rollout]"
+                ),
+            );
+        trainer(&dir, &text)
+            .expect("trainer")
+            .train()
+            .expect("two iterations");
+        metrics(&dir)
+            .iter()
+            .filter(|line| line["reward/mean"].is_number())
+            .map(|line| {
+                let number = |key: &str| {
+                    line[key]
+                        .as_f64()
+                        .unwrap_or_else(|| panic!("{key}: {line}"))
+                };
+                assert_eq!(number("reward/mean"), 0.0, "{line}");
+                let kept = number("dynamic_sampling/kept_groups");
+                assert_eq!(number("advantage/calls"), kept * 4.0 * 2.0, "{line}");
+                kept
+            })
+            .collect::<Vec<f64>>()
+    };
+    assert_eq!(kept_per_iteration("reward"), [0.0, 0.0]);
+    let kept = kept_per_iteration("penalised_reward");
+    assert_eq!(kept.len(), 2);
+    assert!(
+        kept.iter().sum::<f64>() > 0.0,
+        "groups kept for their calls' format: {kept:?}"
+    );
+}
+
+#[test]
 fn overlong_responses_lose_reward_in_proportion() {
     let dir = common::scratch(&format!("trainer-overlong-{}", std::process::id()));
     // Budgets of 6 and 5 tokens with a buffer of 4: a response of L tokens loses

@@ -2,6 +2,8 @@
 //! earned the same reward carries no outcome signal — its group-normalised advantages are 0, or,
 //! where calls' penalties differ, δ/ε — so it is dropped and replaced by groups from further
 //! rollouts until the batch holds `prompts_per_batch` groups or the rollout cap is reached.
+//! With `metric = "penalised_reward"` the test is on the calls' penalised rewards instead: a
+//! group is dropped only when no estimator could draw any signal from it.
 //!
 //! A rollout's episodes come in prompt groups of `group_size` consecutive episodes (the trainer
 //! repeats each task `group_size` times); these helpers select and join whole groups.
@@ -19,6 +21,28 @@ pub(super) fn groups_with_spread(rollout: &Rollout, group_size: usize) -> Vec<bo
             group.len() == 1 || group.iter().any(|episode| episode.reward() != first)
         })
         .collect()
+}
+
+/// Which prompt groups of `rollout` have calls whose `rewards` (one per call, in call order: the
+/// penalised rewards an estimator sees) differ. A group of one episode always counts.
+pub(super) fn groups_with_call_spread(
+    rollout: &Rollout,
+    rewards: &[f64],
+    group_size: usize,
+) -> Vec<bool> {
+    let group_size = group_size.max(1);
+    let groups = rollout.episodes.len().div_ceil(group_size);
+    let mut first: Vec<Option<f64>> = vec![None; groups];
+    let mut spread = vec![group_size == 1; groups];
+    for (call, &reward) in rollout.calls.iter().zip(rewards) {
+        let group = call.episode / group_size;
+        match first[group] {
+            None => first[group] = Some(reward),
+            Some(seen) if seen != reward => spread[group] = true,
+            Some(_) => {}
+        }
+    }
+    spread
 }
 
 /// `rollout` with only the prompt groups `keep` marks; episodes are renumbered in order and
@@ -124,6 +148,24 @@ mod tests {
     fn a_group_has_spread_when_any_episode_reward_differs() {
         let r = rollout(&[0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.5]);
         assert_eq!(groups_with_spread(&r, 2), [false, false, true, true]);
+    }
+
+    #[test]
+    fn a_group_has_call_spread_when_any_penalised_call_reward_differs() {
+        // Three groups of two episodes, two calls each, every episode reward 0: only the
+        // penalised call rewards can differ.
+        let r = rollout(&[0.0; 6]);
+        let rewards = [
+            0.0, 0.0, 0.0, 0.0, // group 0: all equal
+            0.0, -0.1, 0.0, 0.0, // group 1: one invalid call
+            -0.1, -0.1, -0.1, -0.1, // group 2: all equally penalised
+        ];
+        assert_eq!(groups_with_spread(&r, 2), [false, false, false]);
+        assert_eq!(
+            groups_with_call_spread(&r, &rewards, 2),
+            [false, true, false]
+        );
+        assert_eq!(groups_with_call_spread(&r, &[0.0; 12], 1), [true; 6]);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use drmas_sdk::{Environment, Orchestra, Task};
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub use checkpoint::Checkpoint;
-use dynamic_sampling::{append, groups_with_spread, keep_groups};
+use dynamic_sampling::{append, groups_with_call_spread, groups_with_spread, keep_groups};
 pub use eval::{score, EvalReport, SourceScore, SOLVED_REWARD};
 use failed_episodes::{groups_with_failures, nothing_left_to_train, warn_failures};
 pub use fleet::probe_servers;
@@ -38,7 +38,7 @@ pub use task_order::TaskOrder;
 pub use worker_group::{tch_device, WorkerGroup};
 
 use crate::advantage::{Estimator, Penalty, PerToken, Sample, TokenInput};
-use crate::config::{RunConfig, RunFile};
+use crate::config::{RunConfig, RunFile, SpreadMetric};
 use crate::engine::{Generator, LocalGenerator};
 use crate::model::chat_codec::ChatCodec;
 use crate::plugins::Hosted;
@@ -451,10 +451,9 @@ impl Trainer {
         self.failed.episodes += failed as u64;
         self.failed.groups += sampled.failed_groups as u64;
 
-        let samples = self.samples(sampled.batch());
-        let mut rewards = self.penalty.apply(&samples);
-        self.shape_overlong(sampled.batch(), &mut rewards, &mut metrics);
         let rollout = sampled.batch();
+        let samples = self.samples(rollout);
+        let rewards = self.shaped_rewards(rollout, &samples, Some(&mut metrics));
         let lengths: Vec<usize> = rollout.calls.iter().map(|c| c.response.len()).collect();
         let values = if self.estimator.uses_critic() {
             Some(self.critic_values(rollout)?)
@@ -537,7 +536,8 @@ impl Trainer {
 
     /// The iteration's rollouts: the next `prompts_per_batch` prompts, each `group_size` times;
     /// with dynamic sampling, as many such rollouts as it takes (up to its cap) to fill the batch
-    /// with prompt groups whose episode rewards differ.
+    /// with prompt groups whose rewards differ (episode or penalised call rewards, by its
+    /// `metric`).
     fn sample_groups(&mut self) -> anyhow::Result<SampledGroups> {
         let prompts = self.config.rollout.prompts_per_batch;
         let group_size = self.config.rollout.group_size;
@@ -561,10 +561,14 @@ impl Trainer {
             warn_failures(&rollout, "rollout", "its prompt group is dropped");
             let failed = groups_with_failures(&rollout, group_size);
             sampled.failed_groups += failed.iter().filter(|&&f| f).count();
-            for (spread, failed) in groups_with_spread(&rollout, group_size)
-                .into_iter()
-                .zip(failed)
-            {
+            let spread = match dynamic.metric {
+                SpreadMetric::Reward => groups_with_spread(&rollout, group_size),
+                SpreadMetric::PenalisedReward => {
+                    let rewards = self.shaped_rewards(&rollout, &self.samples(&rollout), None);
+                    groups_with_call_spread(&rollout, &rewards, group_size)
+                }
+            };
+            for (spread, failed) in spread.into_iter().zip(failed) {
                 // A failed episode spoils its group's baseline: the group is dropped like one
                 // without spread (and, under dynamic sampling, replaced the same way).
                 let take = !failed && (spread || !dynamic.enabled) && kept_groups < prompts;
@@ -590,12 +594,19 @@ impl Trainer {
         Ok(sampled)
     }
 
-    /// Adds DAPO's overlong penalty to each call's reward (`rewards` is aligned with
-    /// `rollout.calls`) and records its mean, when `[algorithm.overlong_penalty]` is on.
-    fn shape_overlong(&self, rollout: &Rollout, rewards: &mut [f64], metrics: &mut Metrics) {
+    /// Each call's reward as the estimator sees it (`samples` are `rollout`'s): the
+    /// invalid-action penalty applied, plus DAPO's overlong penalty when
+    /// `[algorithm.overlong_penalty]` is on, whose mean goes into `metrics` when given.
+    fn shaped_rewards(
+        &self,
+        rollout: &Rollout,
+        samples: &[Sample],
+        metrics: Option<&mut Metrics>,
+    ) -> Vec<f64> {
+        let mut rewards = self.penalty.apply(samples);
         let shaping = self.config.algorithm.overlong_penalty;
         if shaping.buffer == 0 {
-            return;
+            return rewards;
         }
         let mut total = 0.0;
         for (call, reward) in rollout.calls.iter().zip(rewards.iter_mut()) {
@@ -604,10 +615,13 @@ impl Trainer {
             *reward += penalty;
             total += penalty;
         }
-        metrics.set(
-            "reward/overlong_penalty_mean",
-            total / rewards.len().max(1) as f64,
-        );
+        if let Some(metrics) = metrics {
+            metrics.set(
+                "reward/overlong_penalty_mean",
+                total / rewards.len().max(1) as f64,
+            );
+        }
+        rewards
     }
 
     /// One training sample per agent call of `rollout`, for the estimator.
