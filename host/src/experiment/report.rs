@@ -83,6 +83,7 @@ pub fn render(context: &ReportContext, summaries: &[EstimatorSummary]) -> String
     spikes(&mut out, summaries);
     grad_norms(&mut out, summaries);
     rewards(&mut out, summaries);
+    dynamic_sampling(&mut out, summaries);
     evals(&mut out, summaries);
     paired(&mut out, summaries);
     amplification(&mut out, summaries);
@@ -276,6 +277,40 @@ fn rewards(out: &mut String, summaries: &[EstimatorSummary]) {
     table(out, &header, rows);
 }
 
+fn dynamic_sampling(out: &mut String, summaries: &[EstimatorSummary]) {
+    if summaries.iter().all(|s| s.kept_groups_mean.is_none()) {
+        return;
+    }
+    out.push_str(
+        "## Dynamic sampling
+
+",
+    );
+    out.push_str(
+        "Prompt groups rolled out and kept for training per iteration (mean over a run's \
+         iterations), and the iterations that kept none and so changed no weights.\n\n",
+    );
+    let header = [
+        "estimator",
+        "groups rolled out per iteration",
+        "groups trained on per iteration",
+        "iterations without a group",
+    ]
+    .map(String::from);
+    let rows = summaries
+        .iter()
+        .map(|s| {
+            vec![
+                format!("`{}`", s.estimator),
+                cell(s.generated_groups_mean.as_ref(), 2),
+                cell(s.kept_groups_mean.as_ref(), 2),
+                cell(s.iterations_without_groups.as_ref(), 2),
+            ]
+        })
+        .collect();
+    table(out, &header, rows);
+}
+
 fn evals(out: &mut String, summaries: &[EstimatorSummary]) {
     let keys: BTreeSet<&String> = summaries
         .iter()
@@ -440,6 +475,9 @@ mod tests {
             eval_final: BTreeMap::from([("avg@2".into(), stats(reward, 0.0))]),
             amplification_mean: BTreeMap::from([("solver".into(), 1.5)]),
             amplification_max: BTreeMap::from([("solver".into(), 4.0)]),
+            generated_groups_mean: None,
+            kept_groups_mean: None,
+            iterations_without_groups: None,
             runs: BTreeMap::new(),
         }
     }
@@ -506,6 +544,27 @@ mod tests {
              scores) | eval avg@2 final | +3.000 ± 1.963 | 4.24 | 0.013 | 5 |",
             "| `drmas` − `grpo_step`: agent identity (per-agent vs global statistics, per-step \
              scores) | `reward/mean`, last 3 | +0.000 ± 0.000 | 0.00 | 1.000 | 5 |",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn dynamic_sampling_counts_get_a_table_only_when_logged() {
+        let plain = render(&ReportContext::default(), &[summary("drmas", 0.0, 0.5)]);
+        assert!(!plain.contains("## Dynamic sampling"), "{plain}");
+        let dynamic = EstimatorSummary {
+            generated_groups_mean: Some(stats(10.0, 1.0)),
+            kept_groups_mean: Some(stats(3.5, 0.0)),
+            iterations_without_groups: Some(stats(1.0, 0.0)),
+            ..summary("drmas", 0.0, 0.5)
+        };
+        let text = render(&ReportContext::default(), &[dynamic]);
+        for needle in [
+            "## Dynamic sampling",
+            "| estimator | groups rolled out per iteration | groups trained on per iteration | \
+             iterations without a group |",
+            "| `drmas` | 10.00 ± 8.98 | 3.50 ± 0.00 | 1.00 ± 0.00 |",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use super::runs::RunRecord;
 use super::stats::{self, MeanStd};
 use crate::plot::figures::{
-    AMPLIFICATION_PREFIX, EVAL_PREFIX, GRAD_NORM_AGENT_PREFIX, INVALID_RATE_PREFIX, REWARD_MEAN,
-    REWARD_PENALISED_MEAN,
+    AMPLIFICATION_PREFIX, EVAL_PREFIX, GENERATED_GROUPS, GRAD_NORM_AGENT_PREFIX,
+    INVALID_RATE_PREFIX, KEPT_GROUPS, REWARD_MEAN, REWARD_PENALISED_MEAN,
 };
 use crate::plot::MetricSeries;
 
@@ -41,6 +41,12 @@ pub struct RunSummary {
     pub amplification_mean: BTreeMap<String, f64>,
     /// Largest `advantage/amplification/ROLE` over iterations.
     pub amplification_max: BTreeMap<String, f64>,
+    /// Under dynamic sampling: prompt groups rolled out per iteration, mean over iterations.
+    pub generated_groups_mean: Option<f64>,
+    /// Under dynamic sampling: prompt groups trained on per iteration, mean over iterations.
+    pub kept_groups_mean: Option<f64>,
+    /// Under dynamic sampling: iterations that kept no group, so trained nothing.
+    pub iterations_without_groups: Option<f64>,
 }
 
 impl RunSummary {
@@ -98,6 +104,17 @@ impl RunSummary {
                 summary.amplification_max.insert(role.to_string(), max);
             }
         }
+        let values = |name| {
+            metrics
+                .series(name)
+                .map(|series| series.iter().map(|p| p.1).collect::<Vec<f64>>())
+        };
+        summary.generated_groups_mean = values(GENERATED_GROUPS).and_then(|v| stats::mean(&v));
+        if let Some(kept) = values(KEPT_GROUPS) {
+            summary.kept_groups_mean = stats::mean(&kept);
+            summary.iterations_without_groups =
+                Some(kept.iter().filter(|&&k| k == 0.0).count() as f64);
+        }
         summary
     }
 
@@ -139,6 +156,12 @@ pub struct EstimatorSummary {
     pub amplification_mean: BTreeMap<String, f64>,
     /// Largest amplification per agent role over every seed's iterations.
     pub amplification_max: BTreeMap<String, f64>,
+    /// Prompt groups rolled out per iteration under dynamic sampling, mean ± std over seeds.
+    pub generated_groups_mean: Option<MeanStd>,
+    /// Prompt groups trained on per iteration under dynamic sampling, mean ± std over seeds.
+    pub kept_groups_mean: Option<MeanStd>,
+    /// Iterations per run that trained on no group, mean ± std over seeds.
+    pub iterations_without_groups: Option<MeanStd>,
     /// Each run's own summary, by seed, for paired comparisons between estimators.
     pub runs: BTreeMap<u64, RunSummary>,
 }
@@ -180,6 +203,9 @@ impl EstimatorSummary {
                     max
                 },
             ),
+            generated_groups_mean: singles(|r| r.generated_groups_mean),
+            kept_groups_mean: singles(|r| r.kept_groups_mean),
+            iterations_without_groups: singles(|r| r.iterations_without_groups),
             runs: records.iter().map(|r| r.seed).zip(runs).collect(),
         }
     }
@@ -253,6 +279,25 @@ mod tests {
 {"iteration": 4, "reward/mean": 0.6, "grad_norm/agent/a": 6, "grad_norm/agent/b": 2, "eval/avg@2": 0.5, "eval/pass@2": 1.0, "eval/src/avg@2": 0.9}
 {"iteration": 5, "reward/mean": 0.9, "reward/penalised_mean": 0.8, "invalid_rate/a": 0.25, "grad_norm/agent/a": 1, "grad_norm/agent/b": 2}
 "#;
+
+    /// Three iterations under dynamic sampling with 4 prompts per batch.
+    const DYNAMIC: &str = r#"{"iteration": 1, "reward/mean": 0.1, "dynamic_sampling/generated_groups": 12, "dynamic_sampling/kept_groups": 0}
+{"iteration": 2, "reward/mean": 0.2, "dynamic_sampling/generated_groups": 8, "dynamic_sampling/kept_groups": 4}
+{"iteration": 3, "reward/mean": 0.3, "dynamic_sampling/generated_groups": 12, "dynamic_sampling/kept_groups": 2}
+"#;
+
+    #[test]
+    fn dynamic_sampling_counts_are_averaged_over_iterations() {
+        let run = RunSummary::of(&record("drmas", 0, DYNAMIC).metrics);
+        assert_eq!(run.generated_groups_mean, Some(32.0 / 3.0));
+        assert_eq!(run.kept_groups_mean, Some(2.0));
+        assert_eq!(run.iterations_without_groups, Some(1.0));
+        let plain = RunSummary::of(&record("drmas", 0, RUN).metrics);
+        assert_eq!(
+            (plain.kept_groups_mean, plain.iterations_without_groups),
+            (None, None)
+        );
+    }
 
     #[test]
     fn one_run_summarised_by_hand() {

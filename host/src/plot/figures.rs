@@ -35,6 +35,10 @@ pub const GRAD_NORM_GROUP_PREFIX: &str = "grad_norm/group/";
 pub const AMPLIFICATION_PREFIX: &str = "advantage/amplification/";
 /// Prefix of the environment's episode metrics.
 pub const ENV_PREFIX: &str = "env/";
+/// Prompt groups an iteration rolled out under dynamic sampling.
+pub const GENERATED_GROUPS: &str = "dynamic_sampling/generated_groups";
+/// Prompt groups an iteration kept for training under dynamic sampling.
+pub const KEPT_GROUPS: &str = "dynamic_sampling/kept_groups";
 
 const X_LABEL: &str = "iteration";
 

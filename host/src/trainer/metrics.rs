@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 use super::eval::EvalReport;
 use super::WorkerGroup;
 use crate::advantage::{Diagnostics, PerToken, Sample};
+use crate::plot::figures::{GENERATED_GROUPS, KEPT_GROUPS};
 use crate::rollout::{Rollout, TeamMember};
 use crate::update::{UpdateReport, MISMATCH_THRESHOLD};
 
@@ -133,8 +134,8 @@ pub(super) fn record_dynamic_sampling(
     group_size: usize,
 ) {
     let groups = |rollout: &Rollout| (rollout.episodes.len() / group_size.max(1)) as f64;
-    metrics.set("dynamic_sampling/generated_groups", groups(generated));
-    metrics.set("dynamic_sampling/kept_groups", groups(kept));
+    metrics.set(GENERATED_GROUPS, groups(generated));
+    metrics.set(KEPT_GROUPS, groups(kept));
 }
 
 /// The rollout's rewards, calls per agent (count, invalid rate, response length), environment
