@@ -415,9 +415,10 @@ pub enum SpreadMetric {
     /// reward is dropped.
     Reward,
     /// Each call's reward after the invalid-action penalty and overlong shaping, the rewards the
-    /// estimator sees: a group is dropped only when they are all equal, so no group-normalising
-    /// estimator could give any of its calls a non-zero advantage. For tasks whose outcome is
-    /// almost always the same (a small model on a hard task) but whose calls' formats differ.
+    /// estimator sees: a group is dropped only when they are all equal, where estimators that
+    /// normalise them within the group give each of its calls advantage 0. For tasks whose
+    /// outcome is almost always the same (a small model on a hard task) but whose calls' formats
+    /// differ.
     PenalisedReward,
 }
 

@@ -3,7 +3,8 @@
 //! where calls' penalties differ, δ/ε — so it is dropped and replaced by groups from further
 //! rollouts until the batch holds `prompts_per_batch` groups or the rollout cap is reached.
 //! With `metric = "penalised_reward"` the test is on the calls' penalised rewards instead: a
-//! group is dropped only when no estimator could draw any signal from it.
+//! group is dropped only when those are all equal, so estimators that normalise them within
+//! the group give each of its calls advantage 0.
 //!
 //! A rollout's episodes come in prompt groups of `group_size` consecutive episodes (the trainer
 //! repeats each task `group_size` times); these helpers select and join whole groups.
