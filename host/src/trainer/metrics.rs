@@ -258,7 +258,23 @@ pub(super) fn record_critic(
         |table: &PerToken| table.values().iter().sum::<f64>() / table.values().len().max(1) as f64;
     metrics.set("critic/values_mean", mean(values));
     metrics.set("critic/returns_mean", mean(returns));
+    if let Some(explained) = explained_variance(values.values(), returns.values()) {
+        metrics.set("critic/vf_explained_var", explained);
+    }
     metrics.set("critic/warmup", f64::from(u8::from(warmup)));
+}
+
+/// 1 − Var(returns − values) / Var(returns) over paired tokens (verl's
+/// `critic/vf_explained_var`): 1 for a critic whose values are the returns, 0 for one no better
+/// than their mean, negative for worse; `None` when the returns do not vary.
+fn explained_variance(values: &[f64], returns: &[f64]) -> Option<f64> {
+    let (_, spread) = mean_std(returns);
+    if spread == 0.0 {
+        return None;
+    }
+    let errors: Vec<f64> = returns.iter().zip(values).map(|(r, v)| r - v).collect();
+    let (_, error_spread) = mean_std(&errors);
+    Some(1.0 - (error_spread / spread).powi(2))
 }
 
 /// An evaluation's avg@k and pass@k, overall and per data source.
@@ -374,4 +390,22 @@ fn mean_std(values: &[f64]) -> (f64, f64) {
     let mean = values.iter().sum::<f64>() / n;
     let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
     (mean, var.sqrt())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::explained_variance;
+
+    #[test]
+    fn explained_variance_by_hand() {
+        let returns = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(explained_variance(&returns, &returns), Some(1.0));
+        // A constant prediction leaves all the variance: 0, whatever the constant.
+        assert_eq!(explained_variance(&[7.0; 4], &returns), Some(0.0));
+        // Errors 0.5, -0.5, 0.5, -0.5: variance 0.25 against the returns' 1.25.
+        let values = [0.5, 2.5, 2.5, 4.5];
+        let explained = explained_variance(&values, &returns).expect("returns vary");
+        assert!((explained - 0.8).abs() < 1e-12, "{explained}");
+        assert_eq!(explained_variance(&values, &[2.0; 4]), None);
+    }
 }
