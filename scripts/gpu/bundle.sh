@@ -35,6 +35,9 @@ command -v git >/dev/null || { log "git is needed to list the sources"; exit 1; 
 
 libtorch="$(bash "$repo/scripts/gpu/install-libtorch.sh")"
 
+# The commit the bundle is built from, read when the sources are mirrored (a commit made while
+# it builds does not change what it holds).
+commit="$(git -C "$repo" rev-parse HEAD)$(git -C "$repo" diff --quiet HEAD || echo ' (with local changes)')"
 log "mirroring the sources in $src (tch and torch-sys pinned to $tch_version)"
 # Tracked and untracked-but-not-ignored files as they are in the working tree. A file whose
 # content changed is copied with a new modification time, so cargo rebuilds what it feeds;
@@ -84,7 +87,7 @@ cp -r "$repo/host/tests/fixtures/hf" "$out/fixtures/hf"
 cp "$repo"/scripts/gpu/{run,check,speed,steps}.sh "$repo"/scripts/gpu/*.py "$out/"
 chmod +x "$out/run.sh" "$out/check.sh" "$out/speed.sh"
 {
-  echo "commit $(git -C "$repo" rev-parse HEAD)$(git -C "$repo" diff --quiet HEAD || echo ' (with local changes)')"
+  echo "commit $commit"
   echo "libtorch $(cat "$libtorch/build-version") (CUDA 13.0), tch $tch_version"
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } > "$out/BUILD"
