@@ -198,17 +198,14 @@ impl CpuKernels {
     /// them here (see `decode_isa_for`).
     pub fn fastest() -> Self {
         let isa = Isa::best();
+        let kernels = Self {
+            isa,
+            decode_isa: isa,
+            routes: Routes::for_this_cpu(isa),
+        };
         let decode_isa =
             cpu_identity().map_or(isa, |(vendor, family)| decode_isa_for(isa, &vendor, family));
-        Self {
-            isa,
-            decode_isa: if decode_isa.is_supported() {
-                decode_isa
-            } else {
-                isa
-            },
-            routes: Routes::for_this_cpu(isa),
-        }
+        kernels.with_decode_isa(decode_isa).unwrap_or(kernels)
     }
 
     /// These kernels with their decode products on `isa`; `None` when the CPU does not run it.
