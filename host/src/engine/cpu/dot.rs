@@ -11,7 +11,7 @@
 
 use super::isa::Isa;
 
-/// Most input rows: the products the matmul keeps on one thread.
+/// Most input rows of a product that runs on this kernel.
 pub const MAX_ROWS: usize = 3;
 
 /// Outputs (rows of `W`) per tile.

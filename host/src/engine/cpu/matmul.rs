@@ -2,14 +2,14 @@
 //! it (row-major, no copy), split by outputs over the threads of libtorch's OpenMP team (see
 //! [`super::pool`]).
 //!
-//! Products of at most [`dot::MAX_ROWS`] rows run the [`dot`] kernel on the calling thread
-//! alone: they are bound by reading the weights, which one core does about as fast as two.
-//! Wider ones are bound by arithmetic
-//! and split into one contiguous range of outputs per thread: decode steps of up to
-//! [`DECODE_ROWS`] rows transpose `x` once ([`TransposedRows`]) and run
-//! [`broadcast_weights`] tiles of 16 rows × 24 outputs; prefills transpose each panel of 32
-//! outputs once per block of rows ([`PanelBuffer`]) and run [`broadcast_inputs`] tiles of up
-//! to 12 rows × 32 outputs. Every kernel runs the version of one [`Isa`].
+//! Every product is split into one contiguous range of outputs per thread. Products of at
+//! most [`dot::MAX_ROWS`] rows run [`dot`] tiles: they are bound by reading the weights, and
+//! on many CPUs one core cannot draw the memory bandwidth that two do. Wider ones are bound
+//! by arithmetic: decode steps of up to [`DECODE_ROWS`] rows transpose `x` once
+//! ([`TransposedRows`]) and run [`broadcast_weights`] tiles of 16 rows × 24 outputs; prefills
+//! transpose each panel of 32 outputs once per block of rows ([`PanelBuffer`]) and run
+//! [`broadcast_inputs`] tiles of up to 12 rows × 32 outputs. Every kernel runs the version of
+//! one [`Isa`].
 
 use super::broadcast_inputs::{self, MAX_ROWS};
 use super::broadcast_weights::{self, OUTPUTS};
@@ -72,12 +72,17 @@ pub fn matmul(
     if rows == 0 || n == 0 {
         return;
     }
-    if rows <= dot::MAX_ROWS {
-        few_rows(x, rows, weights, bias, out, isa);
-        return;
-    }
     let out = OutPtr(out.as_mut_ptr());
-    if rows <= DECODE_ROWS {
+    if rows <= dot::MAX_ROWS {
+        let tiles = n.div_ceil(dot::OUTPUTS);
+        let parts = pool::parts().min(tiles);
+        pool::run_parts(parts, &|part| {
+            let outputs = outputs_of(pool::share(part, parts, tiles), dot::OUTPUTS, n);
+            // SAFETY: every part writes the columns of its own outputs only, the ranges
+            // are disjoint, and `out` (rows × N floats) is borrowed mutably for the call.
+            unsafe { run_few_rows(x, rows, weights, bias, out, outputs, isa) };
+        });
+    } else if rows <= DECODE_ROWS {
         let runs = n.div_ceil(OUTPUTS);
         let parts = pool::parts().min(runs);
         TransposedRows::with(x, rows, k, isa, |x_t| {
@@ -104,20 +109,25 @@ fn outputs_of(runs: std::ops::Range<usize>, width: usize, n: usize) -> std::ops:
     runs.start * width..(runs.end * width).min(n)
 }
 
-/// Products of at most [`dot::MAX_ROWS`] rows, on this thread: one [`dot`] tile per
-/// [`dot::OUTPUTS`] outputs, each prefetching the next one's weights.
-fn few_rows(
+/// Computes the columns `outputs` of a product of at most [`dot::MAX_ROWS`] rows: one [`dot`]
+/// tile per [`dot::OUTPUTS`] outputs, each prefetching the next one's weights.
+///
+/// # Safety
+/// `out` addresses `rows × N` floats that nothing else reads or writes in these columns
+/// during the call.
+unsafe fn run_few_rows(
     x: &[f32],
     rows: usize,
     weights: Weights<'_>,
     bias: Option<&[f32]>,
-    out: &mut [f32],
+    out: OutPtr,
+    outputs: std::ops::Range<usize>,
     isa: Isa,
 ) {
     let (n, k) = (weights.outputs, weights.inputs);
-    for column in (0..n).step_by(dot::OUTPUTS) {
-        let columns = dot::OUTPUTS.min(n - column);
-        let next = column + columns..(column + columns + dot::OUTPUTS).min(n);
+    for column in outputs.clone().step_by(dot::OUTPUTS) {
+        let columns = dot::OUTPUTS.min(outputs.end - column);
+        let next = column + columns..(column + columns + dot::OUTPUTS).min(outputs.end);
         let tile = dot::Tile {
             x,
             rows,
@@ -126,11 +136,12 @@ fn few_rows(
             prefetch: weights.rows(next),
             outputs: columns,
             bias: bias.map(|b| &b[column..column + columns]),
-            out: out[column..].as_mut_ptr(),
+            // SAFETY: `column < n` is inside `out`'s first row.
+            out: unsafe { out.0.add(column) },
             out_stride: n,
         };
         // SAFETY: the tile writes rows `0..rows`, columns `column..column + columns` of
-        // `out`, all inside it and borrowed mutably here.
+        // `out`, inside it and in this call's outputs.
         unsafe { dot::run(&tile, isa) };
     }
 }
@@ -280,6 +291,8 @@ mod tests {
                 (17, 33, 64),
                 (64, 100, 3),
                 (13, 32, 40),
+                // Few rows split over the threads, a short tile at the end.
+                (2, 161, 1536),
                 // Decode steps: partial tiles, output ranges with short runs at their ends.
                 (64, 161, 1536),
                 // Prefills: several row blocks (84 rows each for K = 1536), panel ranges of
