@@ -186,6 +186,27 @@ fn four_estimators_one_seed_report_and_restart() {
     assert!(again.trained.is_empty());
     assert_eq!(again.skipped.len(), 4);
     assert_eq!(again.summaries, outcome.summaries);
+
+    // Every run of a seed evaluates the same weights with the same sampler before training: a
+    // run that starts over takes that evaluation from the seed's first run with one (marked
+    // here so that a fresh evaluation could not match it) instead of evaluating again.
+    let shared = drmas_host::trainer::eval_path(&experiment::runs::run_dir(&out, "grpo", 0), 0);
+    let mut marked: Value =
+        serde_json::from_str(&std::fs::read_to_string(&shared).expect("grpo's eval"))
+            .expect("JSON");
+    marked["overall"]["avg_at_k"] = 0.123456.into();
+    std::fs::write(&shared, marked.to_string()).expect("mark grpo's eval");
+    let drmas = experiment::runs::run_dir(&out, "drmas", 0);
+    std::fs::remove_dir_all(&drmas).expect("drop drmas's run");
+    let rerun = experiment.run(&registry).expect("rerun of drmas");
+    assert_eq!(rerun.trained, std::slice::from_ref(&drmas));
+    assert_eq!(number(&lines(&drmas)[0], "eval/avg@2"), 0.123456);
+    let copied = drmas_host::trainer::eval_path(&drmas, 0);
+    assert_eq!(
+        serde_json::from_str::<Value>(&std::fs::read_to_string(copied).expect("drmas's eval"))
+            .expect("JSON")["overall"]["avg_at_k"],
+        0.123456
+    );
 }
 
 #[test]

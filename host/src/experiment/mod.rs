@@ -20,7 +20,7 @@ use anyhow::{bail, Context};
 use crate::cli::{CommonArgs, ExperimentArgs};
 use crate::config::{RunConfig, RunFile};
 use crate::plugins::{BuildProfile, Registry};
-use crate::trainer::{Checkpoint, Trainer};
+use crate::trainer::{Checkpoint, EvalReport, Trainer};
 use report::ReportContext;
 use runs::RunRecord;
 use summary::EstimatorSummary;
@@ -120,7 +120,8 @@ impl Experiment {
                     "experiment: estimator {estimator}, seed {seed} → {}",
                     dir.display()
                 );
-                train_one(&base, &file, registry, estimator, seed, &dir)
+                let shared = runs::initial_eval(&out_dir, &self.estimators, estimator, seed);
+                train_one(&base, &file, registry, (estimator, seed), &dir, shared)
                     .with_context(|| format!("run {estimator}, seed {seed}"))?;
                 self.after_finished(&dir);
                 trained.push(dir);
@@ -242,14 +243,15 @@ pub fn run(common: &CommonArgs, args: &ExperimentArgs) -> anyhow::Result<()> {
 
 /// Trains one run of the experiment in `dir`: the base config with `estimator` and `seed`.
 /// A run folder left by an interrupted run resumes from its newest checkpoint, or starts over
-/// when it has none.
+/// when it has none — taking `initial_eval` (another estimator's evaluation of the same seed)
+/// as its evaluation before training, when given.
 fn train_one(
     base: &RunConfig,
     file: &RunFile,
     registry: &Registry,
-    estimator: &str,
-    seed: u64,
+    (estimator, seed): (&str, u64),
     dir: &Path,
+    initial_eval: Option<(EvalReport, PathBuf)>,
 ) -> anyhow::Result<()> {
     let config = variant(base, estimator, seed, dir);
     let plan = crate::preflight::prepare(&config, file, registry)?;
@@ -261,6 +263,9 @@ fn train_one(
     } else {
         for stale in ["metrics.jsonl", "samples.jsonl"] {
             remove_if_present(|p| std::fs::remove_file(p), &dir.join(stale))?;
+        }
+        if let Some((report, source)) = initial_eval {
+            trainer.reuse_initial_eval(report, source);
         }
     }
     let summary = trainer.train()?;

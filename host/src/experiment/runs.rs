@@ -1,9 +1,10 @@
 //! The runs of an experiment on disk: one folder per (estimator, seed), its `metrics.jsonl`
-//! read back, and whether it already finished.
+//! read back, whether it already finished, and its evaluation before training.
 
 use std::path::{Path, PathBuf};
 
 use crate::plot::MetricSeries;
+use crate::trainer::{eval_path, EvalReport};
 
 /// One finished (or partly finished) run of the experiment.
 #[derive(Debug, Clone)]
@@ -29,6 +30,35 @@ pub fn finished(dir: &Path, iterations: u32) -> bool {
             .series("reward/mean")
             .is_some_and(|points| points.iter().any(|&(i, _)| i == u64::from(iterations)))
     })
+}
+
+/// The evaluation before training that a run of `seed` under another of `estimators` wrote,
+/// and its file. Every estimator's run of a seed evaluates the same weights with the same eval
+/// sampler before training, so one run's evaluation serves them all. An unreadable file is
+/// passed over with a warning.
+pub fn initial_eval(
+    out: &Path,
+    estimators: &[String],
+    estimator: &str,
+    seed: u64,
+) -> Option<(EvalReport, PathBuf)> {
+    estimators
+        .iter()
+        .filter(|other| *other != estimator)
+        .find_map(|other| {
+            let path = eval_path(&run_dir(out, other, seed), 0);
+            let text = std::fs::read_to_string(&path).ok()?;
+            match serde_json::from_str(&text) {
+                Ok(report) => Some((report, path)),
+                Err(error) => {
+                    tracing::warn!(
+                        "{} is not an evaluation ({error}); not reused",
+                        path.display()
+                    );
+                    None
+                }
+            }
+        })
 }
 
 /// Reads every run of `estimators` × `seeds` under `out`, in that order.

@@ -2,13 +2,15 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
 
 /// A sample counts as solved when its reward reaches this (full credit).
 pub const SOLVED_REWARD: f64 = 1.0 - 1e-9;
 
 /// The scores of one data source (or of all of them).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SourceScore {
     /// Questions evaluated.
     pub questions: usize,
@@ -23,7 +25,7 @@ pub struct SourceScore {
 }
 
 /// An evaluation: per data source and overall.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalReport {
     /// Scores per data source.
     pub sources: BTreeMap<String, SourceScore>,
@@ -32,6 +34,13 @@ pub struct EvalReport {
     /// Episodes that failed (a plugin call of theirs failed, within `[rollout]
     /// max_episode_failure_rate`); each is scored as reward 0.
     pub failed_episodes: usize,
+}
+
+/// Where a run folder keeps the evaluation after `iteration` (0: before training).
+pub fn eval_path(run_dir: &Path, iteration: u32) -> PathBuf {
+    run_dir
+        .join("eval")
+        .join(format!("iteration_{iteration:05}.json"))
 }
 
 /// Scores `rewards[q]` (the k rewards of question q) with `sources[q]` its data source.

@@ -15,7 +15,7 @@ mod stopped;
 mod task_order;
 mod worker_group;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
@@ -24,7 +24,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 pub use checkpoint::Checkpoint;
 use dynamic_sampling::{append, groups_with_call_spread, groups_with_spread, keep_groups};
-pub use eval::{score, EvalReport, SourceScore, SOLVED_REWARD};
+pub use eval::{eval_path, score, EvalReport, SourceScore, SOLVED_REWARD};
 use failed_episodes::{groups_with_failures, nothing_left_to_train, warn_failures};
 pub use fleet::probe_servers;
 use metrics::{
@@ -70,6 +70,9 @@ pub struct Trainer {
     skipped_steps: u64,
     /// Episodes failed, and prompt groups dropped for them, in this process's iterations.
     failed: FailedCount,
+    /// An evaluation of these same weights to take as the one before training, and where it
+    /// came from (see [`Self::reuse_initial_eval`]).
+    initial_eval: Option<(EvalReport, PathBuf)>,
     out_dir: PathBuf,
 }
 
@@ -226,13 +229,22 @@ impl Trainer {
             iteration: 0,
             skipped_steps: 0,
             failed: FailedCount::default(),
+            initial_eval: None,
             out_dir,
             config,
         })
     }
 
+    /// Takes `report`, read from `source`, as the evaluation before training instead of running
+    /// it. Only sound for an evaluation of the same weights, eval tasks and `[eval]` settings
+    /// with the same `[run] seed` (the eval sampler's RNG depends on the seed and the iteration
+    /// only): `drmas-host experiment` passes one run's to the other estimators of its seed.
+    pub fn reuse_initial_eval(&mut self, report: EvalReport, source: PathBuf) {
+        self.initial_eval = Some((report, source));
+    }
+
     /// The run folder.
-    pub fn out_dir(&self) -> &std::path::Path {
+    pub fn out_dir(&self) -> &Path {
         &self.out_dir
     }
 
@@ -267,9 +279,16 @@ impl Trainer {
         let total = self.config.run.iterations;
         let first = self.iteration + 1;
         let before = if self.has_eval() && self.iteration == 0 {
-            let report = self
-                .evaluate("before training")
-                .map_err(|error| self.stopped(error, Stage::Finished))?;
+            let report = match self.initial_eval.take() {
+                Some((report, source)) => {
+                    let label = format!("before training (that of {})", source.display());
+                    self.publish_eval(&label, &eval_path(&self.out_dir, 0), &report)?;
+                    report
+                }
+                None => self
+                    .evaluate("before training")
+                    .map_err(|error| self.stopped(error, Stage::Finished))?,
+            };
             let mut metrics = Metrics::new(0);
             record_eval(&mut metrics, &report);
             log.write(&metrics)?;
@@ -877,8 +896,8 @@ impl Trainer {
     /// `eval/iteration_NNNNN.json` (the current iteration) in the run folder and prints the
     /// scores under `label`.
     pub fn evaluate(&mut self, label: &str) -> anyhow::Result<EvalReport> {
-        let name = format!("iteration_{:05}", self.iteration);
-        self.evaluate_into(label, &name)
+        let path = eval_path(&self.out_dir, self.iteration);
+        self.evaluate_into(label, &path)
     }
 
     /// [`Self::evaluate`] outside training (`drmas-host eval`): writes
@@ -888,11 +907,15 @@ impl Trainer {
         let seconds = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        self.evaluate_into("eval", &format!("standalone_{seconds}"))
+        let path = self
+            .out_dir
+            .join("eval")
+            .join(format!("standalone_{seconds}.json"));
+        self.evaluate_into("eval", &path)
     }
 
-    /// Runs the evaluation and writes it to `eval/<name>.json`.
-    fn evaluate_into(&mut self, label: &str, name: &str) -> anyhow::Result<EvalReport> {
+    /// Runs the evaluation and writes it to `path`.
+    fn evaluate_into(&mut self, label: &str, path: &Path) -> anyhow::Result<EvalReport> {
         let k = self.config.eval.k;
         setup::set_phase(&self.config, &mut self.team, Phase::Eval);
         let tasks: Vec<Task> = self.eval_tasks.clone();
@@ -920,10 +943,17 @@ impl Trainer {
             failed_episodes: rollout.failed_episodes(),
             ..score(&sources, &rewards)
         };
-        let dir = self.out_dir.join("eval");
-        std::fs::create_dir_all(&dir)?;
-        let path = dir.join(format!("{name}.json"));
-        std::fs::write(&path, serde_json::to_string_pretty(&report)?)
+        self.publish_eval(label, path, &report)?;
+        Ok(report)
+    }
+
+    /// Writes `report` to `path` and prints its scores under `label`.
+    fn publish_eval(&self, label: &str, path: &Path, report: &EvalReport) -> anyhow::Result<()> {
+        let k = report.overall.k;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        std::fs::write(path, serde_json::to_string_pretty(report)?)
             .with_context(|| format!("writing {}", path.display()))?;
         let failed = match report.failed_episodes {
             0 => String::new(),
@@ -936,7 +966,7 @@ impl Trainer {
             report.overall.mean_reward,
             report.overall.questions
         );
-        Ok(report)
+        Ok(())
     }
 }
 
