@@ -1,7 +1,6 @@
 //! avg@k and pass@k per data source, from k episodes per question.
 
 use std::collections::BTreeMap;
-
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
