@@ -44,9 +44,11 @@ pub struct GenerationSpeed {
     pub seconds: f64,
     /// `tokens / seconds`.
     pub tokens_per_s: f64,
-    /// Seconds of a call that generates one token per row: the prefill and one sampling step.
+    /// Seconds of a call that generates one token per row (the prefill and one sampling step),
+    /// the fastest of [`PREFILL_REPEATS`] calls.
     pub prefill_seconds: f64,
-    /// `(seconds − prefill_seconds) / (longest − 1)`: one decode step of the whole batch.
+    /// `(seconds − prefill_seconds) / (longest − 1)`: one decode step of the whole batch. Both
+    /// are wall-clock times, so on a loaded machine this can come out small or even negative.
     pub decode_step_ms: f64,
     /// Bytes of the weights, which every decode step reads once.
     pub weight_bytes: u64,
@@ -55,9 +57,13 @@ pub struct GenerationSpeed {
     pub kv_cache_bytes_per_step: u64,
 }
 
+/// Calls of one token per row timed for [`GenerationSpeed::prefill_seconds`]: the fastest is
+/// kept, so one call stalled by the rest of the machine does not shift every decode step.
+pub const PREFILL_REPEATS: usize = 3;
+
 /// Loads `model` on `device` in `kind` and times sampled generation (temperature 1, no top-k or
-/// top-p) of `shape`'s batch: one warm-up call of two tokens, a call of one token per row (the
-/// prefill), then the measured call.
+/// top-p) of `shape`'s batch: one warm-up call of two tokens, [`PREFILL_REPEATS`] calls of one
+/// token per row (the prefill), then the measured call.
 pub fn generation_speed(
     model: &Path,
     device: Device,
@@ -102,7 +108,10 @@ pub fn generation_speed(
         Ok((generations, started.elapsed().as_secs_f64()))
     };
     run(2)?;
-    let (_, prefill_seconds) = run(1)?;
+    let mut prefill_seconds = f64::INFINITY;
+    for _ in 0..PREFILL_REPEATS {
+        prefill_seconds = prefill_seconds.min(run(1)?.1);
+    }
     let (generations, seconds) = run(shape.new_tokens)?;
     let tokens: usize = generations.iter().map(|g| g.tokens.len()).sum();
     let longest = generations
