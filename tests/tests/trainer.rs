@@ -213,6 +213,11 @@ fn dynamic_sampling_on_penalised_rewards_keeps_groups_whose_calls_differ_in_form
                 assert_eq!(number("reward/mean"), 0.0, "{line}");
                 let kept = number("dynamic_sampling/kept_groups");
                 assert_eq!(number("advantage/calls"), kept * 4.0 * 2.0, "{line}");
+                // Over every call rolled out, kept or not: 0.1 off each invalid one, and both
+                // agents act once per episode.
+                let invalid = (number("invalid_rate/first") + number("invalid_rate/second")) / 2.0;
+                let penalised = number("reward/penalised_mean");
+                assert!((penalised + 0.1 * invalid).abs() < 1e-12, "{line}");
                 kept
             })
             .collect::<Vec<f64>>()

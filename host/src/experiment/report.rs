@@ -241,10 +241,13 @@ fn rewards(out: &mut String, summaries: &[EstimatorSummary]) {
     out.push_str("## Training reward\n\n");
     let _ = writeln!(
         out,
-        "`reward/mean` is the environment's reward; `reward/penalised_mean` subtracts the \
-         invalid-format penalty, and `invalid_rate/ROLE` is the share of an agent's calls \
-         whose output had no valid format. \"Last {LAST_ITERATIONS}\": mean of the last \
-         {LAST_ITERATIONS} iterations (all, if fewer).\n"
+        "`reward/mean` is the environment's reward over the rollout's episodes; \
+         `advantage/reward_mean` is the penalised reward (invalid-format penalty and overlong \
+         shaping applied) of the calls the estimator trained on (under dynamic sampling, only \
+         the kept groups', which are the ones whose rewards differ), over the last \
+         {LAST_ITERATIONS} iterations that trained on any call; `invalid_rate/ROLE` is the \
+         share of an agent's calls whose output had no valid format. \"Last \
+         {LAST_ITERATIONS}\": mean of the last {LAST_ITERATIONS} iterations (all, if fewer).\n"
     );
     let roles: BTreeSet<&String> = summaries
         .iter()
@@ -254,7 +257,7 @@ fn rewards(out: &mut String, summaries: &[EstimatorSummary]) {
         "estimator".to_string(),
         "`reward/mean`, last iteration".to_string(),
         format!("`reward/mean`, last {LAST_ITERATIONS}"),
-        format!("`reward/penalised_mean`, last {LAST_ITERATIONS}"),
+        format!("`advantage/reward_mean`, last {LAST_ITERATIONS} trained"),
     ];
     header.extend(
         roles
@@ -268,7 +271,7 @@ fn rewards(out: &mut String, summaries: &[EstimatorSummary]) {
                 format!("`{}`", s.estimator),
                 cell(s.final_reward.as_ref(), 3),
                 cell(s.final_reward_last.as_ref(), 3),
-                cell(s.penalised_reward_last.as_ref(), 3),
+                cell(s.trained_reward_last.as_ref(), 3),
             ];
             row.extend(roles.iter().map(|r| cell(s.invalid_rate_last.get(*r), 3)));
             row
@@ -343,7 +346,7 @@ fn evals(out: &mut String, summaries: &[EstimatorSummary]) {
 /// How a paired comparison reads one outcome off a run.
 type Outcome = Box<dyn Fn(&RunSummary) -> Option<f64>>;
 
-/// The outcomes compared seed by seed: the final evals, then the training rewards.
+/// The outcomes compared seed by seed: the final evals, then the training reward.
 fn paired_outcomes(summaries: &[EstimatorSummary]) -> Vec<(String, Outcome)> {
     let eval_keys: BTreeSet<String> = summaries
         .iter()
@@ -360,10 +363,6 @@ fn paired_outcomes(summaries: &[EstimatorSummary]) -> Vec<(String, Outcome)> {
     outcomes.push((
         format!("`reward/mean`, last {LAST_ITERATIONS}"),
         Box::new(|run| run.final_reward_last),
-    ));
-    outcomes.push((
-        format!("`reward/penalised_mean`, last {LAST_ITERATIONS}"),
-        Box::new(|run| run.penalised_reward_last),
     ));
     outcomes
 }
@@ -469,7 +468,7 @@ mod tests {
             grad_norm_median: BTreeMap::from([("solver".into(), 0.00025)]),
             final_reward: Some(stats(reward, 0.05)),
             final_reward_last: Some(stats(reward, 0.0)),
-            penalised_reward_last: Some(stats(reward - 0.1, 0.0)),
+            trained_reward_last: Some(stats(reward - 0.1, 0.0)),
             invalid_rate_last: BTreeMap::from([("solver".into(), stats(0.25, 0.1))]),
             eval_before: BTreeMap::from([("avg@2".into(), stats(0.1, 0.0))]),
             eval_final: BTreeMap::from([("avg@2".into(), stats(reward, 0.0))]),
@@ -506,7 +505,7 @@ mod tests {
             "| `grpo` | 2.00 ± 8.98 | 2.00 ± 8.98 |",
             "| `drmas` | 12.5 | 2.50e-4 |",
             "| `drmas` | 0.500 ± 0.449 | 0.500 ± 0.000 | 0.400 ± 0.000 | 0.250 ± 0.898 |",
-            "`reward/penalised_mean`, last 3 | `invalid_rate/solver`, last 3 |",
+            "`advantage/reward_mean`, last 3 trained | `invalid_rate/solver`, last 3 |",
             "| estimator | avg@2 before | avg@2 final |",
             "| `grpo` | 0.100 ± 0.000 | 0.250 ± 0.000 |",
             "| `grpo` | 1.50 | 4.00 |",

@@ -8,7 +8,7 @@ use super::runs::RunRecord;
 use super::stats::{self, MeanStd};
 use crate::plot::figures::{
     AMPLIFICATION_PREFIX, EVAL_PREFIX, GENERATED_GROUPS, GRAD_NORM_AGENT_PREFIX,
-    INVALID_RATE_PREFIX, KEPT_GROUPS, REWARD_MEAN, REWARD_PENALISED_MEAN,
+    INVALID_RATE_PREFIX, KEPT_GROUPS, REWARD_MEAN, TRAINED_CALLS, TRAINED_REWARD_MEAN,
 };
 use crate::plot::MetricSeries;
 
@@ -28,9 +28,10 @@ pub struct RunSummary {
     pub final_reward: Option<f64>,
     /// Mean `reward/mean` of the last [`LAST_ITERATIONS`] iterations.
     pub final_reward_last: Option<f64>,
-    /// Mean `reward/penalised_mean` (reward with the format penalty) of the last
-    /// [`LAST_ITERATIONS`] iterations.
-    pub penalised_reward_last: Option<f64>,
+    /// Mean `advantage/reward_mean` — the penalised reward of the calls trained on — of the
+    /// last [`LAST_ITERATIONS`] iterations that trained on some call (`advantage/calls` > 0;
+    /// every iteration in metrics without that key).
+    pub trained_reward_last: Option<f64>,
     /// Mean `invalid_rate/ROLE` of the last [`LAST_ITERATIONS`] iterations, per agent role.
     pub invalid_rate_last: BTreeMap<String, f64>,
     /// Overall eval scores (`avg@K`, `pass@K`) before training (iteration 0).
@@ -69,9 +70,20 @@ impl RunSummary {
             summary.final_reward = rewards.last().map(|p| p.1);
             summary.final_reward_last = last_iterations_mean(rewards);
         }
-        summary.penalised_reward_last = metrics
-            .series(REWARD_PENALISED_MEAN)
-            .and_then(last_iterations_mean);
+        if let Some(rewards) = metrics.series(TRAINED_REWARD_MEAN) {
+            let calls = metrics.series(TRAINED_CALLS).unwrap_or_default();
+            let trained: Vec<(u64, f64)> = rewards
+                .iter()
+                .filter(|(iteration, _)| {
+                    calls
+                        .iter()
+                        .find(|(i, _)| i == iteration)
+                        .is_none_or(|&(_, count)| count > 0.0)
+                })
+                .copied()
+                .collect();
+            summary.trained_reward_last = last_iterations_mean(&trained);
+        }
         for (role, series) in metrics.with_prefix(INVALID_RATE_PREFIX) {
             if let Some(mean) = last_iterations_mean(series) {
                 summary.invalid_rate_last.insert(role.to_string(), mean);
@@ -143,8 +155,9 @@ pub struct EstimatorSummary {
     pub final_reward: Option<MeanStd>,
     /// Mean training reward of the last [`LAST_ITERATIONS`] iterations, mean ± std over seeds.
     pub final_reward_last: Option<MeanStd>,
-    /// The same for the reward with the format penalty.
-    pub penalised_reward_last: Option<MeanStd>,
+    /// The same for the penalised reward of the calls trained on
+    /// ([`RunSummary::trained_reward_last`]).
+    pub trained_reward_last: Option<MeanStd>,
     /// Invalid-format rate of the last [`LAST_ITERATIONS`] iterations per agent role, mean ±
     /// std over seeds.
     pub invalid_rate_last: BTreeMap<String, MeanStd>,
@@ -188,7 +201,7 @@ impl EstimatorSummary {
             grad_norm_median: means(over_seeds(runs.iter().map(|r| r.grad_norm_median.clone()))),
             final_reward: singles(|r| r.final_reward),
             final_reward_last: singles(|r| r.final_reward_last),
-            penalised_reward_last: singles(|r| r.penalised_reward_last),
+            trained_reward_last: singles(|r| r.trained_reward_last),
             invalid_rate_last: over_seeds(runs.iter().map(|r| r.invalid_rate_last.clone())),
             eval_before: over_seeds(runs.iter().map(|r| r.eval_before.clone())),
             eval_final: over_seeds(runs.iter().map(|r| r.eval_final.clone())),
@@ -277,7 +290,7 @@ mod tests {
 {"iteration": 2, "reward/mean": 0.2, "grad_norm/agent/a": 1, "grad_norm/agent/b": 2, "advantage/amplification/a": 3.0}
 {"iteration": 3, "reward/mean": 0.3, "grad_norm/agent/a": 2, "grad_norm/agent/b": 2, "advantage/amplification/a": null}
 {"iteration": 4, "reward/mean": 0.6, "grad_norm/agent/a": 6, "grad_norm/agent/b": 2, "eval/avg@2": 0.5, "eval/pass@2": 1.0, "eval/src/avg@2": 0.9}
-{"iteration": 5, "reward/mean": 0.9, "reward/penalised_mean": 0.8, "invalid_rate/a": 0.25, "grad_norm/agent/a": 1, "grad_norm/agent/b": 2}
+{"iteration": 5, "reward/mean": 0.9, "advantage/reward_mean": 0.8, "invalid_rate/a": 0.25, "grad_norm/agent/a": 1, "grad_norm/agent/b": 2}
 "#;
 
     /// Three iterations under dynamic sampling with 4 prompts per batch.
@@ -311,7 +324,7 @@ mod tests {
         // (0.3 + 0.6 + 0.9) / 3
         assert!((run.final_reward_last.unwrap_or(0.0) - 0.6).abs() < 1e-12);
         // Logged in one iteration only: its mean is that value.
-        assert_eq!(run.penalised_reward_last, Some(0.8));
+        assert_eq!(run.trained_reward_last, Some(0.8));
         assert_eq!(run.invalid_rate_last["a"], 0.25);
         assert!(!run.invalid_rate_last.contains_key("b"));
         assert_eq!(run.eval_before["avg@2"], 0.25);

@@ -19,8 +19,10 @@ use super::series::MetricSeries;
 
 /// Mean training reward per iteration.
 pub const REWARD_MEAN: &str = "reward/mean";
-/// Mean training reward with the invalid-format penalty, per iteration.
-pub const REWARD_PENALISED_MEAN: &str = "reward/penalised_mean";
+/// Mean penalised reward of the calls an iteration trained on.
+pub const TRAINED_REWARD_MEAN: &str = "advantage/reward_mean";
+/// Calls an iteration trained on.
+pub const TRAINED_CALLS: &str = "advantage/calls";
 /// Prefix of the per-agent share of calls whose output had an invalid format.
 pub const INVALID_RATE_PREFIX: &str = "invalid_rate/";
 /// Standard deviation of the training reward per iteration.

@@ -208,6 +208,21 @@ pub(super) fn record_rollout(
     );
 }
 
+/// `reward/penalised_mean`: the penalised reward (`rewards`, one per call) over the calls of
+/// every episode of the rollout that did not fail — the episodes `reward/mean` covers, so
+/// dynamic sampling's choice of groups does not move it (`advantage/reward_mean` is the mean over
+/// the calls trained on).
+pub(super) fn record_penalised_reward(metrics: &mut Metrics, rollout: &Rollout, rewards: &[f64]) {
+    let counted: Vec<f64> = rollout
+        .calls
+        .iter()
+        .zip(rewards)
+        .filter(|(call, _)| !rollout.episodes[call.episode].is_failed())
+        .map(|(_, &reward)| reward)
+        .collect();
+    metrics.set("reward/penalised_mean", mean_std(&counted).0);
+}
+
 /// The advantage diagnostics of an iteration: the reward statistics overall and per agent
 /// (with how much a shared normalisation would amplify each agent's gradient) and each agent's
 /// advantages.
@@ -219,10 +234,6 @@ pub(super) fn record_advantages(
     team: &[TeamMember],
 ) {
     metrics.set("advantage/calls", samples.len() as f64);
-    metrics.set(
-        "reward/penalised_mean",
-        rewards.iter().sum::<f64>() / rewards.len().max(1) as f64,
-    );
     let diagnostics = Diagnostics::compute(samples, rewards);
     metrics.set("advantage/reward_mean", diagnostics.mean);
     metrics.set("advantage/reward_std", diagnostics.std);

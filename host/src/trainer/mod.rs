@@ -29,7 +29,7 @@ use failed_episodes::{groups_with_failures, nothing_left_to_train, warn_failures
 pub use fleet::probe_servers;
 use metrics::{
     iteration_line, record_advantages, record_critic, record_dynamic_sampling, record_eval,
-    record_rollout, record_update, record_update_time,
+    record_penalised_reward, record_rollout, record_update, record_update_time,
 };
 pub use metrics::{Metrics, MetricsLog};
 pub use offload::{Offload, Residency};
@@ -456,6 +456,9 @@ impl Trainer {
             &self.team,
             started.elapsed().as_secs_f64(),
         );
+        let generated_rewards =
+            self.shaped_rewards(&sampled.generated, &self.samples(&sampled.generated), None);
+        record_penalised_reward(&mut metrics, &sampled.generated, &generated_rewards);
         let dynamic = self.config.algorithm.dynamic_sampling.enabled;
         if let Some(kept) = sampled.kept.as_ref().filter(|_| dynamic) {
             record_dynamic_sampling(&mut metrics, &sampled.generated, kept, group_size);
