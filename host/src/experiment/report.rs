@@ -387,8 +387,8 @@ fn paired(out: &mut String, summaries: &[EstimatorSummary]) {
                 format!("`{a}` − `{b}`: {isolates}"),
                 label,
                 format!("{:+.3} ± {:.3}", test.mean, test.ci95),
-                format!("{:.2}", test.t),
-                format!("{:.3}", test.p),
+                test.t.map_or_else(|| "—".into(), |t| format!("{t:.2}")),
+                test.p.map_or_else(|| "—".into(), |p| format!("{p:.3}")),
                 test.n.to_string(),
             ]);
         }
@@ -404,7 +404,10 @@ fn paired(out: &mut String, summaries: &[EstimatorSummary]) {
     out.push_str(
         "Seed by seed (the same seed samples the same first rollouts under every estimator): the \
          mean difference with its 95 % interval, and the paired t-test's two-sided p-value. An \
-         interval that contains 0 (p ≥ 0.05) means these seeds cannot tell the two apart.\n\n",
+         interval that contains 0 (p ≥ 0.05) means these seeds cannot tell the two apart. When \
+         every seed differs by the same nonzero amount (two evals one sample apart in each seed) \
+         the t-test has no spread to weigh the difference against: t and p read —, and only more \
+         seeds can tell.\n\n",
     );
     let header: Vec<String> = ["comparison", "metric", "mean difference", "t", "p", "seeds"]
         .map(String::from)
@@ -521,7 +524,8 @@ mod tests {
     #[test]
     fn paired_comparisons_test_seed_by_seed_differences() {
         // drmas beats grpo_step by 1, 2, 3, 4, 5 (eval avg@2 × 10 … as numbers) over five
-        // seeds: mean 3, t = 3√2 with 4 degrees of freedom.
+        // seeds: mean 3, t = 3√2 with 4 degrees of freedom. Its training reward is 0.25 above
+        // in every seed: no spread, so no t-test.
         let run = |eval: f64, reward: f64| RunSummary {
             eval_final: BTreeMap::from([("avg@2".into(), eval)]),
             final_reward_last: Some(reward),
@@ -531,7 +535,7 @@ mod tests {
         let mut step = summary("grpo_step", 0.0, 0.5);
         for seed in 0..5u64 {
             let d = seed as f64 + 1.0;
-            drmas.runs.insert(seed, run(10.0 + d, 0.5));
+            drmas.runs.insert(seed, run(10.0 + d, 0.75));
             step.runs.insert(seed, run(10.0, 0.5));
         }
         // A seed only one estimator ran is not paired.
@@ -542,7 +546,7 @@ mod tests {
             "| `drmas` − `grpo_step`: agent identity (per-agent vs global statistics, per-step \
              scores) | eval avg@2 final | +3.000 ± 1.963 | 4.24 | 0.013 | 5 |",
             "| `drmas` − `grpo_step`: agent identity (per-agent vs global statistics, per-step \
-             scores) | `reward/mean`, last 3 | +0.000 ± 0.000 | 0.00 | 1.000 | 5 |",
+             scores) | `reward/mean`, last 3 | +0.250 ± 0.000 | — | — | 5 |",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }
