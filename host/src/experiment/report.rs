@@ -388,7 +388,7 @@ fn paired(out: &mut String, summaries: &[EstimatorSummary]) {
                 label,
                 format!("{:+.3} ± {:.3}", test.mean, test.ci95),
                 test.t.map_or_else(|| "—".into(), |t| format!("{t:.2}")),
-                test.p.map_or_else(|| "—".into(), |p| format!("{p:.3}")),
+                test.p().map_or_else(|| "—".into(), |p| format!("{p:.3}")),
                 test.n.to_string(),
             ]);
         }

@@ -110,8 +110,6 @@ pub struct PairedTest {
     /// The t statistic (mean / (sd / √n)); `None` when every pair differs by the same nonzero
     /// amount, since there is then no spread to weigh the difference against.
     pub t: Option<f64>,
-    /// Two-sided p-value (Student's t, n − 1 degrees of freedom); `None` with `t`.
-    pub p: Option<f64>,
     /// Pairs (seeds) compared.
     pub n: usize,
 }
@@ -137,9 +135,14 @@ impl PairedTest {
             mean: stats.mean,
             ci95: stats.ci95().unwrap_or(0.0),
             t,
-            p: t.map(|t| student_t::two_sided_p(t, n - 1.0)),
             n: stats.n,
         })
+    }
+
+    /// The two-sided p-value of `t` (Student's t, n − 1 degrees of freedom); `None` with `t`.
+    pub fn p(&self) -> Option<f64> {
+        let freedom = self.n as f64 - 1.0;
+        self.t.map(|t| student_t::two_sided_p(t, freedom))
     }
 }
 
@@ -217,18 +220,18 @@ mod tests {
         let test = PairedTest::of(&pairs).expect("five pairs");
         assert_eq!(test.n, 5);
         assert!((test.mean - 3.0).abs() < 1e-12);
-        let (t, p) = (test.t.expect("spread"), test.p.expect("spread"));
+        let (t, p) = (test.t.expect("spread"), test.p().expect("spread"));
         assert!((t - 3.0 * 2f64.sqrt()).abs() < 1e-9);
         assert!((p - 0.0132).abs() < 5e-4, "{p}");
         assert!((test.ci95 - 2.776 * 0.5f64.sqrt()).abs() < 1e-3);
         // Identical runs: no difference, p = 1. The same nonzero difference in every pair (two
         // evals one sample apart in both seeds): no spread, so no t and no p, not p = 0.
         assert_eq!(
-            PairedTest::of(&[(1.0, 1.0), (2.0, 2.0)]).map(|t| t.p),
+            PairedTest::of(&[(1.0, 1.0), (2.0, 2.0)]).map(|t| t.p()),
             Some(Some(1.0))
         );
         let constant = PairedTest::of(&[(2.0, 1.0), (3.0, 2.0)]).expect("two pairs");
-        assert_eq!((constant.mean, constant.t, constant.p), (1.0, None, None));
+        assert_eq!((constant.mean, constant.t, constant.p()), (1.0, None, None));
         assert_eq!(PairedTest::of(&[(2.0, 1.0)]), None);
     }
 }
