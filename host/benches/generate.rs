@@ -65,6 +65,13 @@ fn main() {
             })
             .collect();
     print_cpu();
+    if cfg!(debug_assertions) {
+        println!(
+            "warning: built in the dev profile, where drmas's own code (the CPU kernels) is \
+             compiled at opt-level 1 and runs several times slower; for figures, run without \
+             `--profile dev`"
+        );
+    }
     for (name, backend) in &modes {
         println!("{name:<12} = {}", backend.name());
     }
