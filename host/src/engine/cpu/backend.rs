@@ -159,10 +159,10 @@ fn cpu_identity() -> Option<([u8; 12], u32)> {
 /// The version that runs decode products (more than [`dot::MAX_ROWS`] rows, up to
 /// [`DECODE_ROWS`]) alongside `isa`'s other kernels on a CPU of `vendor` and `family`: AVX2's
 /// on AMD's family 19h with AVX-512 (Zen 4), where its decode tile (6 weight rows streamed
-/// per pass against the AVX-512 tile's 24) was faster per decode step in every quiet run at
-/// batch 16 and 64 (batch 64: ~128 against ~146 ms) while the AVX-512 version stays faster for
-/// few rows and prefills; `isa` elsewhere. Both decode tiles sum in the same order, so the
-/// choice changes speed only.
+/// per pass) was faster per decode step than the AVX-512 tile, then 24 rows wide, in every
+/// quiet run at batch 16 and 64 (batch 64: ~128 against ~146 ms) while the AVX-512 version
+/// stays faster for few rows and prefills; `isa` elsewhere. Both decode tiles sum in the same
+/// order, so the choice changes speed only.
 fn decode_isa_for(isa: Isa, vendor: &[u8; 12], family: u32) -> Isa {
     if isa == Isa::Avx512 && vendor == b"AuthenticAMD" && family == 0x19 {
         Isa::Avx2

@@ -1,15 +1,20 @@
 //! The microkernel for decode steps of a batch: a tile of up to [`GROUP`] (16) input rows
-//! times [`OUTPUTS`] rows of `W`, read where libtorch keeps them, each weight broadcast.
+//! times [`outputs_per_tile`] rows of `W`, read where libtorch keeps them, each weight
+//! broadcast.
 //!
 //! Per `k` the tile loads one vector of its sixteen rows' inputs (from [`xᵀ`]) and broadcasts
-//! each of its outputs' weights `W[n][k]`: [`OUTPUTS`] FMAs into as many accumulators. The
+//! each of its outputs' weights `W[n][k]`: one FMA per output into its own accumulator. The
 //! weights of a tile are a contiguous run of `W`'s rows, streamed front to back while the next
-//! run is prefetched; nothing is copied or packed.
+//! run is prefetched, one cache line per `k`; nothing is copied or packed.
+//!
+//! The AVX-512 tile is [`AVX512_OUTPUTS`] (16) outputs wide rather than 24: decode products
+//! of a small batch are bound by reading the weights, and a core streams 16 weight rows at a
+//! time faster than 24 (see docs/results.md, "Generation per kernel version, Intel Xeon").
 //!
 //! Wider tiles (32–64 rows, fewer outputs per tile) leave too few registers for the outputs'
 //! accumulators. Prefills, where a block of ~200 rows shares each weight, go to
-//! [`super::broadcast_inputs`] instead: 24 broadcasts per vector load make this kernel
-//! load-bound there.
+//! [`super::broadcast_inputs`] instead: a broadcast load per FMA makes this kernel load-bound
+//! there.
 //!
 //! With AVX2's sixteen 8-float registers, a tile's sixteen rows are two vectors and its
 //! outputs run [`AVX2_OUTPUTS`] at a time: 12 accumulators, the two input vectors and the
@@ -21,9 +26,12 @@ use super::isa::Isa;
 use super::transpose::GROUP;
 use super::K_BLOCK;
 
-/// Outputs per full tile: 24 accumulators of AVX-512's 32 registers, leaving room for the
-/// input vector and the broadcast weight.
-pub const OUTPUTS: usize = 24;
+/// Outputs per full tile of the AVX2 and portable kernels (four AVX2 passes).
+const OUTPUTS: usize = 24;
+
+/// Outputs per full tile of the AVX-512 kernel: 16 of its 32 registers accumulate, and the
+/// next tile's 16 rows are prefetched at exactly one cache line per `k`.
+const AVX512_OUTPUTS: usize = 16;
 
 /// Outputs per pass of the AVX2 kernel over a tile's rows.
 const AVX2_OUTPUTS: usize = 6;
@@ -42,8 +50,8 @@ pub struct Tile<'a> {
     pub inputs: usize,
     /// `outputs × inputs` weights: the tile's rows of `W`.
     pub weights: &'a [f32],
-    /// Outputs in this tile, `1..=OUTPUTS`; fewer than [`OUTPUTS`] (the end of a range) run
-    /// one at a time.
+    /// Outputs in this tile, `1..=outputs_per_tile(isa)`; on AVX-512 fewer than that (the end
+    /// of a range) run one at a time.
     pub outputs: usize,
     /// Weights to fetch into L2 while this tile computes (the rows of `W` the next tiles
     /// need), spread over its `k` loop; empty for none.
@@ -54,6 +62,15 @@ pub struct Tile<'a> {
     pub out: *mut f32,
     /// Floats between consecutive output rows.
     pub out_stride: usize,
+}
+
+/// Outputs per full tile of `isa`'s kernel: the width of the weight runs a decode product is
+/// cut into.
+pub fn outputs_per_tile(isa: Isa) -> usize {
+    match isa {
+        Isa::Avx512 => AVX512_OUTPUTS,
+        Isa::Avx2 | Isa::Portable => OUTPUTS,
+    }
 }
 
 /// Computes `out[r][o] = Σ_k x[r][k] · weights[o][k] (+ bias[o])` for every row `r < rows` and
@@ -69,7 +86,10 @@ pub struct Tile<'a> {
 /// does not support `isa`.
 pub unsafe fn run(tile: &Tile<'_>, isa: Isa) {
     assert!((1..=GROUP).contains(&tile.rows), "tile rows");
-    assert!((1..=OUTPUTS).contains(&tile.outputs), "tile outputs");
+    assert!(
+        (1..=outputs_per_tile(isa)).contains(&tile.outputs),
+        "tile outputs"
+    );
     assert_eq!(tile.x_stride % GROUP, 0, "x stride");
     assert!(
         tile.inputs == 0 || tile.x_t.len() >= (tile.inputs - 1) * tile.x_stride + GROUP,
@@ -91,10 +111,10 @@ pub unsafe fn run(tile: &Tile<'_>, isa: Isa) {
     isa.assert_supported();
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 if tile.outputs == OUTPUTS => {
+        Isa::Avx512 if tile.outputs == AVX512_OUTPUTS => {
             // SAFETY: the CPU supports AVX-512F (asserted above); sizes checked above and the
             // caller vouches for `out`.
-            unsafe { avx512::<OUTPUTS>(tile) };
+            unsafe { avx512::<AVX512_OUTPUTS>(tile) };
         }
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => {
@@ -312,13 +332,13 @@ mod tests {
                 let x: Vec<f32> = (0..max_rows * k)
                     .map(|i| ((i * 7) % 13) as f32 / 6.5 - 1.0)
                     .collect();
-                let max_outputs = OUTPUTS;
+                let max_outputs = outputs_per_tile(isa);
                 let w: Vec<f32> = (0..max_outputs * k)
                     .map(|i| ((i * 5) % 11) as f32 / 5.5 - 1.0)
                     .collect();
                 let bias: Vec<f32> = (0..max_outputs).map(|i| i as f32 / 7.0 - 0.2).collect();
                 for rows in [1, 5, 15, 16] {
-                    for outputs in [1, 3, 7, OUTPUTS - 1, OUTPUTS] {
+                    for outputs in [1, 3, 7, max_outputs - 1, max_outputs] {
                         let stride = max_outputs + 1;
                         let mut got = vec![f32::NAN; (max_rows + 1) * stride];
                         TransposedRows::with(&x[..rows * k], rows, k, isa, |x_t| {

@@ -6,13 +6,13 @@
 //! most [`dot::MAX_ROWS`] rows run [`dot`] tiles: they are bound by reading the weights, and
 //! on many CPUs one core cannot draw the memory bandwidth that two do. Wider ones are bound
 //! by arithmetic: decode steps of up to [`DECODE_ROWS`] rows transpose `x` once
-//! ([`TransposedRows`]) and run [`broadcast_weights`] tiles of 16 rows × 24 outputs; prefills
+//! ([`TransposedRows`]) and run [`broadcast_weights`] tiles of 16 rows × 16–24 outputs; prefills
 //! transpose each panel of 32 outputs once per block of rows ([`PanelBuffer`]) and run
 //! [`broadcast_inputs`] tiles of up to 12 rows × 32 outputs. Every kernel runs the version of
 //! one [`Isa`].
 
 use super::broadcast_inputs::{self, MAX_ROWS};
-use super::broadcast_weights::{self, OUTPUTS};
+use super::broadcast_weights::{self, outputs_per_tile};
 use super::dot;
 use super::isa::Isa;
 use super::panel::{PanelBuffer, PANEL};
@@ -47,9 +47,9 @@ impl<'a> Weights<'a> {
 /// `out[r][n] = Σ_k x[r][k] · W[n][k] (+ bias[n])` for `x` `rows × K` and `out` `rows × N`
 /// (both row-major).
 ///
-/// A decode step's tiles of [`GROUP`] rows each meet a run of [`OUTPUTS`] weight rows, read
-/// from memory once (while the next run is prefetched). A prefill cuts its rows into blocks
-/// that fit in L2 (`ROW_BLOCK_BYTES`, 512 KiB) and each block into tiles of at most [`MAX_ROWS`]
+/// A decode step's tiles of [`GROUP`] rows each meet a run of [`outputs_per_tile`] weight
+/// rows, read from memory once (while the next run is prefetched). A prefill cuts its rows
+/// into blocks that fit in L2 (`ROW_BLOCK_BYTES`, 512 KiB) and each block into tiles of at most [`MAX_ROWS`]
 /// (sizes balanced); per block, each panel of the thread's range is read from memory once,
 /// transposed, and meets every tile of the block from cache.
 ///
@@ -83,11 +83,12 @@ pub fn matmul(
             unsafe { run_few_rows(x, rows, weights, bias, out, outputs, isa) };
         });
     } else if rows <= DECODE_ROWS {
-        let runs = n.div_ceil(OUTPUTS);
+        let width = outputs_per_tile(isa);
+        let runs = n.div_ceil(width);
         let parts = pool::parts().min(runs);
         TransposedRows::with(x, rows, k, isa, |x_t| {
             pool::run_parts(parts, &|part| {
-                let outputs = outputs_of(pool::share(part, parts, runs), OUTPUTS, n);
+                let outputs = outputs_of(pool::share(part, parts, runs), width, n);
                 // SAFETY: every part writes the columns of its own outputs only, the ranges
                 // are disjoint, and `out` (rows × N floats) is borrowed mutably for the call.
                 unsafe { run_decode(x_t, rows, weights, bias, out, outputs, isa) };
@@ -169,9 +170,10 @@ unsafe fn run_decode(
 ) {
     let (n, k) = (weights.outputs, weights.inputs);
     let (floats, x_stride) = (x_t.floats(), x_t.stride());
-    for column in outputs.clone().step_by(OUTPUTS) {
-        let columns = OUTPUTS.min(outputs.end - column);
-        let next = column + columns..(column + columns + OUTPUTS).min(outputs.end);
+    let width = outputs_per_tile(isa);
+    for column in outputs.clone().step_by(width) {
+        let columns = width.min(outputs.end - column);
+        let next = column + columns..(column + columns + width).min(outputs.end);
         for row in (0..rows).step_by(GROUP) {
             let tile = broadcast_weights::Tile {
                 x_t: &floats[row..],
@@ -280,6 +282,36 @@ mod tests {
                 (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
             })
             .collect()
+    }
+
+    /// Every version sums a decode product's outputs in the same order, whatever its tile
+    /// width, so the version that runs decode products changes their speed only.
+    #[test]
+    fn decode_products_are_bit_identical_in_every_supported_isa() {
+        for (rows, n, k) in [(4, 161, 1536), (16, 100, 576), (37, 50, 300), (64, 161, 64)] {
+            let (x, w, b) = (values(rows * k, 4), values(n * k, 5), values(n, 6));
+            let weights = Weights {
+                data: &w,
+                outputs: n,
+                inputs: k,
+            };
+            let outputs: Vec<(Isa, Vec<u32>)> = Isa::supported()
+                .into_iter()
+                .map(|isa| {
+                    let mut out = vec![f32::NAN; rows * n];
+                    matmul(&x, rows, weights, Some(&b), &mut out, isa);
+                    (isa, out.iter().map(|v| v.to_bits()).collect())
+                })
+                .collect();
+            for pair in outputs.windows(2) {
+                assert!(
+                    pair[0].1 == pair[1].1,
+                    "rows {rows} n {n} k {k}: {} and {} differ",
+                    pair[0].0,
+                    pair[1].0
+                );
+            }
+        }
     }
 
     #[test]
