@@ -7,7 +7,7 @@
 //! weights of a tile are a contiguous run of `W`'s rows, streamed front to back while the next
 //! run is prefetched, one cache line per `k`; nothing is copied or packed.
 //!
-//! The AVX-512 tile is [`AVX512_OUTPUTS`] (16) outputs wide rather than 24: decode products
+//! The AVX-512 tile is 16 outputs wide (`AVX512_OUTPUTS`) rather than 24: decode products
 //! of a small batch are bound by reading the weights, and a core streams 16 weight rows at a
 //! time faster than 24 (see docs/results.md, "Generation per kernel version, Intel Xeon").
 //!

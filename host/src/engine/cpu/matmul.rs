@@ -6,10 +6,10 @@
 //! most [`dot::MAX_ROWS`] rows run [`dot`] tiles: they are bound by reading the weights, and
 //! on many CPUs one core cannot draw the memory bandwidth that two do. Wider ones are bound
 //! by arithmetic: decode steps of up to [`DECODE_ROWS`] rows transpose `x` once
-//! ([`TransposedRows`]) and run [`broadcast_weights`] tiles of 16 rows × 16–24 outputs; prefills
-//! transpose each panel of 32 outputs once per block of rows ([`PanelBuffer`]) and run
-//! [`broadcast_inputs`] tiles of up to 12 rows × 32 outputs. Every kernel runs the version of
-//! one [`Isa`].
+//! ([`TransposedRows`]) and run [`broadcast_weights`] tiles of 16 rows × 16–24 outputs;
+//! prefills transpose each panel of 32 outputs once per block of rows ([`PanelBuffer`]) and
+//! run [`broadcast_inputs`] tiles of up to 12 rows × 32 outputs. Every kernel runs the
+//! version of one [`Isa`].
 
 use super::broadcast_inputs::{self, MAX_ROWS};
 use super::broadcast_weights::{self, outputs_per_tile};
@@ -49,9 +49,9 @@ impl<'a> Weights<'a> {
 ///
 /// A decode step's tiles of [`GROUP`] rows each meet a run of [`outputs_per_tile`] weight
 /// rows, read from memory once (while the next run is prefetched). A prefill cuts its rows
-/// into blocks that fit in L2 (`ROW_BLOCK_BYTES`, 512 KiB) and each block into tiles of at most [`MAX_ROWS`]
-/// (sizes balanced); per block, each panel of the thread's range is read from memory once,
-/// transposed, and meets every tile of the block from cache.
+/// into blocks that fit in L2 (`ROW_BLOCK_BYTES`, 512 KiB) and each block into tiles of at
+/// most [`MAX_ROWS`] (sizes balanced); per block, each panel of the thread's range is read
+/// from memory once, transposed, and meets every tile of the block from cache.
 ///
 /// # Panics
 /// When the slice lengths do not match `rows`, `K` and `N`, or the CPU does not support `isa`.
