@@ -476,8 +476,9 @@ impl Llama {
         rows: &AdapterRows,
     ) -> Tensor {
         let mut x = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
+        let angles = self.rotary.angles(&context.positions, x.kind());
         for (i, layer) in self.layers.iter().enumerate() {
-            x = layer.forward(&x, &self.rotary, context, (past, i), rows, &*self.backend);
+            x = layer.forward(&x, &angles, context, (past, i), rows, &*self.backend);
         }
         self.norm.forward(&x)
     }

@@ -3,7 +3,7 @@
 
 use tch::{nn, Tensor};
 
-use super::{AdapterRows, AttentionContext, Past, Projection, RmsNorm, Rotary};
+use super::{AdapterRows, AttentionContext, Past, Projection, RmsNorm, RotaryAngles};
 use crate::model::backend::Backend;
 
 /// The sizes and options of one attention block.
@@ -92,7 +92,7 @@ impl Attention {
     pub fn forward(
         &self,
         x: &Tensor,
-        rotary: &Rotary,
+        angles: &RotaryAngles,
         context: &AttentionContext,
         (past, layer): (&mut Past<'_>, usize),
         rows: &AdapterRows,
@@ -116,8 +116,7 @@ impl Attention {
             &self.k_norm,
         );
         let v = heads(self.v_proj.forward(x, rows, backend), c.kv_heads, &None);
-        let q = rotary.apply(&q, &context.positions);
-        let k = rotary.apply(&k, &context.positions);
+        let (q, k) = (angles.apply(&q), angles.apply(&k));
         let (k, v) = past.keys_values(layer, context.offset, k, v);
         let y = backend
             .decode_attention(&q, &k, &v, &context.mask)

@@ -4,7 +4,7 @@ use tch::{nn, Tensor};
 
 use super::{
     AdapterRows, Attention, AttentionConfig, AttentionContext, Mlp, Past, Projection, RmsNorm,
-    Rotary,
+    RotaryAngles,
 };
 use crate::model::backend::Backend;
 
@@ -59,7 +59,7 @@ impl DecoderLayer {
     pub fn forward(
         &self,
         x: &Tensor,
-        rotary: &Rotary,
+        angles: &RotaryAngles,
         context: &AttentionContext,
         past: (&mut Past<'_>, usize),
         rows: &AdapterRows,
@@ -67,7 +67,7 @@ impl DecoderLayer {
     ) -> Tensor {
         let h = x + self.self_attn.forward(
             &self.input_layernorm.forward(x),
-            rotary,
+            angles,
             context,
             past,
             rows,

@@ -27,4 +27,4 @@ pub use past::Past;
 pub use projection::{LoraLinear, Projection};
 pub use prompt_prefix::PromptPrefix;
 pub use rms_norm::RmsNorm;
-pub use rotary::Rotary;
+pub use rotary::{Rotary, RotaryAngles};

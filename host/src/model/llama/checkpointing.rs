@@ -185,9 +185,12 @@ impl Llama {
         let backend = &*self.backend;
         // A prefix of this one layer, so the layer reads it at index 0.
         let mut prefix = PromptPrefix::new(&batch.prompt_valid);
+        let angles = |context: &AttentionContext, x: &Tensor| {
+            self.rotary.angles(&context.positions, x.kind())
+        };
         let prompts = block.forward(
             &input.prompts,
-            &self.rotary,
+            &angles(&batch.prompt_context, &input.prompts),
             &batch.prompt_context,
             (&mut Past::Record(&mut prefix), 0),
             &batch.prompt_rows,
@@ -200,7 +203,7 @@ impl Llama {
             .map(|(r, x)| {
                 block.forward(
                     x,
-                    &self.rotary,
+                    &angles(&r.context, x),
                     &r.context,
                     (&mut Past::Prefix(&prefix, r.prompts), 0),
                     &r.rows,
