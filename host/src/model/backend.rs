@@ -1,6 +1,6 @@
-//! [`Backend`]: who computes a model's dense products and decode attention — libtorch, or
-//! kernels of another layer of the crate (the engine's CPU kernels) — chosen when the model is
-//! built and held by it.
+//! [`Backend`]: who computes a model's dense products, decode attention and RMSNorm —
+//! libtorch, or kernels of another layer of the crate (the engine's CPU kernels) — chosen when
+//! the model is built and held by it.
 //!
 //! The model asks its backend first and falls back to libtorch when the backend declines
 //! (returns `None`), so a backend only takes the products it is faster or better at and never
@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use tch::Tensor;
 
-/// The products a backend may compute in libtorch's place. Every method returns `None` to
+/// The operations a backend may compute in libtorch's place. Every method returns `None` to
 /// leave the product to libtorch (the default), and must otherwise return what libtorch
 /// would, to within rounding.
 pub trait Backend: Debug + Send + Sync {
@@ -35,6 +35,12 @@ pub trait Backend: Debug + Send + Sync {
         _v: &Tensor,
         _mask: &Tensor,
     ) -> Option<Tensor> {
+        None
+    }
+
+    /// `x / sqrt(mean(x²) + eps) · weight` over the last dimension of `x` (`weight` `[D]`),
+    /// statistics in f32.
+    fn rms_norm(&self, _x: &Tensor, _weight: &Tensor, _eps: f64) -> Option<Tensor> {
         None
     }
 }

@@ -480,7 +480,7 @@ impl Llama {
         for (i, layer) in self.layers.iter().enumerate() {
             x = layer.forward(&x, &angles, context, (past, i), rows, &*self.backend);
         }
-        self.norm.forward(&x)
+        self.norm.forward(&x, &*self.backend)
     }
 }
 

@@ -10,6 +10,7 @@ use super::decode_attention::decode_attention;
 use super::dot;
 use super::isa::Isa;
 use super::matmul::{matmul, Weights, DECODE_ROWS};
+use super::rms_norm::rms_norm;
 use crate::model::backend::{self, Backend};
 use crate::model::error::ModelError;
 
@@ -173,7 +174,8 @@ fn decode_isa_for(isa: Isa, vendor: &[u8; 12], family: u32) -> Isa {
 
 /// The CPU kernels as a [`Backend`]: they take the f32 CPU products of forwards without
 /// autograd (generation's prefills and decode steps, a frozen reference's forward) that their
-/// [`Routes`] give them, and leave every forward with grad mode on to libtorch. One [`Isa`]
+/// [`Routes`] give them and every RMSNorm of those forwards, and leave every forward with grad
+/// mode on to libtorch. One [`Isa`]
 /// runs every kernel but the decode products', which may run another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CpuKernels {
@@ -286,6 +288,10 @@ impl Backend for CpuKernels {
             return None;
         }
         decode_attention(q, k, v, mask, self.isa)
+    }
+
+    fn rms_norm(&self, x: &Tensor, weight: &Tensor, eps: f64) -> Option<Tensor> {
+        rms_norm(x, weight, eps)
     }
 }
 

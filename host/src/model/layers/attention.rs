@@ -104,7 +104,7 @@ impl Attention {
         let heads = |y: Tensor, n: i64, norm: &Option<RmsNorm>| {
             let y = y.view([b, t, n, c.head_dim]);
             let y = match norm {
-                Some(norm) => norm.forward(&y),
+                Some(norm) => norm.forward(&y, backend),
                 None => y,
             };
             y.transpose(1, 2)

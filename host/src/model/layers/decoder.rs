@@ -66,16 +66,18 @@ impl DecoderLayer {
         backend: &dyn Backend,
     ) -> Tensor {
         let h = x + self.self_attn.forward(
-            &self.input_layernorm.forward(x),
+            &self.input_layernorm.forward(x, backend),
             angles,
             context,
             past,
             rows,
             backend,
         );
-        let out = self
-            .mlp
-            .forward(&self.post_attention_layernorm.forward(&h), rows, backend);
+        let out = self.mlp.forward(
+            &self.post_attention_layernorm.forward(&h, backend),
+            rows,
+            backend,
+        );
         h + out
     }
 }

@@ -2,6 +2,8 @@
 
 use tch::{nn, Kind, Tensor};
 
+use crate::model::backend::Backend;
+
 /// `x / sqrt(mean(x²) + eps) * weight` over the last dimension, statistics in f32.
 #[derive(Debug)]
 pub struct RmsNorm {
@@ -18,12 +20,16 @@ impl RmsNorm {
         }
     }
 
-    /// Normalises the last dimension of `x`.
-    pub fn forward(&self, x: &Tensor) -> Tensor {
-        let kind = x.kind();
-        let x32 = x.to_kind(Kind::Float);
-        let variance = x32.square().mean_dim(-1, true, Kind::Float);
-        let normed = (x32 * (variance + self.eps).rsqrt()).to_kind(kind);
-        normed * &self.weight
+    /// Normalises the last dimension of `x`, on `backend` where it takes it.
+    pub fn forward(&self, x: &Tensor, backend: &dyn Backend) -> Tensor {
+        backend
+            .rms_norm(x, &self.weight, self.eps)
+            .unwrap_or_else(|| {
+                let kind = x.kind();
+                let x32 = x.to_kind(Kind::Float);
+                let variance = x32.square().mean_dim(-1, true, Kind::Float);
+                let normed = (x32 * (variance + self.eps).rsqrt()).to_kind(kind);
+                normed * &self.weight
+            })
     }
 }

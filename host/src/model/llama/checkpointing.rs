@@ -149,8 +149,11 @@ impl Llama {
             .ok_or_else(|| {
                 ModelError::Input("a model without decoder layers cannot be trained".into())
             })?;
-        let prompt_hidden = self.norm.forward(&top.prompts);
-        let response_hidden = top.responses.as_ref().map(|r| self.norm.forward(r));
+        let prompt_hidden = self.norm.forward(&top.prompts, &*self.backend);
+        let response_hidden = top
+            .responses
+            .as_ref()
+            .map(|r| self.norm.forward(r, &*self.backend));
         Ok((
             prompt_hidden,
             response_hidden,
