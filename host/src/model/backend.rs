@@ -1,4 +1,4 @@
-//! [`Backend`]: who computes a model's dense products, decode attention and RMSNorm —
+//! [`Backend`]: who computes a model's dense products, decode attention, RMSNorm and RoPE —
 //! libtorch, or kernels of another layer of the crate (the engine's CPU kernels) — chosen when
 //! the model is built and held by it.
 //!
@@ -41,6 +41,12 @@ pub trait Backend: Debug + Send + Sync {
     /// `x / sqrt(mean(x²) + eps) · weight` over the last dimension of `x` (`weight` `[D]`),
     /// statistics in f32.
     fn rms_norm(&self, _x: &Tensor, _weight: &Tensor, _eps: f64) -> Option<Tensor> {
+        None
+    }
+
+    /// `x · cos + swap_halves(x) · sin` for `x` `[B, H, T, D]` and `cos`, `sin` `[B, 1, T, D]`:
+    /// RoPE in the layout of [`crate::model::layers::RotaryAngles`].
+    fn rotate(&self, _x: &Tensor, _cos: &Tensor, _sin: &Tensor) -> Option<Tensor> {
         None
     }
 }

@@ -1,5 +1,5 @@
-//! The CPU backend: kernels of our own for the dense products, decode attention and RMSNorm of
-//! f32 models on the CPU, where libtorch's bundled MKL may not take the CPU's widest vector path
+//! The CPU backend: kernels of our own for the dense products, decode attention, RMSNorm and
+//! RoPE of f32 models on the CPU, where libtorch's bundled MKL may not take the CPU's widest vector path
 //! and its one-token attention is mostly call overhead.
 //!
 //! [`CpuKernels`] is the [`Backend`](crate::model::backend::Backend) a CPU model is built with
@@ -10,9 +10,10 @@
 //! [`transpose`]d for decode steps of a batch, [`broadcast_inputs`] over weight [`panel`]s
 //! transposed per block of rows for prefills — and splits the outputs over the threads of
 //! libtorch's OpenMP team ([`pool`]). Decode steps' attention runs on [`decode_attention()`],
-//! RMSNorm on [`rms_norm()`] (one pass per row instead of six libtorch operations).
-//! Every product and attention kernel has an AVX-512 version and a portable one; RMSNorm is
-//! plain Rust that the compiler vectorises.
+//! RMSNorm on [`rms_norm()`] and RoPE on [`rotate()`] (one pass each instead of six libtorch
+//! operations).
+//! Every product and attention kernel has an AVX-512 version and a portable one; RMSNorm and
+//! RoPE are plain Rust that the compiler vectorises.
 
 pub mod backend;
 pub mod broadcast_inputs;
@@ -24,12 +25,14 @@ pub mod matmul;
 pub mod panel;
 pub mod pool;
 pub mod rms_norm;
+pub mod rotary;
 pub mod transpose;
 
 pub use backend::{backend_for, CpuKernels, Routes, KERNELS_VAR};
 pub use decode_attention::decode_attention;
 pub use isa::Isa;
 pub use rms_norm::rms_norm;
+pub use rotary::rotate;
 
 /// Inputs summed in one run before a partial sum is added to the total: rounding error grows
 /// with the block length plus the number of blocks instead of with `K`, as in BLAS kernels

@@ -116,7 +116,7 @@ impl Attention {
             &self.k_norm,
         );
         let v = heads(self.v_proj.forward(x, rows, backend), c.kv_heads, &None);
-        let (q, k) = (angles.apply(&q), angles.apply(&k));
+        let (q, k) = (angles.apply(&q, backend), angles.apply(&k, backend));
         let (k, v) = past.keys_values(layer, context.offset, k, v);
         let y = backend
             .decode_attention(&q, &k, &v, &context.mask)

@@ -4,6 +4,7 @@
 use tch::{Device, Kind, Tensor};
 
 use super::super::config::RopeScaling;
+use crate::model::backend::Backend;
 
 /// Cos/sin tables `[max_positions, head_dim / 2]` for HF's "rotate half" layout (the first
 /// half of a head pairs with the second).
@@ -81,16 +82,20 @@ impl RotaryAngles {
     /// Rotates `x` `[B, heads, T, head_dim]`: `(x₁ cos − x₂ sin, x₂ cos + x₁ sin)` for the
     /// halves `x₁`, `x₂` of each head, as HF's `apply_rotary_pos_emb` (bit for bit: negating a
     /// factor is exact).
-    pub fn apply(&self, x: &Tensor) -> Tensor {
-        let half = x.size()[3] / 2;
-        let swapped = Tensor::cat(&[x.narrow(-1, half, half), x.narrow(-1, 0, half)], -1);
-        x * &self.cos + swapped * &self.sin
+    /// Runs on `backend` where it takes it.
+    pub fn apply(&self, x: &Tensor, backend: &dyn Backend) -> Tensor {
+        backend.rotate(x, &self.cos, &self.sin).unwrap_or_else(|| {
+            let half = x.size()[3] / 2;
+            let swapped = Tensor::cat(&[x.narrow(-1, half, half), x.narrow(-1, 0, half)], -1);
+            x * &self.cos + swapped * &self.sin
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::backend::Libtorch;
 
     #[test]
     fn rotates_each_half_by_its_positions_angle_exactly() {
@@ -98,7 +103,7 @@ mod tests {
         let rotary = Rotary::new(head_dim, 10_000.0, None, 32, Device::Cpu);
         let positions = Tensor::from_slice(&[0i64, 5, 31, 7, 2, 30]).view([2, 3]);
         let x = Tensor::randn([2, 3, 3, head_dim as i64], (Kind::Float, Device::Cpu));
-        let rotated = rotary.angles(&positions, Kind::Float).apply(&x);
+        let rotated = rotary.angles(&positions, Kind::Float).apply(&x, &Libtorch);
 
         let flat = positions.reshape([-1]);
         let table = |t: &Tensor| t.index_select(0, &flat).view([2, 1, 3, half]);
