@@ -1,6 +1,6 @@
-//! [`Backend`]: who computes a model's dense products, decode attention, RMSNorm and RoPE —
-//! libtorch, or kernels of another layer of the crate (the engine's CPU kernels) — chosen when
-//! the model is built and held by it.
+//! [`Backend`]: who computes a model's dense products, decode attention, RMSNorm, RoPE and
+//! SwiGLU — libtorch, or kernels of another layer of the crate (the engine's CPU kernels) —
+//! chosen when the model is built and held by it.
 //!
 //! The model asks its backend first and falls back to libtorch when the backend declines
 //! (returns `None`), so a backend only takes the products it is faster or better at and never
@@ -47,6 +47,11 @@ pub trait Backend: Debug + Send + Sync {
     /// `x · cos + swap_halves(x) · sin` for `x` `[B, H, T, D]` and `cos`, `sin` `[B, 1, T, D]`:
     /// RoPE in the layout of [`crate::model::layers::RotaryAngles`].
     fn rotate(&self, _x: &Tensor, _cos: &Tensor, _sin: &Tensor) -> Option<Tensor> {
+        None
+    }
+
+    /// `silu(gate) · up`, elementwise: SwiGLU's activation.
+    fn silu_mul(&self, _gate: &Tensor, _up: &Tensor) -> Option<Tensor> {
         None
     }
 }

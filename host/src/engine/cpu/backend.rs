@@ -12,6 +12,7 @@ use super::isa::Isa;
 use super::matmul::{matmul, Weights, DECODE_ROWS};
 use super::rms_norm::rms_norm;
 use super::rotary::rotate;
+use super::swiglu::silu_mul;
 use crate::model::backend::{self, Backend};
 use crate::model::error::ModelError;
 
@@ -175,8 +176,8 @@ fn decode_isa_for(isa: Isa, vendor: &[u8; 12], family: u32) -> Isa {
 
 /// The CPU kernels as a [`Backend`]: they take the f32 CPU products of forwards without
 /// autograd (generation's prefills and decode steps, a frozen reference's forward) that their
-/// [`Routes`] give them and every RMSNorm and RoPE of those forwards, and leave every forward
-/// with grad mode on to libtorch. One [`Isa`]
+/// [`Routes`] give them and the RMSNorm, RoPE and SwiGLU of those forwards, and leave every
+/// forward with grad mode on to libtorch. One [`Isa`]
 /// runs every kernel but the decode products', which may run another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CpuKernels {
@@ -297,6 +298,10 @@ impl Backend for CpuKernels {
 
     fn rotate(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Option<Tensor> {
         rotate(x, cos, sin)
+    }
+
+    fn silu_mul(&self, gate: &Tensor, up: &Tensor) -> Option<Tensor> {
+        silu_mul(gate, up, self.isa)
     }
 }
 

@@ -2,16 +2,18 @@
 //! for generation's decode steps.
 //!
 //! libtorch's CPU flash attention handles a one-token query as one pair of `sgemv` calls per
-//! row and query head, most of it call overhead on products of a few hundred × 64. Here each row's key/value head is read once for all the query heads
-//! that share it (grouped-query attention), the scores, a vectorised `exp` and the weighted sum
-//! of values in one pass per head, and the rows and key/value heads are split over the threads
-//! of libtorch's OpenMP team.
+//! row and query head, most of it call overhead on products of a few hundred × 64. Here each
+//! row's key/value head is read once for all the query heads that share it (grouped-query
+//! attention), the scores, a vectorised `exp` and the weighted sum of values in one pass per
+//! head, and the rows and key/value heads are split over the threads of libtorch's OpenMP team.
 
 use std::cell::RefCell;
 
 use tch::{Device, Kind, Tensor};
 
 use super::backend::{grad_enabled, on_cpu_f32};
+#[cfg(target_arch = "x86_64")]
+use super::exp::{exp_avx2, exp_avx512};
 use super::isa::Isa;
 use super::pool;
 
@@ -288,7 +290,7 @@ unsafe fn attend_portable((q, keys, values, mask, scale, scores, out): Head<'_>)
 }
 
 /// [`attend_portable`] in AVX-512: dot products over `D / 16` vectors per key, the softmax
-/// over 16 scores at a time with [`exp`], and the values summed key by key into `D / 16`
+/// over 16 scores at a time with [`exp_avx512`], and the values summed key by key into `D / 16`
 /// accumulators, independent chains of FMAs that `V` (the most vectors a head may have) lets
 /// the compiler keep in registers.
 ///
@@ -340,8 +342,11 @@ unsafe fn attend_avx512<const V: usize>((q, keys, values, mask, scale, scores, o
         unsafe {
             let score = _mm512_loadu_ps(chunk.as_ptr());
             let valid = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(score, neg_inf);
-            let p =
-                _mm512_mask_blend_ps(valid, _mm512_setzero_ps(), exp(_mm512_sub_ps(score, max)));
+            let p = _mm512_mask_blend_ps(
+                valid,
+                _mm512_setzero_ps(),
+                exp_avx512(_mm512_sub_ps(score, max)),
+            );
             sum = _mm512_add_ps(sum, p);
             _mm512_storeu_ps(chunk.as_mut_ptr(), p);
         }
@@ -364,42 +369,6 @@ unsafe fn attend_avx512<const V: usize>((q, keys, values, mask, scale, scores, o
         // SAFETY: `out` holds `vectors × 16` floats.
         unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(i * LANES), _mm512_div_ps(acc, sum)) };
     }
-}
-
-/// `eˣ` for 16 floats to within ~2 ulp: `x = n ln 2 + r` with `|r| ≤ ln 2 / 2`, `eʳ` by its
-/// Taylor polynomial to degree 7 (error below 5e-9), scaled by `2ⁿ` (`vscalefps`). Inputs below
-/// −87.3 give ~1e-38 (callers zero masked lanes themselves); above 88.7, `f32::MAX`-ish.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn exp(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
-    use std::arch::x86_64::{
-        _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_max_ps, _mm512_min_ps, _mm512_mul_ps,
-        _mm512_roundscale_ps, _mm512_scalef_ps, _mm512_set1_ps, _MM_FROUND_NO_EXC,
-        _MM_FROUND_TO_NEAREST_INT,
-    };
-    let x = _mm512_min_ps(
-        _mm512_max_ps(x, _mm512_set1_ps(-87.3)),
-        _mm512_set1_ps(88.7),
-    );
-    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-        _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
-    );
-    // ln 2 in two parts (Cephes), so `n · ln 2` is exact enough for |n| ≤ 127.
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), x);
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
-    let mut p = _mm512_set1_ps(1.0 / 5040.0);
-    for c in [
-        1.0 / 720.0,
-        1.0 / 120.0,
-        1.0 / 24.0,
-        1.0 / 6.0,
-        0.5,
-        1.0,
-        1.0,
-    ] {
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
-    }
-    _mm512_scalef_ps(p, n)
 }
 
 /// [`attend_avx512`] in AVX2: 8-float vectors, [`exp_avx2`], horizontal sums and maxima by
@@ -509,47 +478,6 @@ fn max_avx2(x: std::arch::x86_64::__m256) -> f32 {
     _mm_cvtss_f32(_mm_max_ss(two, _mm_shuffle_ps::<1>(two, two)))
 }
 
-/// [`exp`] for 8 floats in AVX2: the same reduction and polynomial, `2ⁿ` built in the
-/// exponent bits (inputs clamped to [−87.3, 88.3], so `n` stays in the normal range).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn exp_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
-    use std::arch::x86_64::{
-        _mm256_add_epi32, _mm256_castsi256_ps, _mm256_cvtps_epi32, _mm256_fmadd_ps,
-        _mm256_fnmadd_ps, _mm256_max_ps, _mm256_min_ps, _mm256_mul_ps, _mm256_round_ps,
-        _mm256_set1_epi32, _mm256_set1_ps, _mm256_slli_epi32, _MM_FROUND_NO_EXC,
-        _MM_FROUND_TO_NEAREST_INT,
-    };
-    let x = _mm256_min_ps(
-        _mm256_max_ps(x, _mm256_set1_ps(-87.3)),
-        _mm256_set1_ps(88.3),
-    );
-    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
-        x,
-        _mm256_set1_ps(std::f32::consts::LOG2_E),
-    ));
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-    let mut p = _mm256_set1_ps(1.0 / 5040.0);
-    for c in [
-        1.0 / 720.0,
-        1.0 / 120.0,
-        1.0 / 24.0,
-        1.0 / 6.0,
-        0.5,
-        1.0,
-        1.0,
-    ] {
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-    }
-    // `2ⁿ` for `n` in −126..=127: the biased exponent `n + 127` in bits 23..31.
-    let two_n = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
-        _mm256_cvtps_epi32(n),
-        _mm256_set1_epi32(127),
-    )));
-    _mm256_mul_ps(p, two_n)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -618,41 +546,5 @@ mod tests {
         ));
         let odd_width = Tensor::randn([2, 4, 1, 12], cpu);
         assert!(!run(&odd_width, &Tensor::randn([2, 2, 5, 12], cpu), &mask));
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn the_vector_exps_are_within_two_ulp_of_libm() {
-        let inputs: Vec<f32> = (0..4096)
-            .map(|i| -87.0 + i as f32 * (87.0 + 88.0) / 4096.0)
-            .collect();
-        for isa in Isa::supported() {
-            for chunk in inputs.chunks_exact(LANES) {
-                let mut got = [0.0f32; LANES];
-                match isa {
-                    // SAFETY: the CPU supports the ISA; 16 floats in and out.
-                    Isa::Avx512 => unsafe {
-                        use std::arch::x86_64::{_mm512_loadu_ps, _mm512_storeu_ps};
-                        _mm512_storeu_ps(got.as_mut_ptr(), exp(_mm512_loadu_ps(chunk.as_ptr())));
-                    },
-                    // SAFETY: the CPU supports the ISA; 16 floats in and out, 8 at a time.
-                    Isa::Avx2 => unsafe {
-                        use std::arch::x86_64::{_mm256_loadu_ps, _mm256_storeu_ps};
-                        for half in 0..2 {
-                            let x = _mm256_loadu_ps(chunk.as_ptr().add(8 * half));
-                            _mm256_storeu_ps(got.as_mut_ptr().add(8 * half), exp_avx2(x));
-                        }
-                    },
-                    Isa::Portable => continue,
-                }
-                for (&x, &got) in chunk.iter().zip(&got) {
-                    let want = x.exp();
-                    assert!(
-                        (got - want).abs() <= 2.5e-7 * want,
-                        "{isa}: exp({x}) = {got}, libm {want}"
-                    );
-                }
-            }
-        }
     }
 }

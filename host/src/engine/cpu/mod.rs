@@ -1,6 +1,7 @@
-//! The CPU backend: kernels of our own for the dense products, decode attention, RMSNorm and
-//! RoPE of f32 models on the CPU, where libtorch's bundled MKL may not take the CPU's widest vector path
-//! and its one-token attention is mostly call overhead.
+//! The CPU backend: kernels of our own for the dense products, decode attention, RMSNorm, RoPE
+//! and SwiGLU of f32 models on the CPU, where libtorch's bundled MKL may not take the CPU's
+//! widest vector path, its one-token attention is mostly call overhead, and its elementwise
+//! steps cost more in fixed overhead per operation than in arithmetic at a decode step's size.
 //!
 //! [`CpuKernels`] is the [`Backend`](crate::model::backend::Backend) a CPU model is built with
 //! (see [`backend_for`]); it takes only f32 CPU products under `no_grad`, so training forwards
@@ -11,21 +12,24 @@
 //! transposed per block of rows for prefills — and splits the outputs over the threads of
 //! libtorch's OpenMP team ([`pool`]). Decode steps' attention runs on [`decode_attention()`],
 //! RMSNorm on [`rms_norm()`] and RoPE on [`rotate()`] (one pass each instead of six libtorch
-//! operations).
-//! Every product and attention kernel has an AVX-512 version and a portable one; RMSNorm and
-//! RoPE are plain Rust that the compiler vectorises.
+//! operations), SwiGLU's activation on [`silu_mul()`].
+//! Every product and attention kernel has an AVX-512 version and a portable one, SwiGLU an
+//! AVX-512 and an AVX2 one; RMSNorm and RoPE are plain Rust that the compiler vectorises.
 
 pub mod backend;
 pub mod broadcast_inputs;
 pub mod broadcast_weights;
 pub mod decode_attention;
 pub mod dot;
+#[cfg(target_arch = "x86_64")]
+mod exp;
 pub mod isa;
 pub mod matmul;
 pub mod panel;
 pub mod pool;
 pub mod rms_norm;
 pub mod rotary;
+pub mod swiglu;
 pub mod transpose;
 
 pub use backend::{backend_for, CpuKernels, Routes, KERNELS_VAR};
@@ -33,6 +37,7 @@ pub use decode_attention::decode_attention;
 pub use isa::Isa;
 pub use rms_norm::rms_norm;
 pub use rotary::rotate;
+pub use swiglu::silu_mul;
 
 /// Inputs summed in one run before a partial sum is added to the total: rounding error grows
 /// with the block length plus the number of blocks instead of with `K`, as in BLAS kernels

@@ -44,7 +44,13 @@ impl Mlp {
     /// Applies the block to `x` `[.., hidden]`, each row through the adapter `rows` gives it,
     /// the products on `backend`.
     pub fn forward(&self, x: &Tensor, rows: &AdapterRows, backend: &dyn Backend) -> Tensor {
-        let gated = self.gate.forward(x, rows, backend).silu() * self.up.forward(x, rows, backend);
+        let (gate, up) = (
+            self.gate.forward(x, rows, backend),
+            self.up.forward(x, rows, backend),
+        );
+        let gated = backend
+            .silu_mul(&gate, &up)
+            .unwrap_or_else(|| gate.silu() * up);
         self.down.forward(&gated, rows, backend)
     }
 }
