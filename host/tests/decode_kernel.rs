@@ -3,8 +3,9 @@
 //! in place (an optimizer step, a checkpoint load), so the kernels never read stale weights.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use drmas_host::engine::cpu::backend_for;
+use drmas_host::engine::cpu::{CpuKernels, Isa, Routes};
 use drmas_host::model::llama::Llama;
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::model::safetensors_io::load_checkpoint;
@@ -60,9 +61,9 @@ fn assert_decode_matches(model: &Llama, when: &str) -> Tensor {
 #[test]
 fn decode_steps_follow_optimizer_steps_and_loads() {
     let mut pretrained = Pretrained::load(&fixture(), Device::Cpu, Kind::Float).expect("loads");
-    pretrained
-        .model
-        .set_backend(backend_for(Device::Cpu).expect("the CPU kernels"));
+    // Every product on the kernels, whichever this CPU's routes leave to libtorch.
+    let all = CpuKernels::new(Isa::best(), Routes::ALL).expect("the best version runs");
+    pretrained.model.set_backend(Arc::new(all));
     let model = &pretrained.model;
     let original = assert_decode_matches(model, "as loaded");
 

@@ -3,10 +3,10 @@
 
 mod common;
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use drmas_host::engine::cpu::backend_for;
+use drmas_host::engine::cpu::{backend_for, CpuKernels, Isa, Routes};
 use drmas_host::engine::{generate, GenerationRequest, SamplingParams};
 use drmas_host::model::backend;
 use drmas_host::model::error::ModelError;
@@ -95,9 +95,9 @@ fn greedy_answers_the_capital_of_france() {
     });
 }
 
-/// With libtorch's products and with the CPU kernels (which the engine's prefills and decode
-/// steps use: in-place matmuls of 1, 5 and 1 rows and the decode attention), against
-/// libtorch's full forward.
+/// With libtorch's products and with the CPU kernels on every product (in-place matmuls of 5
+/// and 1 rows, the decode attention, RMSNorm, RoPE and SwiGLU), against libtorch's full
+/// forward.
 #[test]
 fn cached_decoding_matches_full_recompute() {
     with_model(|gguf, llama| {
@@ -108,7 +108,8 @@ fn cached_decoding_matches_full_recompute() {
 
         for kernels in [false, true] {
             if kernels {
-                llama.set_backend(backend_for(Device::Cpu).expect("the CPU kernels"));
+                let all = CpuKernels::new(Isa::best(), Routes::ALL).expect("the best version runs");
+                llama.set_backend(Arc::new(all));
             }
             let prefill = 5;
             let mut cache = llama.new_cache(1, n).expect("a cache");

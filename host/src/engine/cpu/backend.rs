@@ -71,9 +71,10 @@ impl Routes {
     /// the same numbers on every run of a machine): libtorch's matmuls are MKL's, which take
     /// their AVX-512 path on Intel CPUs only and their AVX2 path on every other x86 CPU.
     ///
-    /// - AVX-512: every product, but prefills on Intel CPUs, where MKL's AVX-512 GEMM is
-    ///   faster than the prefill kernel. Decode products are bound by reading the weights, and
-    ///   the kernels read them in one pass on every CPU.
+    /// - AVX-512: every product, but prefills and products of a few rows on Intel CPUs, where
+    ///   MKL's AVX-512 GEMM is faster than the prefill kernel and its GEMV than the dot
+    ///   products. Decode products of a batch are bound by reading the weights, and the kernels
+    ///   read them in one pass for all rows on every CPU.
     /// - AVX2: every product but prefills, which stay on libtorch: MKL's AVX2 GEMM is as fast
     ///   as the kernel at that width.
     /// - Portable (CPUs without AVX2, other architectures): only decode attention, whose
@@ -82,6 +83,7 @@ impl Routes {
     pub fn for_this_cpu(isa: Isa) -> Routes {
         match isa {
             Isa::Avx512 => Routes {
+                few_rows: !intel_cpu(),
                 prefill: !intel_cpu(),
                 ..Routes::ALL
             },
