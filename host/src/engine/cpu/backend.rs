@@ -179,8 +179,8 @@ fn decode_isa_for(isa: Isa, vendor: &[u8; 12], family: u32) -> Isa {
 /// The CPU kernels as a [`Backend`]: they take the f32 CPU products of forwards without
 /// autograd (generation's prefills and decode steps, a frozen reference's forward) that their
 /// [`Routes`] give them and the RMSNorm, RoPE and SwiGLU of those forwards, and leave every
-/// forward with grad mode on to libtorch. One [`Isa`]
-/// runs every kernel but the decode products', which may run another.
+/// forward with grad mode on to libtorch. One [`Isa`] runs every kernel but the decode
+/// products', which may run another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CpuKernels {
     isa: Isa,

@@ -4,7 +4,7 @@
 //! steps cost more in fixed overhead per operation than in arithmetic at a decode step's size.
 //!
 //! [`CpuKernels`] is the [`Backend`](crate::model::backend::Backend) a CPU model is built with
-//! (see [`backend_for`]); it takes only f32 CPU products under `no_grad`, so training forwards
+//! (see [`backend_for`]); it takes only f32 CPU work under `no_grad`, so training forwards
 //! (with autograd) always stay on libtorch. It hands the kernels the weights where libtorch
 //! keeps them: no copy is made. [`matmul`] picks a kernel by row count — [`dot`] products for
 //! a few rows (bound by reading the weights), [`broadcast_weights`] over the input rows

@@ -81,8 +81,7 @@ pub struct RotaryAngles {
 impl RotaryAngles {
     /// Rotates `x` `[B, heads, T, head_dim]`: `(x₁ cos − x₂ sin, x₂ cos + x₁ sin)` for the
     /// halves `x₁`, `x₂` of each head, as HF's `apply_rotary_pos_emb` (bit for bit: negating a
-    /// factor is exact).
-    /// Runs on `backend` where it takes it.
+    /// factor is exact), on `backend` where it takes it.
     pub fn apply(&self, x: &Tensor, backend: &dyn Backend) -> Tensor {
         backend.rotate(x, &self.cos, &self.sin).unwrap_or_else(|| {
             let half = x.size()[3] / 2;
