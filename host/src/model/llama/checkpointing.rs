@@ -14,7 +14,7 @@ use tch::{Kind, Tensor};
 
 use super::Llama;
 use crate::model::error::ModelError;
-use crate::model::layers::{AdapterRows, AttentionContext, Past, PromptPrefix};
+use crate::model::layers::{AdapterRows, AttentionContext, Past, PromptPrefix, RotaryAngles};
 
 /// What [`Llama::forward_checkpointed`] keeps for the backward pass: each layer's input, the
 /// batch's token ids and attention contexts, and the seeds of its dropout draws.
@@ -35,6 +35,8 @@ struct CheckpointedBatch<'a> {
     /// Real prompt tokens `[G, P]`.
     prompt_valid: Tensor,
     prompt_context: AttentionContext,
+    /// RoPE angles of the prompt positions, gathered once for every layer and recomputation.
+    prompt_angles: RotaryAngles,
     prompt_rows: AdapterRows,
     responses: Option<Continuations<'a>>,
 }
@@ -45,6 +47,8 @@ struct Continuations<'a> {
     /// The prompt each row continues `[B]`.
     prompts: &'a Tensor,
     context: AttentionContext,
+    /// RoPE angles of the response positions.
+    angles: RotaryAngles,
     rows: AdapterRows,
 }
 
@@ -115,6 +119,8 @@ impl Llama {
     ) -> Result<(Tensor, Option<Tensor>, Checkpoints<'a>), ModelError> {
         let prompt_valid = self.checked_valid(prompt_ids, prompt_mask, &prompt_rows)?;
         self.check_positions(prompt_valid.size()[1])?;
+        // The embeddings' dtype, which the layers compute in.
+        let kind = self.embed_tokens.kind();
         let responses = responses
             .map(|(ids, mask, prompts, rows)| {
                 let valid = self.checked_valid(ids, mask, &rows)?;
@@ -123,14 +129,17 @@ impl Llama {
                 Ok::<_, ModelError>(Continuations {
                     ids,
                     prompts,
+                    angles: self.rotary.angles(&context.positions, kind),
                     context,
                     rows,
                 })
             })
             .transpose()?;
+        let prompt_context = AttentionContext::full(&prompt_valid);
         let batch = CheckpointedBatch {
             prompt_ids,
-            prompt_context: AttentionContext::full(&prompt_valid),
+            prompt_angles: self.rotary.angles(&prompt_context.positions, kind),
+            prompt_context,
             prompt_valid,
             prompt_rows,
             responses,
@@ -188,12 +197,9 @@ impl Llama {
         let backend = &*self.backend;
         // A prefix of this one layer, so the layer reads it at index 0.
         let mut prefix = PromptPrefix::new(&batch.prompt_valid);
-        let angles = |context: &AttentionContext, x: &Tensor| {
-            self.rotary.angles(&context.positions, x.kind())
-        };
         let prompts = block.forward(
             &input.prompts,
-            &angles(&batch.prompt_context, &input.prompts),
+            &batch.prompt_angles,
             &batch.prompt_context,
             (&mut Past::Record(&mut prefix), 0),
             &batch.prompt_rows,
@@ -206,7 +212,7 @@ impl Llama {
             .map(|(r, x)| {
                 block.forward(
                     x,
-                    &angles(&r.context, x),
+                    &r.angles,
                     &r.context,
                     (&mut Past::Prefix(&prefix, r.prompts), 0),
                     &r.rows,
