@@ -1,9 +1,32 @@
 //! `eˣ` for vectors of f32 (AVX-512 and AVX2): the softmax of decode attention and SwiGLU's
 //! SiLU, where libm's scalar `expf` would cost more than the rest of the kernel.
+//!
+//! Both versions reduce `x = n ln 2 + r` with `|r| ≤ ln 2 / 2`, take `eʳ` from its Taylor
+//! polynomial and scale it by `2ⁿ`, with the same constants, so they agree lane for lane.
 
-/// `eˣ` for 16 floats to within ~2 ulp: `x = n ln 2 + r` with `|r| ≤ ln 2 / 2`, `eʳ` by its
-/// Taylor polynomial to degree 7 (error below 5e-9), scaled by `2ⁿ` (`vscalefps`). Inputs below
-/// −87.3 give ~1e-38 (callers zero masked lanes themselves); above 88.7, `f32::MAX`-ish.
+/// The lowest input taken: `e^−87.3` ≈ 1e-38, still a normal float.
+const LOWEST: f32 = -87.3;
+
+/// ln 2 in two parts (Cephes): `n · LN2_HIGH` is exact for `|n| ≤ 127`, and `LN2_LOW` holds the
+/// rest.
+const LN2_HIGH: f32 = 0.693_359_4;
+const LN2_LOW: f32 = -2.121_944_4e-4;
+
+/// `eʳ`'s Taylor coefficients to degree 7, highest first (error below 5e-9 for
+/// `|r| ≤ ln 2 / 2`).
+const TAYLOR: [f32; 8] = [
+    1.0 / 5040.0,
+    1.0 / 720.0,
+    1.0 / 120.0,
+    1.0 / 24.0,
+    1.0 / 6.0,
+    0.5,
+    1.0,
+    1.0,
+];
+
+/// `eˣ` for 16 floats to within ~2 ulp, `2ⁿ` applied by `vscalefps`. Inputs below −87.3 give
+/// ~1e-38 (callers zero masked lanes themselves); above 88.7, `f32::MAX`-ish.
 #[target_feature(enable = "avx512f")]
 pub(super) fn exp_avx512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::{
@@ -12,32 +35,23 @@ pub(super) fn exp_avx512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m
         _MM_FROUND_TO_NEAREST_INT,
     };
     let x = _mm512_min_ps(
-        _mm512_max_ps(x, _mm512_set1_ps(-87.3)),
+        _mm512_max_ps(x, _mm512_set1_ps(LOWEST)),
         _mm512_set1_ps(88.7),
     );
     let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
         _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
     );
-    // ln 2 in two parts (Cephes), so `n · ln 2` is exact enough for |n| ≤ 127.
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), x);
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
-    let mut p = _mm512_set1_ps(1.0 / 5040.0);
-    for c in [
-        1.0 / 720.0,
-        1.0 / 120.0,
-        1.0 / 24.0,
-        1.0 / 6.0,
-        0.5,
-        1.0,
-        1.0,
-    ] {
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HIGH), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LOW), r);
+    let mut p = _mm512_set1_ps(TAYLOR[0]);
+    for c in &TAYLOR[1..] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(*c));
     }
     _mm512_scalef_ps(p, n)
 }
 
-/// [`exp_avx512`] for 8 floats in AVX2: the same reduction and polynomial, `2ⁿ` built in the
-/// exponent bits (inputs clamped to [−87.3, 88.3], so `n` stays in the normal range).
+/// [`exp_avx512`] for 8 floats in AVX2, `2ⁿ` built in the exponent bits (inputs clamped to
+/// [−87.3, 88.3], so `n` stays in the normal range).
 #[target_feature(enable = "avx2,fma")]
 pub(super) fn exp_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::{
@@ -47,26 +61,18 @@ pub(super) fn exp_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m25
         _MM_FROUND_TO_NEAREST_INT,
     };
     let x = _mm256_min_ps(
-        _mm256_max_ps(x, _mm256_set1_ps(-87.3)),
+        _mm256_max_ps(x, _mm256_set1_ps(LOWEST)),
         _mm256_set1_ps(88.3),
     );
     let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
         x,
         _mm256_set1_ps(std::f32::consts::LOG2_E),
     ));
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-    let mut p = _mm256_set1_ps(1.0 / 5040.0);
-    for c in [
-        1.0 / 720.0,
-        1.0 / 120.0,
-        1.0 / 24.0,
-        1.0 / 6.0,
-        0.5,
-        1.0,
-        1.0,
-    ] {
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HIGH), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LOW), r);
+    let mut p = _mm256_set1_ps(TAYLOR[0]);
+    for c in &TAYLOR[1..] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*c));
     }
     // `2ⁿ` for `n` in −126..=127: the biased exponent `n + 127` in bits 23..31.
     let two_n = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
