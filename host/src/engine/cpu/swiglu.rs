@@ -61,6 +61,25 @@ fn silu_mul_scalar(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
 }
 
+/// Runs `vector` on each whole run of `LANES` elements of `gate`, `up` and `out`, and the
+/// scalar form on the rest; inlined into each version, so `vector` runs with its features.
+#[inline(always)]
+fn in_vectors<const LANES: usize>(
+    gate: &[f32],
+    up: &[f32],
+    out: &mut [f32],
+    vector: impl Fn(&[f32], &[f32], &mut [f32]),
+) {
+    let whole = gate.len() / LANES * LANES;
+    let vectors = out[..whole]
+        .chunks_exact_mut(LANES)
+        .zip(gate.chunks_exact(LANES).zip(up.chunks_exact(LANES)));
+    for (y, (g, u)) in vectors {
+        vector(g, u, y);
+    }
+    silu_mul_scalar(&gate[whole..], &up[whole..], &mut out[whole..]);
+}
+
 /// 16 elements at a time with [`exp_avx512`]: a division and a product rounded separately, as
 /// libtorch's `silu` and `mul` do.
 #[cfg(target_arch = "x86_64")]
@@ -70,21 +89,16 @@ fn silu_mul_avx512(gate: &[f32], up: &[f32], out: &mut [f32]) {
         _mm512_add_ps, _mm512_div_ps, _mm512_loadu_ps, _mm512_mul_ps, _mm512_set1_ps,
         _mm512_setzero_ps, _mm512_storeu_ps, _mm512_sub_ps,
     };
-    const LANES: usize = 16;
-    let whole = gate.len() / LANES * LANES;
-    let vectors = out[..whole]
-        .chunks_exact_mut(LANES)
-        .zip(gate.chunks_exact(LANES).zip(up.chunks_exact(LANES)));
-    for (y, (g, u)) in vectors {
-        // SAFETY: each chunk holds 16 floats.
+    in_vectors::<16>(gate, up, out, |g, u, y| {
+        // SAFETY: each run holds 16 floats; the CPU supports AVX-512F (this function's
+        // feature, which the closure inherits).
         unsafe {
             let (g, u) = (_mm512_loadu_ps(g.as_ptr()), _mm512_loadu_ps(u.as_ptr()));
             let e = exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), g));
             let silu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0), e));
             _mm512_storeu_ps(y.as_mut_ptr(), _mm512_mul_ps(silu, u));
         }
-    }
-    silu_mul_scalar(&gate[whole..], &up[whole..], &mut out[whole..]);
+    });
 }
 
 /// [`silu_mul_avx512`] 8 elements at a time with [`exp_avx2`].
@@ -95,21 +109,15 @@ fn silu_mul_avx2(gate: &[f32], up: &[f32], out: &mut [f32]) {
         _mm256_add_ps, _mm256_div_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps,
         _mm256_setzero_ps, _mm256_storeu_ps, _mm256_sub_ps,
     };
-    const LANES: usize = 8;
-    let whole = gate.len() / LANES * LANES;
-    let vectors = out[..whole]
-        .chunks_exact_mut(LANES)
-        .zip(gate.chunks_exact(LANES).zip(up.chunks_exact(LANES)));
-    for (y, (g, u)) in vectors {
-        // SAFETY: each chunk holds 8 floats.
+    in_vectors::<8>(gate, up, out, |g, u, y| {
+        // SAFETY: each run holds 8 floats; the CPU supports AVX2 and FMA (as above).
         unsafe {
             let (g, u) = (_mm256_loadu_ps(g.as_ptr()), _mm256_loadu_ps(u.as_ptr()));
             let e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), g));
             let silu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0), e));
             _mm256_storeu_ps(y.as_mut_ptr(), _mm256_mul_ps(silu, u));
         }
-    }
-    silu_mul_scalar(&gate[whole..], &up[whole..], &mut out[whole..]);
+    });
 }
 
 #[cfg(test)]
