@@ -122,7 +122,8 @@ pub fn generate(
         stops[i] = StopStrings::new(&requests[i].stop, &requests[i].prompt);
     }
     let params: Vec<SamplingParams> = active.iter().map(|r| r.params).collect();
-    let mut sampler = Sampler::new(&params, model.config().vocab_size as i64, device);
+    let mut sampler = Sampler::new(&params, model.config().vocab_size as i64, device)
+        .with_backend(model.backend().clone());
     let eos = &model.config().eos_token_ids;
     let mut own_streams: Vec<Option<SeededRng>> = requests
         .iter()

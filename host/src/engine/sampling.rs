@@ -1,8 +1,11 @@
 //! [`SamplingParams`] and the batched [`Sampler`]: temperature, top-k and top-p (nucleus)
 //! filtering, then inverse-CDF sampling with one uniform per row from the run's [`SeededRng`].
 
+use std::sync::Arc;
+
 use tch::{Device, Kind, Tensor};
 
+use crate::model::backend::{self, Backend};
 use crate::model::error::ModelError;
 use crate::rng::SeededRng;
 
@@ -90,10 +93,17 @@ const CANDIDATES: [i64; 2] = [256, 4096];
 /// sum of its (filtered) probabilities is searched for `u × total`. Rows without top-k/top-p
 /// need no sort (any token order works); rows with them use the most likely tokens by `topk`
 /// (enough for top-k, and checked to hold the whole nucleus for top-p, else more). Greedy rows
-/// take the argmax and draw nothing.
+/// take the argmax and draw nothing. A batch whose rows all sample without top-k or top-p is
+/// offered to the [`Backend`] first ([`Backend::sample`]), which may draw it in one pass per
+/// row.
 #[derive(Debug)]
 pub struct Sampler {
     params: Vec<SamplingParams>,
+    /// Each row's temperature, as [`Self::temperature`] holds it.
+    temperatures: Vec<f32>,
+    /// Whether every row samples without top-k or top-p (none greedy): the batch
+    /// [`Backend::sample`] may take.
+    all_plain: bool,
     /// `[B, 1]` f32: the temperature the logits are divided by (1 for greedy rows).
     temperature: Tensor,
     /// `[B, 1]` f32: top-p, 2 where off (more than any cumulative probability).
@@ -117,13 +127,17 @@ pub struct Sampler {
     uniforms: Vec<f32>,
     vocab: i64,
     device: Device,
+    backend: Arc<dyn Backend>,
 }
 
 impl Sampler {
-    /// A sampler for rows with `params` over a vocabulary of `vocab` tokens on `device`.
+    /// A sampler for rows with `params` over a vocabulary of `vocab` tokens on `device`, all
+    /// in libtorch ([`Self::with_backend`] offers plain draws to another backend).
     pub fn new(params: &[SamplingParams], vocab: i64, device: Device) -> Self {
         let mut sampler = Self {
             params: Vec::new(),
+            temperatures: Vec::new(),
+            all_plain: false,
             temperature: Tensor::new(),
             top_p: Tensor::new(),
             top_k: Tensor::new(),
@@ -137,9 +151,16 @@ impl Sampler {
             uniforms: Vec::with_capacity(params.len()),
             vocab,
             device,
+            backend: backend::libtorch(),
         };
         sampler.set_params(params.to_vec());
         sampler
+    }
+
+    /// This sampler with batches of plain draws offered to `backend` first (the model's, so
+    /// that the CPU kernels draw from a CPU model's logits).
+    pub fn with_backend(self, backend: Arc<dyn Backend>) -> Self {
+        Self { backend, ..self }
     }
 
     fn set_params(&mut self, params: Vec<SamplingParams>) {
@@ -165,6 +186,8 @@ impl Sampler {
             .collect();
         let top_ks: Vec<i64> = params.iter().map(top_k).collect();
         self.temperature = column(&temperature);
+        self.temperatures = temperature;
+        self.all_plain = params.iter().all(|p| !p.is_greedy() && !p.truncates());
         self.top_p = column(&top_p);
         self.top_k = Tensor::from_slice(&top_ks).view([n, 1]).to_device(device);
         self.greedy = flags(&SamplingParams::is_greedy);
@@ -226,6 +249,18 @@ impl Sampler {
             )));
         }
         let logits = logits.to_kind(Kind::Float);
+        let all_greedy = self.params.iter().all(SamplingParams::is_greedy);
+        if !all_greedy {
+            self.draw_uniforms(live, uniform);
+        }
+        if self.all_plain {
+            let drawn = self
+                .backend
+                .sample(&logits, &self.temperatures, &self.uniforms);
+            if let Some(drawn) = drawn {
+                return Ok(drawn);
+            }
+        }
         let all_one = self.params.iter().all(|p| p.logprob_temperature() == 1.0);
         let scaled = if all_one {
             logits
@@ -233,14 +268,9 @@ impl Sampler {
             logits / &self.temperature
         };
         let lse = scaled.logsumexp([-1], true);
-        let tokens = if self.params.iter().all(SamplingParams::is_greedy) {
+        let tokens = if all_greedy {
             scaled.argmax(-1, true)
         } else {
-            self.uniforms.clear();
-            for (row, (p, &live)) in self.params.iter().zip(live).enumerate() {
-                let sampled = live && !p.is_greedy();
-                self.uniforms.push(if sampled { uniform(row) } else { 0.5 });
-            }
             let n = self.uniforms.len() as i64;
             let u = Tensor::from_slice(&self.uniforms)
                 .view([n, 1])
@@ -254,6 +284,16 @@ impl Sampler {
         };
         let logprobs = scaled.gather(-1, &tokens, false) - lse;
         Ok((tokens, logprobs))
+    }
+
+    /// Fills `self.uniforms` with one uniform per row: `uniform(row)` for live rows that
+    /// sample, 0.5 for the others (which draw no random number).
+    fn draw_uniforms(&mut self, live: &[bool], uniform: &mut dyn FnMut(usize) -> f32) {
+        self.uniforms.clear();
+        for (row, (p, &live)) in self.params.iter().zip(live).enumerate() {
+            let sampled = live && !p.is_greedy();
+            self.uniforms.push(if sampled { uniform(row) } else { 0.5 });
+        }
     }
 
     /// Inverse-CDF draws `[B, 1]` from `softmax(scaled)`, filtered by top-k and top-p where a

@@ -1,5 +1,5 @@
 //! [`Backend`]: who computes a model's dense products, decode attention, RMSNorm, RoPE and
-//! SwiGLU — libtorch, or kernels of another layer of the crate (the engine's CPU kernels) —
+//! SwiGLU, and the draws of sampling from its logits — libtorch, or kernels of another layer of the crate (the engine's CPU kernels) —
 //! chosen when the model is built and held by it.
 //!
 //! The model asks its backend first and falls back to libtorch when the backend declines
@@ -52,6 +52,19 @@ pub trait Backend: Debug + Send + Sync {
 
     /// `silu(gate) · up`, elementwise: SwiGLU's activation.
     fn silu_mul(&self, _gate: &Tensor, _up: &Tensor) -> Option<Tensor> {
+        None
+    }
+
+    /// One draw per row of `logits` `[B, V]` from `softmax(logits / temperature[row])` by
+    /// inverse CDF with `uniform[row]` in `[0, 1)`: tokens `[B, 1]` int64 and their
+    /// log-probabilities `log_softmax(logits / T)` `[B, 1]` f32, as
+    /// [`crate::engine::Sampler`] draws rows without top-k or top-p.
+    fn sample(
+        &self,
+        _logits: &Tensor,
+        _temperature: &[f32],
+        _uniform: &[f32],
+    ) -> Option<(Tensor, Tensor)> {
         None
     }
 }

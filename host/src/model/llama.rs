@@ -132,8 +132,8 @@ impl Llama {
     }
 
     /// The backend the model's products run on.
-    pub fn backend(&self) -> &dyn Backend {
-        &*self.backend
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
     }
 
     /// The configuration.

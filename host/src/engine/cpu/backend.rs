@@ -179,8 +179,8 @@ fn decode_isa_for(isa: Isa, vendor: &[u8; 12], family: u32) -> Isa {
 /// The CPU kernels as a [`Backend`]: they take the f32 CPU products of forwards without
 /// autograd (generation's prefills and decode steps, a frozen reference's forward) that their
 /// [`Routes`] give them and the RMSNorm, RoPE and SwiGLU of those forwards, and leave every
-/// forward with grad mode on to libtorch. One [`Isa`] runs every kernel but the decode
-/// products', which may run another.
+/// forward with grad mode on to libtorch; they also draw the sampler's tokens from f32 CPU
+/// logits. One [`Isa`] runs every kernel but the decode products', which may run another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CpuKernels {
     isa: Isa,
@@ -304,6 +304,21 @@ impl Backend for CpuKernels {
 
     fn silu_mul(&self, gate: &Tensor, up: &Tensor) -> Option<Tensor> {
         silu_mul(gate, up, self.isa)
+    }
+
+    fn sample(
+        &self,
+        logits: &Tensor,
+        temperature: &[f32],
+        uniform: &[f32],
+    ) -> Option<(Tensor, Tensor)> {
+        #[cfg(target_arch = "x86_64")]
+        return super::categorical::sample_categorical(logits, temperature, uniform, self.isa);
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (logits, temperature, uniform);
+            None
+        }
     }
 }
 

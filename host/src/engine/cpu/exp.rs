@@ -5,7 +5,7 @@
 //! polynomial and scale it by `2ⁿ`, with the same constants, so they agree lane for lane.
 
 /// The lowest input taken: `e^−87.3` ≈ 1e-38, still a normal float.
-const LOWEST: f32 = -87.3;
+pub(super) const LOWEST: f32 = -87.3;
 
 /// ln 2 in two parts (Cephes): `n · LN2_HIGH` is exact for `|n| ≤ 127`, and `LN2_LOW` holds the
 /// rest.

@@ -1,5 +1,5 @@
-//! The CPU backend: kernels of our own for the dense products, decode attention, RMSNorm, RoPE
-//! and SwiGLU of f32 models on the CPU, where libtorch's bundled MKL may not take the CPU's
+//! The CPU backend: kernels of our own for the dense products, decode attention, RMSNorm, RoPE,
+//! SwiGLU and sampling of f32 models on the CPU, where libtorch's bundled MKL may not take the CPU's
 //! widest vector path, its one-token attention is mostly call overhead, and its elementwise
 //! steps cost more in fixed overhead per operation than in arithmetic at a decode step's size.
 //!
@@ -12,13 +12,17 @@
 //! transposed per block of rows for prefills — and splits the outputs over the threads of
 //! libtorch's OpenMP team ([`pool`]). Decode steps' attention runs on [`decode_attention()`],
 //! RMSNorm on [`rms_norm()`] and RoPE on [`rotate()`] (one pass each instead of six libtorch
-//! operations), SwiGLU's activation on [`silu_mul()`].
-//! Every product and attention kernel has an AVX-512 version and a portable one, SwiGLU an
-//! AVX-512 and an AVX2 one; RMSNorm and RoPE are plain Rust that the compiler vectorises.
+//! operations), SwiGLU's activation on [`silu_mul()`], and the sampler's plain-temperature
+//! draws on `sample_categorical` (three passes over a row instead of five libtorch operations
+//! over the batch). Every product and attention kernel has an AVX-512 version and a portable
+//! one, SwiGLU and the draws an AVX-512 and an AVX2 one; RMSNorm and RoPE are plain Rust that
+//! the compiler vectorises.
 
 pub mod backend;
 pub mod broadcast_inputs;
 pub mod broadcast_weights;
+#[cfg(target_arch = "x86_64")]
+pub mod categorical;
 pub mod decode_attention;
 pub mod dot;
 #[cfg(target_arch = "x86_64")]
@@ -33,6 +37,8 @@ pub mod swiglu;
 pub mod transpose;
 
 pub use backend::{backend_for, CpuKernels, Routes, KERNELS_VAR};
+#[cfg(target_arch = "x86_64")]
+pub use categorical::sample_categorical;
 pub use decode_attention::decode_attention;
 pub use isa::Isa;
 pub use rms_norm::rms_norm;
