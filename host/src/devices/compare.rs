@@ -125,7 +125,7 @@ pub struct Divergence {
 }
 
 /// Loads `model` on the CPU in f32 and on `device` in `kind`, and compares their logits over
-/// [`PROMPTS`] and their greedy generations of up to `new_tokens` tokens.
+/// `PROMPTS` and their greedy generations of up to `new_tokens` tokens.
 pub fn compare(
     model: &Path,
     device: Device,

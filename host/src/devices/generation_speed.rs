@@ -45,7 +45,7 @@ pub struct GenerationSpeed {
     /// `tokens / seconds`.
     pub tokens_per_s: f64,
     /// Seconds of a call that generates one token per row (the prefill and one sampling step),
-    /// the fastest of [`PREFILL_REPEATS`] calls.
+    /// the fastest of `PREFILL_REPEATS` calls.
     pub prefill_seconds: f64,
     /// `(seconds − prefill_seconds) / (longest − 1)`: one decode step of the whole batch. Both
     /// are wall-clock times, so on a loaded machine this can come out small or even negative.
@@ -62,7 +62,7 @@ pub struct GenerationSpeed {
 pub const PREFILL_REPEATS: usize = 3;
 
 /// Loads `model` on `device` in `kind` and times sampled generation (temperature 1, no top-k or
-/// top-p) of `shape`'s batch: one warm-up call of two tokens, [`PREFILL_REPEATS`] calls of one
+/// top-p) of `shape`'s batch: one warm-up call of two tokens, `PREFILL_REPEATS` calls of one
 /// token per row (the prefill), then the measured call.
 pub fn generation_speed(
     model: &Path,

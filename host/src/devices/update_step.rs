@@ -30,7 +30,7 @@ const LEARNING_RATE: f64 = 1e-6;
 /// The batch of one [`update_step`].
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct UpdateShape {
-    /// Agent calls (half each agent's); every [`RESPONSES_PER_PROMPT`] share a prompt.
+    /// Agent calls (half each agent's); every `RESPONSES_PER_PROMPT` share a prompt.
     pub calls: usize,
     /// The longest response; the others are up to a fifth shorter.
     pub response_tokens: usize,

@@ -72,7 +72,7 @@ pub enum DiscoverError {
 /// order (and so duplicate-name errors) is deterministic. `folder` may also be one plugin crate
 /// itself: then only that crate is built and loaded. Nothing runs from a file or folder other
 /// users can write, nor (unless `links` says to follow them) through a link out of `folder`
-/// (see [`super::trust`]).
+/// (see `plugins::trust`).
 pub fn discover(
     folder: &Path,
     profile: BuildProfile,

@@ -3,7 +3,7 @@
 //! ([`crate::engine::remote::openai_wire`]), so a trainer's rollouts can run on other processes
 //! or machines, and the remote path is tested end to end with nothing fake in it.
 //!
-//! HTTP threads check each request and hand it to one engine thread ([`batcher`]), which runs
+//! HTTP threads check each request and hand it to one engine thread (`batcher`), which runs
 //! the requests that arrive together as one batch and reloads weights between batches. What a
 //! client can make the server do is bounded: the body size, the prompts a request, the
 //! requests in progress (more are refused with 503, which clients retry), and prompt plus

@@ -273,7 +273,7 @@ impl Trainer {
 
     /// Trains until `[run] iterations`, evaluating and saving at the configured cadence. When a
     /// stop signal or an error ends the run early, the last finished iteration is saved first
-    /// (see [`Self::stopped`]).
+    /// (see `Self::stopped`).
     pub fn train(&mut self) -> anyhow::Result<TrainSummary> {
         let mut log = MetricsLog::open(&self.out_dir)?;
         let total = self.config.run.iterations;

@@ -32,7 +32,7 @@ pub struct WorkerGroup {
     pub learning_rate: f64,
     /// The value model of its calls, when the estimator has a critic.
     pub critic: Option<Critic>,
-    /// Where its parts are between phases, with `offload = true` (see [`super::offload`]).
+    /// Where its parts are between phases, with `offload = true` (see `trainer::offload`).
     pub offload: Option<Offload>,
 }
 

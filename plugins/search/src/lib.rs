@@ -9,7 +9,7 @@
 //! - [`retriever`]: the [`retriever::Retriever`] trait with a BM25 (tantivy) backend and a client
 //!   of Search-R1's retrieval server API;
 //! - [`server`]: that API served over HTTP (the `drmas-retriever` binary);
-//! - [`format`]: retrieved passages formatted as Search-R1's `<information>` block.
+//! - [`format`](mod@format): retrieved passages formatted as Search-R1's `<information>` block.
 
 pub mod corpus;
 pub mod dataset;

@@ -2,7 +2,7 @@
 //! broadcast, times one transposed panel of [`PANEL`] outputs ([`super::panel`]). Per `k` in
 //! AVX-512: two aligned loads of the panel, one broadcast per row, two FMAs per row. AVX2's
 //! sixteen 8-float registers hold a quarter of that, so its kernel runs the tile in passes of
-//! at most [`AVX2_ROWS`] rows × one half of the panel (12 accumulators, two weight vectors,
+//! at most `AVX2_ROWS` rows × one half of the panel (12 accumulators, two weight vectors,
 //! the broadcast input).
 
 use super::isa::Isa;

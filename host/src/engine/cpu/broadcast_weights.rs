@@ -17,7 +17,7 @@
 //! there.
 //!
 //! With AVX2's sixteen 8-float registers, a tile's sixteen rows are two vectors and its
-//! outputs run [`AVX2_OUTPUTS`] at a time: 12 accumulators, the two input vectors and the
+//! outputs run `AVX2_OUTPUTS` at a time: 12 accumulators, the two input vectors and the
 //! broadcast weight.
 //!
 //! [`xᵀ`]: super::transpose::TransposedRows
