@@ -1,7 +1,11 @@
-"""The TRL side of the GRPO comparison (issue #6): one GRPOTrainer step on the CPU with the
-settings of a drmas run file, timed, printed as one JSON line.
+"""The TRL side of the GRPO comparison (issue #6): GRPOTrainer steps with the settings of a
+drmas run file, the last one timed, printed as one JSON line.
 
     python scripts/bench/trl_grpo.py --config configs/bench/grpo-trl.toml --model HF_FOLDER
+
+On the CPU in f32 by default; `--device cuda --precision autocast` trains f32 weights with bf16
+autocast on a GPU (the GPU speed table's peer, scripts/gpu/speed.sh), `--steps 2` times the
+second step, after the first has warmed the device up.
 
 From the run file: the Solver's prompt template, the training data (GSM8K JSONL), prompts per
 batch, group size, max response tokens, temperature and learning rate. The batch is every
@@ -81,6 +85,14 @@ def main():
     parser.add_argument("--config", required=True, type=Path, help="the drmas run file")
     parser.add_argument("--model", required=True, help="HF folder (drmas-host convert)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument(
+        "--precision",
+        choices=["f32", "autocast", "bf16"],
+        default="f32",
+        help="f32 weights and compute; f32 weights with bf16 autocast; bf16 weights",
+    )
+    parser.add_argument("--steps", type=int, default=1, help="optimizer steps; the last is timed")
     parser.add_argument(
         "--no-gradient-checkpointing",
         action="store_true",
@@ -89,6 +101,14 @@ def main():
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
+    on_gpu = args.device.startswith("cuda")
+    if ":" in args.device:
+        torch.cuda.set_device(args.device)
+
+    def synchronize():
+        if on_gpu:
+            torch.cuda.synchronize()
+
     # Imported after the thread count is set.
     import datasets
     import transformers
@@ -115,14 +135,18 @@ def main():
     )
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.model)
-    model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    weights = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=weights)
     generate = model.generate
+    # Per optimizer step, the seconds inside `model.generate`.
     generate_seconds = []
 
     def timed_generate(*a, **kw):
+        synchronize()
         start = time.perf_counter()
         out = generate(*a, **kw)
-        generate_seconds.append(time.perf_counter() - start)
+        synchronize()
+        generate_seconds[-1] += time.perf_counter() - start
         return out
 
     model.generate = timed_generate
@@ -134,9 +158,12 @@ def main():
             self.started, self.seconds = 0.0, []
 
         def on_step_begin(self, *_, **__):
+            generate_seconds.append(0.0)
+            synchronize()
             self.started = time.perf_counter()
 
         def on_step_end(self, *_, **__):
+            synchronize()
             self.seconds.append(time.perf_counter() - self.started)
 
     group_size = rollout["group_size"]
@@ -144,7 +171,8 @@ def main():
     with tempfile.TemporaryDirectory() as out:
         config = trl.GRPOConfig(
             output_dir=out,
-            use_cpu=True,
+            use_cpu=not on_gpu,
+            bf16=args.precision in ("autocast", "bf16"),
             per_device_train_batch_size=prompts * group_size,
             gradient_accumulation_steps=1,
             num_generations=group_size,
@@ -155,7 +183,7 @@ def main():
             learning_rate=group.get("learning_rate", 1e-6),
             beta=0.0,
             gradient_checkpointing=not args.no_gradient_checkpointing,
-            max_steps=1,
+            max_steps=args.steps,
             logging_steps=1,
             save_strategy="no",
             report_to="none",
@@ -172,9 +200,9 @@ def main():
             callbacks=[timer],
         )
         trainer.train()
-    logged = next(entry for entry in trainer.state.log_history if "reward" in entry)
-    step = timer.seconds[0]
-    generated = sum(generate_seconds)
+    logged = [entry for entry in trainer.state.log_history if "reward" in entry][-1]
+    step = timer.seconds[-1]
+    generated = generate_seconds[-1]
     mean_len = logged.get("completions/mean_length", float("nan"))
     print(
         json.dumps(
@@ -186,6 +214,9 @@ def main():
                 "reward_mean": logged.get("reward"),
                 "completions": prompts * group_size,
                 "gradient_checkpointing": not args.no_gradient_checkpointing,
+                "steps": len(timer.seconds),
+                "device": args.device,
+                "precision": args.precision,
                 "threads": torch.get_num_threads(),
                 "torch": torch.__version__,
                 "transformers": transformers.__version__,

@@ -28,6 +28,9 @@ src="$repo/target/gpu/src"
 build="$repo/target/gpu/build"
 tch_version=0.24.0
 limit_mib=48
+cache="${DRMAS_CACHE:-$HOME/.cache/drmas}"
+# TRL and the packages it needs that the GPU machine's Python 3.12 lacks, for speed.sh grpo.
+trl_wheels=(trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19)
 
 log() { echo "[gpu/bundle] $*" >&2; }
 command -v cargo >/dev/null || { log "cargo is needed (rustup.rs)"; exit 1; }
@@ -86,6 +89,27 @@ done
 cp -r "$repo/host/tests/fixtures/hf" "$out/fixtures/hf"
 cp "$repo"/scripts/gpu/{run,check,speed,steps}.sh "$repo"/scripts/gpu/*.py "$out/"
 chmod +x "$out/run.sh" "$out/check.sh" "$out/speed.sh"
+# The GRPO comparison with TRL: its script, 16 GSM8K problems and TRL's wheels.
+cp "$repo/scripts/bench/trl_grpo.py" "$out/"
+mkdir -p "$out/fixtures/gsm8k"
+head -n 16 "$repo/data/gsm8k/test.jsonl" >"$out/fixtures/gsm8k/test-16.jsonl"
+cp "$repo/data/gsm8k/LICENSE" "$out/fixtures/gsm8k/LICENSE"
+wheels="$cache/gpu-wheels"
+wheel_of() { compgen -G "$wheels/${1%%==*}-${1##*==}-*.whl" | head -1; }
+missing=()
+for spec in "${trl_wheels[@]}"; do
+  [[ -n "$(wheel_of "$spec")" ]] || missing+=("$spec")
+done
+if (( ${#missing[@]} == 0 )) || python3 -m pip download --quiet --no-deps --only-binary=:all: \
+    --python-version 3.12 --implementation cp --platform manylinux2014_x86_64 --platform any \
+    -d "$wheels" "${missing[@]}"; then
+  mkdir -p "$out/wheels"
+  for spec in "${trl_wheels[@]}"; do
+    cp "$(wheel_of "$spec")" "$out/wheels/"
+  done
+else
+  log "could not fetch ${missing[*]} from PyPI: \`speed.sh grpo\` will have no TRL peer"
+fi
 {
   echo "commit $commit"
   echo "libtorch $(cat "$libtorch/build-version") (CUDA 13.0), tch $tch_version"

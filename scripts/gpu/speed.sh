@@ -12,11 +12,17 @@
 #     --update`, bf16 weights with f32 masters) against PyTorch eager with autocast (f32 weights)
 #     and in bf16; one GRPO iteration of `drmas-host train` (math Solver and Verifier sharing the
 #     model, 16 prompts × 8 samples, responses of at most 256 tokens), its rollout and update
-#     seconds. No TRL runs on the device (it is not installed there), so that row has no peer.
+#     seconds.
 #   qwen2.5-7b: generation at batch 64 the same way; one training step of 8 calls of
 #     32 + 2048 tokens with activation checkpointing on both sides.
+#   grpo: GRPO against TRL's GRPOTrainer on the qwen2.5-1.5b model: the math Solver alone on 16
+#     GSM8K problems × 8 samples × at most 256 tokens, one run file for both sides (TRL has one
+#     agent); two iterations of `drmas-host train` (bf16 weights, f32 masters) and two
+#     GRPOTrainer steps (f32 weights, bf16 autocast), neither checkpointing activations, the
+#     second of each timed. TRL and the datasets package it needs are not on the device: the
+#     bundle carries their wheels (wheels/), installed into a temporary folder.
 #
-# Usage: ./speed.sh [qwen2.5-1.5b | qwen2.5-7b]
+# Usage: ./speed.sh [qwen2.5-1.5b | qwen2.5-7b | grpo]
 # Environment:
 #   OUT                   where the report goes (default ./speed-out)
 #   DRMAS_SPEED_DEVICE    the device (default cuda:0; `cpu` with the settings below runs the steps
@@ -43,8 +49,11 @@ case "$arch" in
     response="${DRMAS_SPEED_RESPONSE_TOKENS:-2048}" checkpointing="--activation-checkpointing"
     precisions="bf16" grpo="${DRMAS_SPEED_GRPO:-none}"
     ;;
+  grpo)
+    arch=qwen2.5-1.5b batches="" calls="" precisions="" grpo="${DRMAS_SPEED_GRPO:-16 8 256}"
+    ;;
   *)
-    log "unknown architecture $arch: qwen2.5-1.5b or qwen2.5-7b"
+    log "unknown architecture $arch: qwen2.5-1.5b, qwen2.5-7b or grpo"
     exit 2
     ;;
 esac
@@ -57,6 +66,70 @@ if [[ -z "${DRMAS_SPEED_MODEL:-}" ]]; then
   step "make-$arch" 240 "$python" "$here/make_model.py" "$model" --arch "$arch" --dtype bf16 \
     --device "$init_device" --tokenizer "$here/fixtures/hf/qwen2"
 fi
+# The GRPO comparison with TRL: the Solver alone on the bundle's GSM8K problems, its prompt
+# and TRL's defaults (symmetric clip 0.2, token-mean loss, no KL), as configs/bench/grpo-trl.toml.
+solver_run_file() {
+  local prompts="$1" group_size="$2" tokens="$3"
+  cat <<EOF
+[run]
+output_dir = "$work/runs/grpo-solver-drmas"
+seed = 0
+iterations = 2
+eval_every = 0
+save_every = 0
+
+[environment]
+name = "math"
+params = { format = "gsm8k" }
+train_data = { path = "$here/fixtures/gsm8k/test-16.jsonl" }
+
+[orchestra]
+name = "solver-only"
+
+[[agents]]
+role = "solver"
+agent = "Solver Agent"
+worker_group = "policy"
+params = { prompt = "{question}\n\nPlease reason step by step, and put your final answer within \\\\boxed{}." }
+
+[worker_groups.policy]
+model = "$model"
+dtype = "bf16"
+device = "$device"
+learning_rate = 1e-6
+micro_batch_size = 16
+
+[algorithm]
+estimator = "grpo"
+
+[algorithm.loss]
+clip_low = 0.2
+clip_high = 0.2
+aggregation = "token-mean"
+
+[rollout]
+prompts_per_batch = $prompts
+group_size = $group_size
+temperature = 1.0
+max_prompt_tokens = 512
+max_response_tokens = $tokens
+EOF
+}
+
+if [[ "${1:-}" == grpo ]]; then
+  read -r prompts group_size tokens <<<"$grpo"
+  solver_run_file "$prompts" "$group_size" "$tokens" >"$work/grpo-solver.toml"
+  step grpo-solver-drmas 300 "$here/run.sh" train --config "$work/grpo-solver.toml"
+  if [[ -f "$work/runs/grpo-solver-drmas/metrics.jsonl" ]]; then
+    cp "$work/runs/grpo-solver-drmas/metrics.jsonl" "$logs/grpo-solver-drmas.metrics.jsonl"
+  fi
+  step trl-install 120 "$python" -m pip install --no-deps --no-index --quiet \
+    --target "$work/python" "$here"/wheels/*.whl
+  step grpo-solver-trl 300 env PYTHONPATH="$work/python" "$python" "$here/trl_grpo.py" \
+    --config "$work/grpo-solver.toml" --model "$model" --device "$device" \
+    --precision autocast --steps 2 --no-gradient-checkpointing
+  grpo=none
+fi
 for batch in $batches; do
   step "generate-drmas-b$batch" 300 "$here/run.sh" devices --device "$device" --dtype bf16 \
     --generate "$model" --batch "$batch" --prompt-tokens 64 --new-tokens "$new_tokens"
@@ -68,8 +141,10 @@ for batch in $batches; do
       --new-tokens "$new_tokens" --cache "$cache"
   done
 done
-step train-drmas 300 "$here/run.sh" devices --device "$device" --dtype bf16 --update "$model" \
-  --calls "$calls" --response-tokens "$response" $checkpointing
+if [[ -n "$calls" ]]; then
+  step train-drmas 300 "$here/run.sh" devices --device "$device" --dtype bf16 --update "$model" \
+    --calls "$calls" --response-tokens "$response" $checkpointing
+fi
 for precision in $precisions; do
   step "train-pytorch-$precision" 300 "$python" "$here/peer_speed.py" train "$model" \
     --device "$device" --calls "$calls" --prompt-tokens 32 --response-tokens "$response" \

@@ -10,7 +10,9 @@ side's decode step against the bound set by reading the weights and the mean KV 
 step at BANDWIDTH. Training: seconds and tokens/s of one step and MFU against PEAK_FLOPS, the
 FLOPs of a token being 6·P + 12·L·T·d (P the weights that multiply, L layers, T the sequence
 length, d heads × head dim: forward and backward matmuls, attention scores and sums). GRPO: the
-rollout and update seconds of one `drmas-host train` iteration, from its metrics.
+rollout and update seconds of one `drmas-host train` iteration, from its metrics; against TRL
+(`speed.sh grpo`), the second iteration of a Solver-only run and the second GRPOTrainer step
+(scripts/bench/trl_grpo.py's JSON line).
 """
 
 import datetime
@@ -27,6 +29,14 @@ def read_json(path: Path):
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
+        return None
+
+
+def last_json_line(path: Path):
+    """The last non-empty line of `path` as JSON (a script that prints other lines before)."""
+    try:
+        return json.loads([line for line in path.read_text().splitlines() if line.strip()][-1])
+    except (OSError, ValueError, IndexError):
         return None
 
 
@@ -89,11 +99,19 @@ def collect(logs: Path, config: dict) -> dict:
         trained = [line for line in lines if line.get("iteration", 0) >= 1]
         if trained:
             grpo = {"step": steps.get("grpo-drmas"), **trained[-1]}
+    against_trl = None
+    metrics = logs / "grpo-solver-drmas.metrics.jsonl"
+    trl = last_json_line(logs / "grpo-solver-trl.out")
+    if metrics.exists() or trl:
+        lines = [json.loads(line) for line in metrics.read_text().splitlines()
+                 if line.strip()] if metrics.exists() else []
+        timed = [line for line in lines if line.get("iteration", 0) >= 2]
+        against_trl = {"drmas": timed[-1] if timed else None, "trl": trl}
     for row in training:
         row["tokens_per_s"] = row["forward_tokens"] / row["seconds"]
         row["mfu"] = row["tokens_per_s"] * flops_per_token(config, row["sequence"]) / PEAK_FLOPS
     return {"steps": list(steps.values()), "generation": generation, "training": training,
-            "grpo": grpo}
+            "grpo": grpo, "grpo_against_trl": against_trl}
 
 
 def markdown(report: dict, device: str, seconds: int) -> str:
@@ -103,13 +121,16 @@ def markdown(report: dict, device: str, seconds: int) -> str:
         "",
         f"Device `{device}`, {date}, {seconds} s in all. Model: random-initialised "
         f"`{report['architecture']}` in bf16, the same folder on both sides.",
-        "",
-        "## Generation (sampled, temperature 1, 64-token random prompts)",
-        "",
-        "| side | batch | new tokens | tokens | tokens/s | drmas's speed-up | decode step (ms) "
-        "| bound (ms) | prefill (s) |",
-        "|---|---|---|---|---|---|---|---|---|",
     ]
+    if report["generation"]:
+        lines += [
+            "",
+            "## Generation (sampled, temperature 1, 64-token random prompts)",
+            "",
+            "| side | batch | new tokens | tokens | tokens/s | drmas's speed-up | decode step (ms) "
+            "| bound (ms) | prefill (s) |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
     drmas = {g["shape"]["batch"]: g for g in report["generation"] if g["side"] == "drmas"}
     for g in report["generation"]:
         batch = g["shape"]["batch"] if "shape" in g else g["batch"]
@@ -121,14 +142,15 @@ def markdown(report: dict, device: str, seconds: int) -> str:
             f"| {g['side']} | {batch} | {new_tokens} | {g['tokens']} | {g['tokens_per_s']:.0f} "
             f"| {ratio} | {g['decode_step_ms']:.2f} | {bound} | {g['prefill_seconds']:.3f} |"
         )
-    lines += [
-        "",
-        "## Training (one step: forward, backward, AdamW)",
-        "",
-        "| side | calls × tokens | checkpointing | forward tokens | seconds | tokens/s | MFU "
-        "| drmas's speed-up |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    if report["training"]:
+        lines += [
+            "",
+            "## Training (one step: forward, backward, AdamW)",
+            "",
+            "| side | calls × tokens | checkpointing | forward tokens | seconds | tokens/s | MFU "
+            "| drmas's speed-up |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
     ours = next((t for t in report["training"] if t["step"] == "train-drmas"), None)
     for t in report["training"]:
         ratio = f"{t['seconds'] / ours['seconds']:.2f}" if ours and t is not ours else ""
@@ -154,9 +176,31 @@ def markdown(report: dict, device: str, seconds: int) -> str:
             f"| {grpo.get('time/rollout_s', 0):.1f} | {grpo.get('time/generation_s', 0):.1f} "
             f"| {grpo.get('time/update_s', 0):.1f} | {grpo.get('tokens_per_s/rollout', 0):.0f} "
             f"| {step_seconds} |",
-            "",
-            "No peer on the device: TRL is not installed there.",
         ]
+    against_trl = report.get("grpo_against_trl")
+    if against_trl:
+        ours, trl = against_trl["drmas"], against_trl["trl"]
+        lines += [
+            "",
+            "## GRPO against TRL's GRPOTrainer (the math Solver alone, the second step of each)",
+            "",
+            "| side | step (s) | rollout / generate (s) | update (s) | mean completion tokens "
+            "| drmas's speed-up |",
+            "|---|---|---|---|---|---|",
+        ]
+        ours_seconds = None
+        if ours:
+            rollout, update = ours.get("time/rollout_s", 0), ours.get("time/update_s", 0)
+            ours_seconds = rollout + update
+            lines.append(f"| drmas (bf16, f32 masters) | {ours_seconds:.1f} | {rollout:.1f} "
+                         f"| {update:.1f} | {ours.get('response_len/solver', 0):.0f} | |")
+        if trl:
+            ratio = f"{trl['step_s'] / ours_seconds:.2f}" if ours_seconds else ""
+            lines.append(f"| TRL {trl['trl']} ({trl['precision']}) | {trl['step_s']:.1f} "
+                         f"| {trl['generate_s']:.1f} | {trl['update_s']:.1f} "
+                         f"| {trl['mean_completion_len']:.0f} | {ratio} |")
+        else:
+            lines.append("| TRL | did not run: see the steps below and its log |||||")
     lines += ["", "## Steps", "", "| step | exit | seconds | peak GPU memory (MiB) |",
               "|---|---|---|---|"]
     for step in report["steps"]:
@@ -166,7 +210,8 @@ def markdown(report: dict, device: str, seconds: int) -> str:
               "seconds over its own for the same calls (training). drmas's forward tokens count "
               "each prompt once for the calls that share it (4 per prompt); PyTorch's count every "
               f"sequence whole. MFU is against {PEAK_FLOPS / 1e12:.0f} TFLOP/s, the decode bound "
-              f"at {BANDWIDTH / 1e12:.1f} TB/s.", ""]
+              f"at {BANDWIDTH / 1e12:.1f} TB/s. Against TRL, drmas's speed-up is TRL's step "
+              "seconds over drmas's iteration (rollout + update) on the same run file.", ""]
     return "\n".join(lines)
 
 
