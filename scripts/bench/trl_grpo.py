@@ -9,8 +9,9 @@ second step, after the first has warmed the device up.
 
 From the run file: the Solver's prompt template, the training data (GSM8K JSONL), prompts per
 batch, group size, max response tokens, temperature and learning rate. The batch is every
-prompt's group in one step (per-device batch = prompts x group size, one gradient accumulation
-step), as drmas does. The reward is the math environment's: 1 when the last \\boxed{} answer (or
+prompt's group in one optimizer step, as drmas does: one forward and backward over it all, or
+micro-batches of `--micro-batch` completions accumulated (TRL generates the whole batch once
+per step either way). The reward is the math environment's: 1 when the last \\boxed{} answer (or
 a GSM8K `#### n` line, or "the answer is n") equals the reference number, else 0.
 
 Prints {"step_s", "generate_s", "update_s", "mean_completion_len", "reward_mean", "tokens", ...}:
@@ -94,6 +95,12 @@ def main():
     )
     parser.add_argument("--steps", type=int, default=1, help="optimizer steps; the last is timed")
     parser.add_argument(
+        "--micro-batch",
+        type=int,
+        help="completions per forward and backward, accumulated into one optimizer step over "
+        "the whole batch (default: the whole batch in one)",
+    )
+    parser.add_argument(
         "--no-gradient-checkpointing",
         action="store_true",
         help="turn off TRL's default activation checkpointing (drmas does not checkpoint)",
@@ -167,14 +174,19 @@ def main():
             self.seconds.append(time.perf_counter() - self.started)
 
     group_size = rollout["group_size"]
+    completions = prompts * group_size
+    micro_batch = args.micro_batch or completions
+    if completions % micro_batch:
+        sys.exit(f"--micro-batch {micro_batch} does not divide the batch of {completions}")
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
         config = trl.GRPOConfig(
             output_dir=out,
             use_cpu=not on_gpu,
             bf16=args.precision in ("autocast", "bf16"),
-            per_device_train_batch_size=prompts * group_size,
-            gradient_accumulation_steps=1,
+            per_device_train_batch_size=micro_batch,
+            # One generation of the whole batch per optimizer step, as drmas does.
+            gradient_accumulation_steps=completions // micro_batch,
             num_generations=group_size,
             max_completion_length=rollout["max_response_tokens"],
             temperature=rollout.get("temperature", 1.0),
@@ -212,7 +224,8 @@ def main():
                 "update_s": step - generated,
                 "mean_completion_len": mean_len,
                 "reward_mean": logged.get("reward"),
-                "completions": prompts * group_size,
+                "completions": completions,
+                "micro_batch": micro_batch,
                 "gradient_checkpointing": not args.no_gradient_checkpointing,
                 "steps": len(timer.seconds),
                 "device": args.device,

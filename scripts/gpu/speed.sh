@@ -18,8 +18,8 @@
 #   grpo: GRPO against TRL's GRPOTrainer on the qwen2.5-1.5b model: the math Solver alone on 16
 #     GSM8K problems × 8 samples × at most 256 tokens, one run file for both sides (TRL has one
 #     agent); two iterations of `drmas-host train` (bf16 weights, f32 masters) and two
-#     GRPOTrainer steps (f32 weights, bf16 autocast), neither checkpointing activations, the
-#     second of each timed. TRL and the datasets package it needs are not on the device: the
+#     GRPOTrainer steps (f32 weights, bf16 autocast), both in micro-batches of 16 completions
+#     without activation checkpointing, the second of each timed. TRL and the datasets package it needs are not on the device: the
 #     bundle carries their wheels (wheels/), installed into a temporary folder.
 #
 # Usage: ./speed.sh [qwen2.5-1.5b | qwen2.5-7b | grpo]
@@ -69,7 +69,7 @@ fi
 # The GRPO comparison with TRL: the Solver alone on the bundle's GSM8K problems, its prompt
 # and TRL's defaults (symmetric clip 0.2, token-mean loss, no KL), as configs/bench/grpo-trl.toml.
 solver_run_file() {
-  local prompts="$1" group_size="$2" tokens="$3"
+  local prompts="$1" group_size="$2" tokens="$3" micro_batch="$4"
   cat <<EOF
 [run]
 output_dir = "$work/runs/grpo-solver-drmas"
@@ -97,7 +97,7 @@ model = "$model"
 dtype = "bf16"
 device = "$device"
 learning_rate = 1e-6
-micro_batch_size = 16
+micro_batch_size = $micro_batch
 
 [algorithm]
 estimator = "grpo"
@@ -118,7 +118,9 @@ EOF
 
 if [[ "${1:-}" == grpo ]]; then
   read -r prompts group_size tokens <<<"$grpo"
-  solver_run_file "$prompts" "$group_size" "$tokens" >"$work/grpo-solver.toml"
+  # Both sides run forward and backward on 16 completions at a time (fewer in a smaller check).
+  micro_batch=$((prompts * group_size < 16 ? prompts * group_size : 16))
+  solver_run_file "$prompts" "$group_size" "$tokens" "$micro_batch" >"$work/grpo-solver.toml"
   step grpo-solver-drmas 300 "$here/run.sh" train --config "$work/grpo-solver.toml"
   if [[ -f "$work/runs/grpo-solver-drmas/metrics.jsonl" ]]; then
     cp "$work/runs/grpo-solver-drmas/metrics.jsonl" "$logs/grpo-solver-drmas.metrics.jsonl"
@@ -127,7 +129,7 @@ if [[ "${1:-}" == grpo ]]; then
     --target "$work/python" "$here"/wheels/*.whl
   step grpo-solver-trl 300 env PYTHONPATH="$work/python" "$python" "$here/trl_grpo.py" \
     --config "$work/grpo-solver.toml" --model "$model" --device "$device" \
-    --precision autocast --steps 2 --no-gradient-checkpointing
+    --precision autocast --steps 2 --no-gradient-checkpointing --micro-batch "$micro_batch"
   grpo=none
 fi
 for batch in $batches; do
