@@ -1,6 +1,6 @@
 //! [`Backend`]: who computes a model's dense products, decode attention, RMSNorm, RoPE and
-//! SwiGLU, and the draws of sampling from its logits — libtorch, or kernels of another layer of the crate (the engine's CPU kernels) —
-//! chosen when the model is built and held by it.
+//! SwiGLU, and the draws of sampling from its logits — libtorch, or kernels of another layer of
+//! the crate (the engine's CPU kernels) — chosen when the model is built and held by it.
 //!
 //! The model asks its backend first and falls back to libtorch when the backend declines
 //! (returns `None`), so a backend only takes the products it is faster or better at and never

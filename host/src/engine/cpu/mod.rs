@@ -1,7 +1,8 @@
 //! The CPU backend: kernels of our own for the dense products, decode attention, RMSNorm, RoPE,
-//! SwiGLU and sampling of f32 models on the CPU, where libtorch's bundled MKL may not take the CPU's
-//! widest vector path, its one-token attention is mostly call overhead, and its elementwise
-//! steps cost more in fixed overhead per operation than in arithmetic at a decode step's size.
+//! SwiGLU and sampling of f32 models on the CPU, where libtorch's bundled MKL may not take the
+//! CPU's widest vector path, its one-token attention is mostly call overhead, and its
+//! elementwise steps cost more in fixed overhead per operation than in arithmetic at a decode
+//! step's size.
 //!
 //! [`CpuKernels`] is the [`Backend`](crate::model::backend::Backend) a CPU model is built with
 //! (see [`backend_for`]); it takes only f32 CPU work under `no_grad`, so training forwards
