@@ -99,11 +99,8 @@ const CANDIDATES: [i64; 2] = [256, 4096];
 #[derive(Debug)]
 pub struct Sampler {
     params: Vec<SamplingParams>,
-    /// Each row's temperature, as [`Self::temperature`] holds it.
+    /// Each row's temperature, as [`Self::temperature`] holds it, for [`Backend::sample`].
     temperatures: Vec<f32>,
-    /// Whether every row samples without top-k or top-p (none greedy): the batch
-    /// [`Backend::sample`] may take.
-    all_plain: bool,
     /// `[B, 1]` f32: the temperature the logits are divided by (1 for greedy rows).
     temperature: Tensor,
     /// `[B, 1]` f32: top-p, 2 where off (more than any cumulative probability).
@@ -137,7 +134,6 @@ impl Sampler {
         let mut sampler = Self {
             params: Vec::new(),
             temperatures: Vec::new(),
-            all_plain: false,
             temperature: Tensor::new(),
             top_p: Tensor::new(),
             top_k: Tensor::new(),
@@ -187,7 +183,6 @@ impl Sampler {
         let top_ks: Vec<i64> = params.iter().map(top_k).collect();
         self.temperature = column(&temperature);
         self.temperatures = temperature;
-        self.all_plain = params.iter().all(|p| !p.is_greedy() && !p.truncates());
         self.top_p = column(&top_p);
         self.top_k = Tensor::from_slice(&top_ks).view([n, 1]).to_device(device);
         self.greedy = flags(&SamplingParams::is_greedy);
@@ -253,7 +248,9 @@ impl Sampler {
         if !all_greedy {
             self.draw_uniforms(live, uniform);
         }
-        if self.all_plain {
+        // Rows that all sample without top-k or top-p: the batch `Backend::sample` may take.
+        let all_plain = self.params.iter().all(|p| !p.is_greedy() && !p.truncates());
+        if all_plain {
             let drawn = self
                 .backend
                 .sample(&logits, &self.temperatures, &self.uniforms);

@@ -11,6 +11,7 @@ use super::backend::on_cpu_f32;
 use super::exp::{exp_avx2, exp_avx512, LOWEST};
 use super::isa::Isa;
 use super::pool;
+use super::sum_in_lanes;
 
 /// Tokens whose weights are summed into one partial sum: the draw's search goes through the
 /// `V / BLOCK` partial sums, then through the exponentials of one block, recomputed.
@@ -99,7 +100,7 @@ fn draw_row(
     for block in logits.chunks(BLOCK) {
         let weights = &mut weights[..block.len()];
         scaled_exps(block, temperature, shift, weights, isa);
-        let sum = block_sum(weights);
+        let sum = f64::from(sum_in_lanes(weights, |w| w));
         sums.push(sum);
         total += sum;
     }
@@ -149,20 +150,6 @@ fn largest(logits: &[f32]) -> Option<f32> {
     }
     let largest = lanes.into_iter().fold(f32::NEG_INFINITY, f32::max);
     (!nan && largest.is_finite()).then_some(largest)
-}
-
-/// `Σ weights` in f32 partial sums of 16 lanes, returned as f64.
-fn block_sum(weights: &[f32]) -> f64 {
-    const LANES: usize = 16;
-    let mut lanes = [0f32; LANES];
-    let chunks = weights.chunks_exact(LANES);
-    let tail: f32 = chunks.remainder().iter().sum();
-    for chunk in chunks {
-        for (lane, &w) in lanes.iter_mut().zip(chunk) {
-            *lane += w;
-        }
-    }
-    f64::from(lanes.iter().sum::<f32>() + tail)
 }
 
 /// `out[i] = e^(x[i] / temperature − shift)`, 0 where the exponent is below [`LOWEST`] (or

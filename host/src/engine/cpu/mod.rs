@@ -51,6 +51,22 @@ pub use swiglu::silu_mul;
 /// (whose depth blocking does the same), so decode logits stay within 1e-4 of libtorch's.
 pub const K_BLOCK: usize = 128;
 
+/// `Σ term(x)` over `values`: the whole runs of 16 into 16 partial sums (which the compiler keeps
+/// in vector registers) added at the end, then the rest. RMSNorm's mean of squares and the
+/// sampler's block weights sum this way.
+fn sum_in_lanes(values: &[f32], term: impl Fn(f32) -> f32) -> f32 {
+    const LANES: usize = 16;
+    let mut lanes = [0.0f32; LANES];
+    let chunks = values.chunks_exact(LANES);
+    let tail: f32 = chunks.remainder().iter().map(|&x| term(x)).sum();
+    for chunk in chunks {
+        for (lane, &x) in lanes.iter_mut().zip(chunk) {
+            *lane += term(x);
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
 /// The largest difference between `a` and `b` relative to `b`'s largest magnitude (tests).
 #[cfg(test)]
 pub(crate) fn relative_difference(a: &tch::Tensor, b: &tch::Tensor) -> f64 {

@@ -5,9 +5,7 @@
 use tch::{Device, Kind, Tensor};
 
 use super::backend::{grad_enabled, on_cpu_f32};
-
-/// Floats summed side by side: the compiler keeps them in vector registers.
-const LANES: usize = 16;
+use super::sum_in_lanes;
 
 /// `x / sqrt(mean(x²) + eps) · weight` over the last dimension of `x` (`weight` `[D]`), as
 /// [`crate::model::layers::RmsNorm`] computes it in f32, or `None` when libtorch should do it:
@@ -40,30 +38,17 @@ pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Option<Tensor> {
 }
 
 /// Normalises each row of `x` (rows of `weight.len()` floats) into `out`: the mean of squares
-/// summed in [`LANES`] partial sums, then `(x · scale) · weight` with `scale = 1 / √(mean + eps)`,
-/// rounded in libtorch's order.
+/// by [`sum_in_lanes`], then `(x · scale) · weight` with `scale = 1 / √(mean + eps)`, rounded
+/// in libtorch's order.
 fn normalise_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let d = weight.len();
     for (row, out) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
-        let mean = sum_of_squares(row) / d as f32;
+        let mean = sum_in_lanes(row, |x| x * x) / d as f32;
         let scale = 1.0 / (mean + eps).sqrt();
         for ((y, &x), &w) in out.iter_mut().zip(row).zip(weight) {
             *y = (x * scale) * w;
         }
     }
-}
-
-/// `Σ x²` in [`LANES`] partial sums added at the end.
-fn sum_of_squares(row: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; LANES];
-    let chunks = row.chunks_exact(LANES);
-    let tail: f32 = chunks.remainder().iter().map(|x| x * x).sum();
-    for chunk in chunks {
-        for (lane, x) in lanes.iter_mut().zip(chunk) {
-            *lane += x * x;
-        }
-    }
-    lanes.iter().sum::<f32>() + tail
 }
 
 #[cfg(test)]
