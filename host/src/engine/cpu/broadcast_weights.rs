@@ -5,7 +5,9 @@
 //! Per `k` the tile loads one vector of its sixteen rows' inputs (from [`xᵀ`]) and broadcasts
 //! each of its outputs' weights `W[n][k]`: one FMA per output into its own accumulator. The
 //! weights of a tile are a contiguous run of `W`'s rows, streamed front to back while the next
-//! run is prefetched, one cache line per `k`; nothing is copied or packed.
+//! run is prefetched; nothing is copied or packed. A run's tiles of rows share that prefetch,
+//! each spreading its part over its `k` loop, so a batch of 64 rows draws the weights from
+//! memory evenly over the four tiles rather than all during the first.
 //!
 //! The AVX-512 tile is 16 outputs wide (`AVX512_OUTPUTS`) rather than 24: decode products
 //! of a small batch are bound by reading the weights, and a core streams 16 weight rows at a
@@ -30,7 +32,7 @@ use super::K_BLOCK;
 const OUTPUTS: usize = 24;
 
 /// Outputs per full tile of the AVX-512 kernel: 16 of its 32 registers accumulate, and the
-/// next tile's 16 rows are prefetched at exactly one cache line per `k`.
+/// next run's 16 rows are prefetched by one tile at exactly one cache line per `k`.
 const AVX512_OUTPUTS: usize = 16;
 
 /// Outputs per pass of the AVX2 kernel over a tile's rows.
@@ -169,6 +171,42 @@ impl<'a> Tile<'a> {
     }
 }
 
+/// A tile's prefetch of the next weights into L2, spread over its `k` loop: one cache line
+/// every `2^n` steps, `2^n` the largest that still fetches every line by the last step (every
+/// step when there are more lines than steps; the rest are then left to the hardware). Memory
+/// is then drawn at about the rate the tiles consume weights, not in bursts.
+#[cfg(target_arch = "x86_64")]
+struct PacedPrefetch<'a> {
+    lines: &'a [f32],
+    next_line: usize,
+    /// `2^n - 1`: a step `kk` fetches when `kk & every == 0`.
+    every: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<'a> PacedPrefetch<'a> {
+    /// Paces the cache lines of `lines` over steps `0..steps`.
+    fn new(lines: &'a [f32], steps: usize) -> Self {
+        let steps_per_line = (steps / lines.len().div_ceil(16).max(1)).max(1);
+        Self {
+            lines,
+            next_line: 0,
+            every: (1 << steps_per_line.ilog2()) - 1,
+        }
+    }
+
+    /// Fetches the line due at step `kk`, if any.
+    #[inline(always)]
+    fn step(&mut self, kk: usize) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+        if kk & self.every == 0 && self.next_line < self.lines.len() {
+            // SAFETY: `next_line` is inside `lines`.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(self.lines.as_ptr().add(self.next_line).cast()) };
+            self.next_line += 16;
+        }
+    }
+}
+
 /// The AVX-512F kernel for `C` outputs.
 ///
 /// # Safety
@@ -180,25 +218,19 @@ unsafe fn avx512<const C: usize>(tile: &Tile<'_>) {
     use std::arch::x86_64::{
         _mm512_add_ps, _mm512_fmadd_ps, _mm512_load_ps, _mm512_loadu_si512,
         _mm512_mask_i32scatter_ps, _mm512_mullo_epi32, _mm512_set1_epi32, _mm512_set1_ps,
-        _mm512_setzero_ps, _mm_prefetch, _MM_HINT_T1,
+        _mm512_setzero_ps,
     };
     let (k, x, w) = (tile.inputs, tile.x_t.as_ptr(), tile.weights.as_ptr());
-    let (prefetch, mut next_line) = (tile.prefetch, 0);
+    let mut prefetch = PacedPrefetch::new(tile.prefetch, k);
     let mut total = [_mm512_setzero_ps(); C];
     for block in (0..k).step_by(K_BLOCK) {
         let mut acc = [_mm512_setzero_ps(); C];
         for kk in block..k.min(block + K_BLOCK) {
+            prefetch.step(kk);
             // SAFETY (loads): `kk < k`; `x_t` holds an aligned vector at `kk * x_stride`
             // (checked by `run`; `x_stride` is a multiple of 16 and `x_t` 64-byte aligned),
-            // and weight row `c < C` holds `k` floats from `c * k`. Prefetches stay inside
-            // `prefetch`.
+            // and weight row `c < C` holds `k` floats from `c * k`.
             unsafe {
-                for _ in 0..C.div_ceil(16) {
-                    if next_line < prefetch.len() {
-                        _mm_prefetch::<_MM_HINT_T1>(prefetch.as_ptr().add(next_line).cast());
-                        next_line += 16;
-                    }
-                }
                 let xv = _mm512_load_ps(x.add(kk * tile.x_stride));
                 for (c, acc) in acc.iter_mut().enumerate() {
                     *acc = _mm512_fmadd_ps(_mm512_set1_ps(*w.add(c * k + kk)), xv, *acc);
@@ -240,23 +272,20 @@ unsafe fn avx512<const C: usize>(tile: &Tile<'_>) {
 unsafe fn avx2<const C: usize>(tile: &Tile<'_>) {
     use std::arch::x86_64::{
         _mm256_add_ps, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_load_ps, _mm256_setzero_ps,
-        _mm256_storeu_ps, _mm_prefetch, _MM_HINT_T1,
+        _mm256_storeu_ps,
     };
     let (k, x, w) = (tile.inputs, tile.x_t.as_ptr(), tile.weights.as_ptr());
-    let (prefetch, mut next_line) = (tile.prefetch, 0);
+    let mut prefetch = PacedPrefetch::new(tile.prefetch, k);
     // Per output, the sums of the tile's rows `0..8` and `8..16`.
     let mut total = [[_mm256_setzero_ps(); 2]; C];
     for block in (0..k).step_by(K_BLOCK) {
         let mut acc = [[_mm256_setzero_ps(); 2]; C];
         for kk in block..k.min(block + K_BLOCK) {
+            prefetch.step(kk);
             // SAFETY (loads): `kk < k`; `x_t` holds an aligned line of 16 floats at
             // `kk * x_stride` (checked by `run`), and weight row `c < C` holds `k` floats from
-            // `c * k`. Prefetches stay inside `prefetch`.
+            // `c * k`.
             unsafe {
-                if next_line < prefetch.len() {
-                    _mm_prefetch::<_MM_HINT_T1>(prefetch.as_ptr().add(next_line).cast());
-                    next_line += 16;
-                }
                 let line = x.add(kk * tile.x_stride);
                 let (x0, x1) = (_mm256_load_ps(line), _mm256_load_ps(line.add(8)));
                 for (c, acc) in acc.iter_mut().enumerate() {
@@ -321,6 +350,33 @@ unsafe fn portable(tile: &Tile<'_>) {
 mod tests {
     use super::*;
     use crate::engine::cpu::transpose::TransposedRows;
+
+    /// Every line is fetched by the last step, whatever the ratio of lines to steps, and never
+    /// more than one per step.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn paced_prefetch_fetches_every_line_within_the_steps() {
+        let weights = vec![0.0f32; 16 * 600];
+        for (floats, steps) in [
+            (0, 5),
+            (1, 1),
+            (16, 1),
+            (160, 576),
+            (16 * 576, 576),
+            (9000, 576),
+        ] {
+            let mut prefetch = PacedPrefetch::new(&weights[..floats], steps);
+            let mut fetched = 0;
+            for kk in 0..steps {
+                let before = prefetch.next_line;
+                prefetch.step(kk);
+                assert!(prefetch.next_line - before <= 16);
+                fetched = prefetch.next_line;
+            }
+            let lines = floats.div_ceil(16).min(steps);
+            assert_eq!(fetched, 16 * lines, "{floats} floats over {steps} steps");
+        }
+    }
 
     /// Every row count and the full and one-at-a-time output paths, against a float64
     /// reference, with nothing written outside the tile.

@@ -171,10 +171,17 @@ unsafe fn run_decode(
     let (n, k) = (weights.outputs, weights.inputs);
     let (floats, x_stride) = (x_t.floats(), x_t.stride());
     let width = outputs_per_tile(isa);
+    let tiles = rows.div_ceil(GROUP);
     for column in outputs.clone().step_by(width) {
         let columns = width.min(outputs.end - column);
         let next = column + columns..(column + columns + width).min(outputs.end);
-        for row in (0..rows).step_by(GROUP) {
+        let next_weights = weights.rows(next);
+        let next_lines = next_weights.len().div_ceil(16);
+        for (tile_index, row) in (0..rows).step_by(GROUP).enumerate() {
+            // Each tile of the run fetches its share of the next run's weights.
+            let lines = pool::share(tile_index, tiles, next_lines);
+            let end = (lines.end * 16).min(next_weights.len());
+            let prefetch = &next_weights[(lines.start * 16).min(end)..end];
             let tile = broadcast_weights::Tile {
                 x_t: &floats[row..],
                 x_stride,
@@ -182,12 +189,7 @@ unsafe fn run_decode(
                 inputs: k,
                 weights: weights.rows(column..column + columns),
                 outputs: columns,
-                // The first tile fetches the next run's weights for all of them.
-                prefetch: if row == 0 {
-                    weights.rows(next.clone())
-                } else {
-                    &[]
-                },
+                prefetch,
                 bias: bias.map(|b| &b[column..column + columns]),
                 // SAFETY: `row * n + column` is inside `out` (row < rows, column < n).
                 out: unsafe { out.0.add(row * n + column) },
