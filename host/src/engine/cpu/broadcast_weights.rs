@@ -25,6 +25,8 @@
 //! [`xᵀ`]: super::transpose::TransposedRows
 
 use super::isa::Isa;
+#[cfg(target_arch = "x86_64")]
+use super::prefetch::{share_of_lines, PacedPrefetch};
 use super::transpose::GROUP;
 use super::K_BLOCK;
 
@@ -134,8 +136,7 @@ pub unsafe fn run(tile: &Tile<'_>, isa: Isa) {
                 let count = AVX2_OUTPUTS.min(tile.outputs - first);
                 let mut part = tile.outputs_from(first, count, false);
                 // Each pass fetches its share of the next run's weights.
-                let len = tile.prefetch.len();
-                part.prefetch = &tile.prefetch[pass * len / passes..(pass + 1) * len / passes];
+                part.prefetch = share_of_lines(tile.prefetch, pass, passes);
                 // SAFETY: the CPU supports AVX2 and FMA (asserted above); the part's outputs
                 // are columns `first..first + count` of the caller's writable range.
                 unsafe {
@@ -167,42 +168,6 @@ impl<'a> Tile<'a> {
             out: self.out.wrapping_add(first),
             prefetch: if prefetch { self.prefetch } else { &[] },
             ..*self
-        }
-    }
-}
-
-/// A tile's prefetch of the next weights into L2, spread over its `k` loop: one cache line
-/// every `2^n` steps, `2^n` the largest that still fetches every line by the last step (every
-/// step when there are more lines than steps; the rest are then left to the hardware). Memory
-/// is then drawn at about the rate the tiles consume weights, not in bursts.
-#[cfg(target_arch = "x86_64")]
-struct PacedPrefetch<'a> {
-    lines: &'a [f32],
-    next_line: usize,
-    /// `2^n - 1`: a step `kk` fetches when `kk & every == 0`.
-    every: usize,
-}
-
-#[cfg(target_arch = "x86_64")]
-impl<'a> PacedPrefetch<'a> {
-    /// Paces the cache lines of `lines` over steps `0..steps`.
-    fn new(lines: &'a [f32], steps: usize) -> Self {
-        let steps_per_line = (steps / lines.len().div_ceil(16).max(1)).max(1);
-        Self {
-            lines,
-            next_line: 0,
-            every: (1 << steps_per_line.ilog2()) - 1,
-        }
-    }
-
-    /// Fetches the line due at step `kk`, if any.
-    #[inline(always)]
-    fn step(&mut self, kk: usize) {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-        if kk & self.every == 0 && self.next_line < self.lines.len() {
-            // SAFETY: `next_line` is inside `lines`.
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(self.lines.as_ptr().add(self.next_line).cast()) };
-            self.next_line += 16;
         }
     }
 }
@@ -350,33 +315,6 @@ unsafe fn portable(tile: &Tile<'_>) {
 mod tests {
     use super::*;
     use crate::engine::cpu::transpose::TransposedRows;
-
-    /// Every line is fetched by the last step, whatever the ratio of lines to steps, and never
-    /// more than one per step.
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn paced_prefetch_fetches_every_line_within_the_steps() {
-        let weights = vec![0.0f32; 16 * 600];
-        for (floats, steps) in [
-            (0, 5),
-            (1, 1),
-            (16, 1),
-            (160, 576),
-            (16 * 576, 576),
-            (9000, 576),
-        ] {
-            let mut prefetch = PacedPrefetch::new(&weights[..floats], steps);
-            let mut fetched = 0;
-            for kk in 0..steps {
-                let before = prefetch.next_line;
-                prefetch.step(kk);
-                assert!(prefetch.next_line - before <= 16);
-                fetched = prefetch.next_line;
-            }
-            let lines = floats.div_ceil(16).min(steps);
-            assert_eq!(fetched, 16 * lines, "{floats} floats over {steps} steps");
-        }
-    }
 
     /// Every row count and the full and one-at-a-time output paths, against a float64
     /// reference, with nothing written outside the tile.

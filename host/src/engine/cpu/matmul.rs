@@ -17,6 +17,7 @@ use super::dot;
 use super::isa::Isa;
 use super::panel::{PanelBuffer, PANEL};
 use super::pool;
+use super::prefetch::share_of_lines;
 use super::transpose::{TransposedRows, GROUP};
 
 /// The most rows a product runs as a decode step (see the module documentation).
@@ -176,12 +177,9 @@ unsafe fn run_decode(
         let columns = width.min(outputs.end - column);
         let next = column + columns..(column + columns + width).min(outputs.end);
         let next_weights = weights.rows(next);
-        let next_lines = next_weights.len().div_ceil(16);
         for (tile_index, row) in (0..rows).step_by(GROUP).enumerate() {
             // Each tile of the run fetches its share of the next run's weights.
-            let lines = pool::share(tile_index, tiles, next_lines);
-            let end = (lines.end * 16).min(next_weights.len());
-            let prefetch = &next_weights[(lines.start * 16).min(end)..end];
+            let prefetch = share_of_lines(next_weights, tile_index, tiles);
             let tile = broadcast_weights::Tile {
                 x_t: &floats[row..],
                 x_stride,

@@ -32,6 +32,7 @@ pub mod isa;
 pub mod matmul;
 pub mod panel;
 pub mod pool;
+mod prefetch;
 pub mod rms_norm;
 pub mod rotary;
 pub mod swiglu;
