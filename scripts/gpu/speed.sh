@@ -19,8 +19,9 @@
 #     GSM8K problems × 8 samples × at most 256 tokens, one run file for both sides (TRL has one
 #     agent); two iterations of `drmas-host train` (bf16 weights, f32 masters) and two
 #     GRPOTrainer steps (f32 weights, bf16 autocast), both in micro-batches of 16 completions
-#     without activation checkpointing, the second of each timed. TRL and the datasets package it needs are not on the device: the
-#     bundle carries their wheels (wheels/), installed into a temporary folder.
+#     without activation checkpointing, the second of each timed. TRL and the datasets package
+#     it needs are not on the device: the bundle carries their wheels (wheels/), installed into
+#     a temporary folder.
 #
 # Usage: ./speed.sh [qwen2.5-1.5b | qwen2.5-7b | grpo]
 # Environment:
@@ -42,15 +43,16 @@ case "$arch" in
   qwen2.5-1.5b)
     batches="${DRMAS_SPEED_BATCHES:-64 256}" calls="${DRMAS_SPEED_CALLS:-16}"
     response="${DRMAS_SPEED_RESPONSE_TOKENS:-480}" checkpointing=""
-    precisions="autocast bf16" grpo="${DRMAS_SPEED_GRPO:-16 8 256}"
+    precisions="autocast bf16" grpo="${DRMAS_SPEED_GRPO:-16 8 256}" trl_grpo=none
     ;;
   qwen2.5-7b)
     batches="${DRMAS_SPEED_BATCHES:-64}" calls="${DRMAS_SPEED_CALLS:-8}"
     response="${DRMAS_SPEED_RESPONSE_TOKENS:-2048}" checkpointing="--activation-checkpointing"
-    precisions="bf16" grpo="${DRMAS_SPEED_GRPO:-none}"
+    precisions="bf16" grpo="${DRMAS_SPEED_GRPO:-none}" trl_grpo=none
     ;;
   grpo)
-    arch=qwen2.5-1.5b batches="" calls="" precisions="" grpo="${DRMAS_SPEED_GRPO:-16 8 256}"
+    arch=qwen2.5-1.5b batches="" calls="" precisions="" grpo=none
+    trl_grpo="${DRMAS_SPEED_GRPO:-16 8 256}"
     ;;
   *)
     log "unknown architecture $arch: qwen2.5-1.5b, qwen2.5-7b or grpo"
@@ -116,8 +118,8 @@ max_response_tokens = $tokens
 EOF
 }
 
-if [[ "${1:-}" == grpo ]]; then
-  read -r prompts group_size tokens <<<"$grpo"
+if [[ "$trl_grpo" != none ]]; then
+  read -r prompts group_size tokens <<<"$trl_grpo"
   # Both sides run forward and backward on 16 completions at a time (fewer in a smaller check).
   micro_batch=$((prompts * group_size < 16 ? prompts * group_size : 16))
   solver_run_file "$prompts" "$group_size" "$tokens" "$micro_batch" >"$work/grpo-solver.toml"
@@ -130,7 +132,6 @@ if [[ "${1:-}" == grpo ]]; then
   step grpo-solver-trl 300 env PYTHONPATH="$work/python" "$python" "$here/trl_grpo.py" \
     --config "$work/grpo-solver.toml" --model "$model" --device "$device" \
     --precision autocast --steps 2 --no-gradient-checkpointing --micro-batch "$micro_batch"
-  grpo=none
 fi
 for batch in $batches; do
   step "generate-drmas-b$batch" 300 "$here/run.sh" devices --device "$device" --dtype bf16 \
