@@ -173,6 +173,11 @@ pub struct DevicesArgs {
     /// Run the update step with activation checkpointing.
     #[arg(long)]
     pub activation_checkpointing: bool,
+    /// Also run each `--generate` (17 tokens per row) and `--update`/`--compare-update` step
+    /// once more under libtorch's profiler, and report the time and count of each host
+    /// operator and device kernel (`profile` in the JSON).
+    #[arg(long)]
+    pub profile: bool,
 }
 
 /// Options of `experiment`; the base run file is the global `--config`.

@@ -137,7 +137,9 @@ pub fn devices_command(args: &cli::DevicesArgs) -> anyhow::Result<()> {
     let alone = args.update.iter().map(|m| (m, false));
     let updates = against_cpu
         .chain(alone)
-        .map(|(model, with_cpu)| devices::update_step(model, device, kind, shape, with_cpu))
+        .map(|(model, with_cpu)| {
+            devices::update_step(model, device, kind, shape, with_cpu, args.profile)
+        })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let generation_shape = devices::GenerationShape {
         batch: usize::from(args.batch),
@@ -147,7 +149,7 @@ pub fn devices_command(args: &cli::DevicesArgs) -> anyhow::Result<()> {
     let generations = args
         .generate
         .iter()
-        .map(|model| devices::generation_speed(model, device, kind, generation_shape))
+        .map(|model| devices::generation_speed(model, device, kind, generation_shape, args.profile))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let out = serde_json::json!({
         "devices": report,

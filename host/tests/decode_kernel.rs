@@ -70,7 +70,7 @@ fn decode_steps_follow_optimizer_steps_and_loads() {
     let params: Vec<(String, Tensor)> = model.var_store().variables().into_iter().collect();
     let mut optimizer = AdamW::new(params, 0.0);
     training_forward_with_grad(model).backward();
-    optimizer.step(0.05);
+    optimizer.step(0.05).expect("an optimizer step");
     let trained = assert_decode_matches(model, "after an optimizer step");
     assert!(
         max_diff(&trained, &original) > 1e-2,

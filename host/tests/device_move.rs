@@ -78,7 +78,7 @@ fn train_step(group: &mut WorkerGroup) {
         .log_softmax(-1, Kind::Float)
         .mean(Kind::Float)
         .backward();
-    group.optimizer.step(0.01);
+    group.optimizer.step(0.01).expect("an optimizer step");
 }
 
 /// Every tensor the group holds, by name, copied to the CPU: weights, adapters, the reference,

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use drmas_host::config::Device as RunDevice;
 use drmas_host::devices::{
     check_available, compare, generation_speed, DeviceReport, GenerationShape, Tolerance,
+    PROFILED_TOKENS, PROFILE_ENTRIES,
 };
 use tch::{Device, Kind};
 
@@ -118,7 +119,8 @@ fn a_timed_generation_counts_its_tokens_and_the_bytes_each_step_reads() {
         new_tokens: 12,
     };
     let model = fixture("llama");
-    let speed = generation_speed(&model, Device::Cpu, Kind::BFloat16, shape).expect("generates");
+    let speed =
+        generation_speed(&model, Device::Cpu, Kind::BFloat16, shape, false).expect("generates");
     assert!(speed.longest >= 1 && speed.longest <= 12, "{speed:?}");
     assert!(
         speed.tokens >= speed.longest && speed.tokens <= 3 * speed.longest,
@@ -151,10 +153,35 @@ fn a_timed_generation_counts_its_tokens_and_the_bytes_each_step_reads() {
         new_tokens: 600,
         ..shape
     };
-    let error = generation_speed(&model, Device::Cpu, Kind::BFloat16, too_long)
+    let error = generation_speed(&model, Device::Cpu, Kind::BFloat16, too_long, false)
         .expect_err("past the context");
     assert!(
         format!("{error:#}").contains("exceed the model's 512 positions"),
         "{error:#}"
     );
+}
+
+#[test]
+fn a_profiled_generation_records_one_embedding_per_forward_pass() {
+    let shape = GenerationShape {
+        batch: 2,
+        prompt_tokens: 6,
+        new_tokens: 24,
+    };
+    let speed = generation_speed(&fixture("qwen2"), Device::Cpu, Kind::Float, shape, true)
+        .expect("generates");
+    let profile = speed.profile.expect("profiled");
+    // The profiled call repeats the timed one's batch and seed for PROFILED_TOKENS tokens: one
+    // forward pass per token of its longest row (the prefill gives the first), each starting
+    // with one embedding lookup.
+    let forwards = speed.longest.min(PROFILED_TOKENS) as u64;
+    let embedding = profile
+        .host
+        .iter()
+        .find(|e| e.name == "aten::embedding")
+        .unwrap_or_else(|| panic!("no embedding recorded: {profile:#?}"));
+    assert_eq!(embedding.count, forwards, "{profile:#?}");
+    assert!(embedding.total_ms > 0.0 && embedding.total_ms <= profile.wall_seconds * 1e3);
+    assert_eq!(profile.device_events, 0, "the CPU runs no device kernels");
+    assert!(profile.host.len() <= PROFILE_ENTRIES);
 }

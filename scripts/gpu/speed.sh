@@ -13,6 +13,8 @@
 #     and in bf16; one GRPO iteration of `drmas-host train` (math Solver and Verifier sharing the
 #     model, 16 prompts × 8 samples, responses of at most 256 tokens), its rollout and update
 #     seconds.
+#   drmas's generation and training steps each run once more under libtorch's profiler
+#     (`--profile`): the report lists their busiest kernels and host operators.
 #   qwen2.5-7b: generation at batch 64 the same way; one training step of 8 calls of
 #     32 + 2048 tokens with activation checkpointing on both sides.
 #   grpo: GRPO against TRL's GRPOTrainer on the qwen2.5-1.5b model: the math Solver alone on 16
@@ -135,7 +137,7 @@ if [[ "$trl_grpo" != none ]]; then
 fi
 for batch in $batches; do
   step "generate-drmas-b$batch" 300 "$here/run.sh" devices --device "$device" --dtype bf16 \
-    --generate "$model" --batch "$batch" --prompt-tokens 64 --new-tokens "$new_tokens"
+    --generate "$model" --batch "$batch" --prompt-tokens 64 --new-tokens "$new_tokens" --profile
   caches=dynamic
   [[ "$batch" == 64 ]] && caches="dynamic static"
   for cache in $caches; do
@@ -146,7 +148,7 @@ for batch in $batches; do
 done
 if [[ -n "$calls" ]]; then
   step train-drmas 300 "$here/run.sh" devices --device "$device" --dtype bf16 --update "$model" \
-    --calls "$calls" --response-tokens "$response" $checkpointing
+    --calls "$calls" --response-tokens "$response" $checkpointing --profile
 fi
 for precision in $precisions; do
   step "train-pytorch-$precision" 300 "$python" "$here/peer_speed.py" train "$model" \

@@ -12,7 +12,8 @@ FLOPs of a token being 6·P + 12·L·T·d (P the weights that multiply, L layers
 length, d heads × head dim: forward and backward matmuls, attention scores and sums). GRPO: the
 rollout and update seconds of one `drmas-host train` iteration, from its metrics; against TRL
 (`speed.sh grpo`), the second iteration of a Solver-only run and the second GRPOTrainer step
-(scripts/bench/trl_grpo.py's JSON line).
+(scripts/bench/trl_grpo.py's JSON line). Profiles: for drmas's steps run with `--profile`,
+the busiest device kernels and host operators of a further, profiled run.
 """
 
 import datetime
@@ -23,6 +24,10 @@ from pathlib import Path
 # The H200's measured device-copy bandwidth (bytes/s) and dense bf16 matmul rate (FLOP/s).
 BANDWIDTH = 4.3e12
 PEAK_FLOPS = 790e12
+# Tokens per row of a profiled generation (drmas-host's PROFILED_TOKENS), and the entries of
+# each profile table.
+PROFILED_TOKENS = 17
+TOP = 12
 
 
 def read_json(path: Path):
@@ -84,6 +89,7 @@ def collect(logs: Path, config: dict) -> dict:
                     "calls": shape["calls"], "sequence": sequence,
                     "activation_checkpointing": shape["activation_checkpointing"],
                     "forward_tokens": update["forward_tokens"], "seconds": seconds,
+                    "profile": update.get("profile"),
                 })
         elif name.startswith("train-pytorch-") and out:
             training.append({
@@ -159,6 +165,7 @@ def markdown(report: dict, device: str, seconds: int) -> str:
             f"{'yes' if t['activation_checkpointing'] else 'no'} | {t['forward_tokens']} | "
             f"{t['seconds']:.3f} | {t['tokens_per_s']:.0f} | {t['mfu'] * 100:.1f} % | {ratio} |"
         )
+    lines += profiles(report)
     grpo = report["grpo"]
     if grpo:
         calls = {key.split("/", 1)[1]: int(value) for key, value in grpo.items()
@@ -213,6 +220,41 @@ def markdown(report: dict, device: str, seconds: int) -> str:
               f"at {BANDWIDTH / 1e12:.1f} TB/s. Against TRL, drmas's speed-up is TRL's step "
               "seconds over drmas's iteration (rollout + update) on the same run file.", ""]
     return "\n".join(lines)
+
+
+def profiles(report: dict) -> list:
+    """The section of the profiled drmas runs (`devices --profile`): their busiest kernels and
+    host operators."""
+    runs = [(f"{g['step']}: {PROFILED_TOKENS} tokens per row (the prefill and "
+             f"{PROFILED_TOKENS - 1} decode steps)", g["profile"])
+            for g in report["generation"] if g.get("profile")]
+    runs += [(f"{t['step']}: one more update step", t["profile"])
+             for t in report["training"] if t.get("profile")]
+    if not runs:
+        return []
+    lines = ["", "## Where drmas's time goes (libtorch's profiler, a further run of each step)"]
+    for title, profile in runs:
+        wall_ms = profile["wall_seconds"] * 1e3
+        busy = profile["device_total_ms"]
+        lines += [
+            "", f"### {title}", "",
+            f"{wall_ms:.1f} ms wall-clock under the profiler; device busy {busy:.1f} ms "
+            f"({busy / wall_ms * 100 if wall_ms else 0:.0f} %); {profile['host_events']} host "
+            f"events, {profile['device_events']} device events.",
+        ]
+        if profile["device"]:
+            lines += ["", "| kernel | count | total (ms) |", "|---|---|---|"]
+            lines += [f"| `{e['name'][:90]}` | {e['count']} | {e['total_ms']:.2f} |"
+                      for e in profile["device"][:TOP]]
+        lines += ["", "| host operator or runtime call (nested: totals overlap) | count "
+                  "| total (ms) |", "|---|---|---|"]
+        lines += [f"| `{e['name'][:90]}` | {e['count']} | {e['total_ms']:.2f} |"
+                  for e in profile["host"][:TOP]]
+        lines += ["", "| most frequent host operator or runtime call | count | total (ms) |",
+                  "|---|---|---|"]
+        lines += [f"| `{e['name'][:90]}` | {e['count']} | {e['total_ms']:.2f} |"
+                  for e in profile.get("host_most_frequent", [])[:TOP]]
+    return lines
 
 
 def main() -> None:

@@ -10,6 +10,8 @@ use serde::Serialize;
 use tch::{Device, Kind};
 
 use super::compare::{device_name, load};
+use super::profile::{Profile, Profiler};
+use super::synchronize;
 use crate::engine::{generate, Generation, GenerationRequest, SamplingParams};
 use crate::model::pretrained::Pretrained;
 use crate::rng::SeededRng;
@@ -55,7 +57,14 @@ pub struct GenerationSpeed {
     /// Bytes of the KV cache a decode step reads, averaged over the steps (the context grows
     /// from the prompt to the prompt plus the longest row).
     pub kv_cache_bytes_per_step: u64,
+    /// With `--profile`: a further call of [`PROFILED_TOKENS`] tokens per row (the prefill and
+    /// `PROFILED_TOKENS − 1` decode steps) under libtorch's profiler.
+    pub profile: Option<Profile>,
 }
+
+/// New tokens per row of the profiled call: enough decode steps to dwarf the one prefill, few
+/// enough that the recording stays small.
+pub const PROFILED_TOKENS: usize = 17;
 
 /// Calls of one token per row timed for [`GenerationSpeed::prefill_seconds`]: the fastest is
 /// kept, so one call stalled by the rest of the machine does not shift every decode step.
@@ -63,12 +72,14 @@ pub const PREFILL_REPEATS: usize = 3;
 
 /// Loads `model` on `device` in `kind` and times sampled generation (temperature 1, no top-k or
 /// top-p) of `shape`'s batch: one warm-up call of two tokens, `PREFILL_REPEATS` calls of one
-/// token per row (the prefill), then the measured call.
+/// token per row (the prefill), then the measured call; with `profile`, one more call under
+/// libtorch's profiler ([`GenerationSpeed::profile`]).
 pub fn generation_speed(
     model: &Path,
     device: Device,
     kind: Kind,
     shape: GenerationShape,
+    profile: bool,
 ) -> anyhow::Result<GenerationSpeed> {
     if shape.batch == 0 || shape.prompt_tokens == 0 || shape.new_tokens < 2 {
         bail!("a generation measurement needs a batch, prompts and at least 2 new tokens");
@@ -113,6 +124,14 @@ pub fn generation_speed(
         prefill_seconds = prefill_seconds.min(run(1)?.1);
     }
     let (generations, seconds) = run(shape.new_tokens)?;
+    let profile = profile
+        .then(|| -> anyhow::Result<Profile> {
+            let profiler = Profiler::start(device)?;
+            run(PROFILED_TOKENS)?;
+            synchronize(device);
+            profiler.finish()
+        })
+        .transpose()?;
     let tokens: usize = generations.iter().map(|g| g.tokens.len()).sum();
     let longest = generations
         .iter()
@@ -136,6 +155,7 @@ pub fn generation_speed(
         decode_step_ms: (seconds - prefill_seconds) / longest.saturating_sub(1).max(1) as f64 * 1e3,
         weight_bytes: weight_bytes(&pretrained),
         kv_cache_bytes_per_step: (shape.batch as f64 * mean_context * kv_per_token as f64) as u64,
+        profile,
     })
 }
 

@@ -2,12 +2,13 @@
 //! devices it sees and their names ([`DeviceReport`]), whether a run file's device exists
 //! ([`check_available`]), and a model's numbers on a device against the CPU in f32
 //! ([`compare`]), one update step there, alone or against the CPU ([`update_step`]), and timed
-//! generation there ([`generation_speed`]) — what `drmas-host devices` prints and what the GPU
-//! check scripts read.
+//! generation there ([`generation_speed`]), either of the last two profiled ([`Profiler`]) —
+//! what `drmas-host devices` prints and what the GPU check scripts read.
 
 mod compare;
 mod cuda_driver;
 mod generation_speed;
+mod profile;
 mod update_step;
 
 use serde::Serialize;
@@ -15,7 +16,8 @@ use serde::Serialize;
 use crate::config::Device;
 
 pub use compare::{compare, Comparison, Tolerance};
-pub use generation_speed::{generation_speed, GenerationShape, GenerationSpeed};
+pub use generation_speed::{generation_speed, GenerationShape, GenerationSpeed, PROFILED_TOKENS};
+pub use profile::{Profile, ProfiledName, Profiler, PROFILE_ENTRIES};
 pub use update_step::{update_step, StepFigures, UpdateShape, UpdateStep};
 
 /// What libtorch offers in this process.
@@ -94,4 +96,12 @@ pub fn check_available(device: Device) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Waits for the work queued on `device` (nothing to wait for on the CPU), so that a clock read
+/// next has seen it done.
+fn synchronize(device: tch::Device) {
+    if let tch::Device::Cuda(index) = device {
+        tch::Cuda::synchronize(index as i64);
+    }
 }

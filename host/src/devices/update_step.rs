@@ -11,6 +11,8 @@ use serde::Serialize;
 use tch::{Device, Kind};
 
 use super::compare::{device_name, load};
+use super::profile::{Profile, Profiler};
+use super::synchronize;
 use crate::advantage::PerToken;
 use crate::config::LossSection;
 use crate::model::llama::Llama;
@@ -79,17 +81,21 @@ pub struct UpdateStep {
     pub pass: bool,
     /// The process's peak resident memory so far (MiB, Linux), for CPU measurements.
     pub peak_rss_mib: Option<f64>,
+    /// With `--profile`: a third step on the device under libtorch's profiler.
+    pub profile: Option<Profile>,
 }
 
 /// Loads `model` on `device` in `kind` and runs two update steps of a fixed batch of `shape`
 /// (the first warms up; the second is measured); with `against_cpu`, the same on the CPU in f32,
-/// whose logprobs then serve both as the sampler's (so both sides see the same inputs).
+/// whose logprobs then serve both as the sampler's (so both sides see the same inputs); with
+/// `profile`, a third step on the device under libtorch's profiler.
 pub fn update_step(
     model: &Path,
     device: Device,
     kind: Kind,
     shape: UpdateShape,
     against_cpu: bool,
+    profile: bool,
 ) -> anyhow::Result<UpdateStep> {
     if shape.calls < 2 || shape.response_tokens < 2 {
         bail!("an update check needs at least 2 calls of at least 2 tokens");
@@ -112,12 +118,15 @@ pub fn update_step(
         .transpose()?;
     let sampler = cpu.as_ref().map_or(&on_device.model, |cpu| &cpu.model);
     set_sampler_logprobs(sampler, &mut calls)?;
-    let figures = |model: &Llama| measure(model, &calls, shape);
-    let device_figures = figures(&on_device.model)
+    let (device_figures, profile) = measure(&on_device.model, &calls, shape, profile)
         .with_context(|| format!("the update on {}", device_name(device)))?;
     let cpu_figures = cpu
         .as_ref()
-        .map(|cpu| figures(&cpu.model).context("the update on the CPU"))
+        .map(|cpu| {
+            measure(&cpu.model, &calls, shape, false)
+                .map(|(figures, _)| figures)
+                .context("the update on the CPU")
+        })
         .transpose()?;
     let tolerance = if kind == Kind::Float { 1e-3 } else { 1e-1 };
     let relative_diff = cpu_figures
@@ -139,6 +148,7 @@ pub fn update_step(
         relative_diff,
         tolerance,
         peak_rss_mib: peak_rss_mib(),
+        profile,
     })
 }
 
@@ -201,7 +211,12 @@ fn set_sampler_logprobs(model: &Llama, calls: &mut [AgentCall]) -> anyhow::Resul
 }
 
 /// Two update steps of `calls` on `model` with its own optimizer; the second's figures.
-fn measure(model: &Llama, calls: &[AgentCall], shape: UpdateShape) -> anyhow::Result<StepFigures> {
+fn measure(
+    model: &Llama,
+    calls: &[AgentCall],
+    shape: UpdateShape,
+    profile: bool,
+) -> anyhow::Result<(StepFigures, Option<Profile>)> {
     let mut params: Vec<(String, tch::Tensor)> =
         model.var_store().variables().into_iter().collect();
     params.sort_by(|a, b| a.0.cmp(&b.0));
@@ -242,13 +257,22 @@ fn measure(model: &Llama, calls: &[AgentCall], shape: UpdateShape) -> anyhow::Re
     step(&mut optimizer)?;
     synchronize(model.device());
     let seconds = started.elapsed().as_secs_f64();
-    Ok(StepFigures {
+    let profile = profile
+        .then(|| -> anyhow::Result<Profile> {
+            let profiler = Profiler::start(model.device())?;
+            step(&mut optimizer)?;
+            synchronize(model.device());
+            profiler.finish()
+        })
+        .transpose()?;
+    let figures = StepFigures {
         policy_loss: first.stats.policy_loss,
         entropy: first.stats.entropy,
         grad_norm: first.grad_norm,
         agent_grad_norms: first.agent_grad_norms.values().copied().collect(),
         seconds,
-    })
+    };
+    Ok((figures, profile))
 }
 
 /// The largest relative difference of the device's loss parts and norms from the CPU's.
@@ -268,12 +292,6 @@ fn largest_gap(cpu: &StepFigures, device: &StepFigures) -> f64 {
     pairs
         .map(|(c, d)| (c - d).abs() / c.abs().max(1e-6))
         .fold(0.0, f64::max)
-}
-
-fn synchronize(device: Device) {
-    if let Device::Cuda(index) = device {
-        tch::Cuda::synchronize(index as i64);
-    }
 }
 
 /// The process's peak resident set (`VmHWM`), in MiB, where /proc says it.
@@ -306,8 +324,15 @@ mod tests {
 
     #[test]
     fn the_cpu_against_itself_agrees_exactly_and_bf16_within_its_tolerance() {
-        let same = update_step(&tiny("llama"), Device::Cpu, Kind::Float, shape(false), true)
-            .expect("f32 step");
+        let same = update_step(
+            &tiny("llama"),
+            Device::Cpu,
+            Kind::Float,
+            shape(false),
+            true,
+            false,
+        )
+        .expect("f32 step");
         assert_eq!(same.relative_diff, Some(0.0));
         assert!(same.pass);
         assert_eq!(same.on_device.agent_grad_norms.len(), 2, "two agents");
@@ -319,6 +344,7 @@ mod tests {
             Kind::BFloat16,
             shape(false),
             true,
+            false,
         )
         .expect("bf16 step");
         let gap = bf16.relative_diff.expect("compared");
@@ -333,6 +359,7 @@ mod tests {
                 Device::Cpu,
                 Kind::Float,
                 shape(checkpointing),
+                false,
                 false,
             )
             .expect("step")
@@ -359,7 +386,7 @@ mod tests {
             response_tokens: 4096,
             ..shape(false)
         };
-        let error = update_step(&tiny("llama"), Device::Cpu, Kind::Float, long, false)
+        let error = update_step(&tiny("llama"), Device::Cpu, Kind::Float, long, false, false)
             .expect_err("too long");
         assert!(error.to_string().contains("--response-tokens"), "{error}");
     }

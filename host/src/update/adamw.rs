@@ -8,10 +8,12 @@
 
 use tch::{Kind, Tensor};
 
+use super::fused_adamw::{copy_each, fused_adamw, AdamWSettings, AdamWTensors};
 use crate::model::error::ModelError;
 use crate::model::transfer::transfer;
 
-/// AdamW (Loshchilov & Hutter) exactly as `torch.optim.AdamW` computes it (no amsgrad).
+/// AdamW (Loshchilov & Hutter) exactly as `torch.optim.AdamW(fused=True)` computes it (no
+/// amsgrad).
 pub struct AdamW {
     params: Vec<(String, Tensor)>,
     /// Each parameter's learning rate as a multiple of the step's.
@@ -114,41 +116,58 @@ impl AdamW {
 
     /// One update at learning rate `lr` from the accumulated gradients (parameters without a
     /// gradient are left alone). A parameter with a master copy is updated there, in f32, and
-    /// takes the master's value rounded to its own dtype.
-    pub fn step(&mut self, lr: f64) {
+    /// takes the master's value rounded to its own dtype. The step is libtorch's fused AdamW
+    /// kernel over every tensor at once (one call per learning-rate scale), then one list copy
+    /// of the masters into their parameters.
+    pub fn step(&mut self, lr: f64) -> Result<(), ModelError> {
         self.steps += 1;
-        let t = self.steps as i32;
-        let bias1 = 1.0 - BETA1.powi(t);
-        let bias2 = 1.0 - BETA2.powi(t);
+        let step = self.steps;
         tch::no_grad(|| {
-            for (((((_, param), m), v), master), scale) in self
+            // The fused kernel takes one learning rate: one batch of tensors per rate scale.
+            let mut batches: Vec<(f64, AdamWTensors<'_>)> = Vec::new();
+            let (mut rounded, mut masters) = (Vec::new(), Vec::new());
+            for ((((param, m), v), master), &scale) in self
                 .params
-                .iter_mut()
-                .zip(&mut self.first_moments)
-                .zip(&mut self.second_moments)
-                .zip(&mut self.masters)
+                .iter()
+                .map(|(_, p)| p)
+                .zip(&self.first_moments)
+                .zip(&self.second_moments)
+                .zip(&self.masters)
                 .zip(&self.rate_scales)
             {
                 let grad = param.grad();
                 if !grad.defined() {
                     continue;
                 }
-                let lr = lr * scale;
-                let grad = grad.to_kind(Kind::Float);
-                let weights = master.as_mut().unwrap_or(&mut *param);
-                let _ = weights.g_mul_scalar_(1.0 - lr * self.weight_decay);
-                let _ = m.g_mul_scalar_(BETA1);
-                let _ = m.g_add_(&(&grad * (1.0 - BETA1)));
-                let _ = v.g_mul_scalar_(BETA2);
-                let _ = v.g_add_(&(grad.square() * (1.0 - BETA2)));
-                let denominator = (&*v / bias2).sqrt() + EPSILON;
-                let update = (&*m / bias1) / denominator * lr;
-                let _ = weights.g_sub_(&update.to_kind(weights.kind()));
+                let index = match batches.iter().position(|(s, _)| *s == scale) {
+                    Some(index) => index,
+                    None => {
+                        batches.push((scale, AdamWTensors::default()));
+                        batches.len() - 1
+                    }
+                };
+                let batch = &mut batches[index].1;
+                batch.weights.push(master.as_ref().unwrap_or(param));
+                batch.grads.push(grad);
+                batch.exp_avgs.push(m);
+                batch.exp_avg_sqs.push(v);
                 if let Some(master) = master {
-                    param.copy_(master);
+                    rounded.push(param);
+                    masters.push(master);
                 }
             }
-        });
+            for (scale, tensors) in &batches {
+                let settings = AdamWSettings {
+                    lr: lr * scale,
+                    betas: (BETA1, BETA2),
+                    weight_decay: self.weight_decay,
+                    eps: EPSILON,
+                    step,
+                };
+                fused_adamw(tensors, settings)?;
+            }
+            copy_each(&rounded, &masters)
+        })
     }
 
     /// The state as named tensors: `step`, each parameter's `exp_avg.NAME` / `exp_avg_sq.NAME`
@@ -271,7 +290,7 @@ mod tests {
             let lr = warmup_lr(0.1, step, 2);
             optimizer.zero_grad();
             (&ours - &target).square().sum(Kind::Float).backward();
-            optimizer.step(lr);
+            optimizer.step(lr).expect("step");
             reference.set_lr(lr);
             reference.zero_grad();
             (&theirs - &target).square().sum(Kind::Float).backward();
@@ -310,8 +329,8 @@ mod tests {
             alone.zero_grad();
             (a.square().sum(Kind::Float) + b.square().sum(Kind::Float)).backward();
             c.square().sum(Kind::Float).backward();
-            both.step(0.1);
-            alone.step(0.025);
+            both.step(0.1).expect("step");
+            alone.step(0.025).expect("step");
         }
         assert_eq!(
             values(&b),
@@ -327,7 +346,7 @@ mod tests {
         let w = vs.root().var_copy("w", &Tensor::from_slice(&[1.0f32, 2.0]));
         let mut optimizer = AdamW::new(vec![("w".into(), w.shallow_clone())], 0.0);
         w.square().sum(Kind::Float).backward();
-        optimizer.step(0.01);
+        optimizer.step(0.01).expect("step");
         let state = optimizer.state();
         let mut restored = AdamW::new(vec![("w".into(), w.shallow_clone())], 0.0);
         restored.load_state(&state).expect("loads");
@@ -350,7 +369,7 @@ mod tests {
         for _ in 0..10 {
             optimizer.zero_grad();
             w.sum(Kind::Float).backward();
-            optimizer.step(1e-3);
+            optimizer.step(1e-3).expect("step");
         }
         let state = optimizer.state();
         let (name, master) = state.last().expect("the master is in the state");

@@ -136,7 +136,7 @@ impl Critic {
             return Ok(report);
         }
         report.grad_norm = ledger.clip(settings.grad_clip);
-        self.optimizer.step(settings.learning_rate);
+        self.optimizer.step(settings.learning_rate)?;
         self.optimizer.zero_grad();
         Ok(report)
     }

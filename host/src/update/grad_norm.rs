@@ -38,18 +38,12 @@ impl GradientLedger {
 
     /// ‖g_now − g_mark‖₂ over all tensors: the norm of what was accumulated since [`Self::mark`].
     pub fn norm_since_mark(&self) -> f64 {
-        let squares: f64 = self
+        let squares = self
             .params
             .iter()
             .zip(&self.marked)
-            .map(|(p, before)| {
-                (gradient_or_zeros(p) - before)
-                    .square()
-                    .sum(Kind::Double)
-                    .double_value(&[])
-            })
-            .sum();
-        squares.sqrt()
+            .map(|(p, before)| (gradient_or_zeros(p) - before).square().sum(Kind::Double));
+        total_sqrt(squares)
     }
 
     /// The global L2 norm of the accumulated gradients.
@@ -60,10 +54,21 @@ impl GradientLedger {
     /// The index (in [`Self::params`]) of the first tensor whose gradient holds a NaN or ∞,
     /// which means the step must be skipped; `None` when every gradient is finite.
     pub fn first_non_finite(&self) -> Option<usize> {
-        self.params.iter().position(|p| {
-            let grad = p.grad();
-            grad.defined() && grad.isfinite().all().int64_value(&[]) == 0
-        })
+        let (indices, finite): (Vec<usize>, Vec<Tensor>) = self
+            .params
+            .iter()
+            .enumerate()
+            .filter_map(|(index, p)| {
+                let grad = p.grad();
+                grad.defined().then(|| (index, grad.isfinite().all()))
+            })
+            .unzip();
+        if finite.is_empty() {
+            return None;
+        }
+        // One read back to the host for all of them (on a GPU, one synchronisation).
+        let non_finite = Tensor::stack(&finite, 0).logical_not().nonzero();
+        (non_finite.size()[0] > 0).then(|| indices[non_finite.int64_value(&[0, 0]) as usize])
     }
 
     /// Scales the gradients so their global norm is at most `max_norm` (≤ 0 disables); returns
@@ -94,17 +99,23 @@ fn gradient_or_zeros(param: &Tensor) -> Tensor {
 
 /// The L2 norm of all gradients of `params` together.
 pub fn global_norm(params: &[Tensor]) -> f64 {
-    params
-        .iter()
-        .map(|p| {
-            let grad = p.grad();
-            if grad.defined() {
-                grad.square().sum(Kind::Double).double_value(&[])
-            } else {
-                0.0
-            }
-        })
-        .sum::<f64>()
+    let squares = params.iter().filter_map(|p| {
+        let grad = p.grad();
+        grad.defined().then(|| grad.square().sum(Kind::Double))
+    });
+    total_sqrt(squares)
+}
+
+/// The square root of the sum of `squares` (f64 scalars on one device), read back to the host
+/// once: on a GPU, one synchronisation rather than one per tensor.
+fn total_sqrt(squares: impl Iterator<Item = Tensor>) -> f64 {
+    let squares: Vec<Tensor> = squares.collect();
+    if squares.is_empty() {
+        return 0.0;
+    }
+    Tensor::stack(&squares, 0)
+        .sum(Kind::Double)
+        .double_value(&[])
         .sqrt()
 }
 

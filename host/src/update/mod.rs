@@ -6,6 +6,7 @@ mod adamw;
 mod aggregate;
 mod batch;
 mod critic;
+mod fused_adamw;
 mod grad_norm;
 mod kl;
 mod loss;

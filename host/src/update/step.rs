@@ -169,7 +169,7 @@ pub fn update_group(
         return Ok(report);
     }
     report.grad_norm = ledger.clip(grad_clip);
-    optimizer.step(lr);
+    optimizer.step(lr)?;
     optimizer.zero_grad();
     Ok(report)
 }

@@ -483,7 +483,7 @@ mod tests {
             .square()
             .sum(Kind::Float)
             .backward();
-        optimizer.step(0.5);
+        optimizer.step(0.5).expect("step");
         check("an optimizer step");
         // `set_data` swaps its storage.
         let mut swapped = weight.shallow_clone();

@@ -1,0 +1,79 @@
+// libtorch's multi-tensor AdamW kernel and list copy for host/src/update/fused_adamw.rs: tch
+// binds no operator that takes a list of tensors, and stepping a model's few hundred tensors one
+// operator at a time costs about 15 kernels and as many passes over memory per tensor. Tensors
+// arrive as tch's handles (`at::Tensor*`); no C++ exception crosses into Rust: each becomes an
+// error message and a non-zero return.
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/_foreach_copy.h>
+#include <ATen/ops/_fused_adamw.h>
+#include <ATen/ops/full.h>
+
+#include "../shim_error.h"
+
+#include <cstddef>
+#include <exception>
+#include <vector>
+
+namespace {
+
+std::vector<at::Tensor> tensors(void* const* handles, std::size_t count) {
+  std::vector<at::Tensor> list;
+  list.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    list.push_back(*static_cast<const at::Tensor*>(handles[i]));
+  }
+  return list;
+}
+
+}  // namespace
+
+extern "C" {
+
+// One AdamW step (`torch.optim.AdamW(fused=True)`'s kernel, no amsgrad) of `count` f32 weights
+// on one device with their gradients (converted to f32 where they are not) and moments, at
+// optimizer step `step` (1-based, for the bias corrections). Returns 0, or 1 with `error` set.
+int drmas_fused_adamw(void* const* weights, void* const* grads, void* const* exp_avgs,
+                      void* const* exp_avg_sqs, std::size_t count, double lr, double beta1,
+                      double beta2, double weight_decay, double eps, double step, char* error,
+                      std::size_t capacity) {
+  try {
+    if (count == 0) {
+      return 0;
+    }
+    const auto params = tensors(weights, count);
+    auto gradients = tensors(grads, count);
+    for (std::size_t i = 0; i < count; ++i) {
+      if (gradients[i].scalar_type() != params[i].scalar_type()) {
+        gradients[i] = gradients[i].to(params[i].scalar_type());
+      }
+    }
+    const auto steps = std::vector<at::Tensor>(
+        count, at::full({}, step, at::TensorOptions().dtype(at::kFloat).device(params[0].device())));
+    at::_fused_adamw_(params, gradients, tensors(exp_avgs, count), tensors(exp_avg_sqs, count),
+                      {}, steps, lr, beta1, beta2, weight_decay, eps, /*amsgrad=*/false,
+                      /*maximize=*/false);
+    return 0;
+  } catch (const std::exception& e) {
+    drmas::write_error(error, capacity, e.what());
+    return 1;
+  }
+}
+
+// Copies each of `count` sources into its destination (converting the dtype), in one list
+// operation. Returns 0, or 1 with `error` set.
+int drmas_copy_each(void* const* destinations, void* const* sources, std::size_t count,
+                    char* error, std::size_t capacity) {
+  try {
+    if (count == 0) {
+      return 0;
+    }
+    at::_foreach_copy_(tensors(destinations, count), tensors(sources, count));
+    return 0;
+  } catch (const std::exception& e) {
+    drmas::write_error(error, capacity, e.what());
+    return 1;
+  }
+}
+
+}  // extern "C"
