@@ -34,6 +34,8 @@
 #   DRMAS_SPEED_BATCHES, DRMAS_SPEED_NEW_TOKENS, DRMAS_SPEED_CALLS,
 #   DRMAS_SPEED_RESPONSE_TOKENS, DRMAS_SPEED_GRPO ("PROMPTS GROUP_SIZE TOKENS", or "none")
 #                         override the shapes above
+#   DRMAS_SPEED_CACHES    transformers' caches timed at batch 64 (default "dynamic static"; on
+#                         an H100 the static cache's step took 119 s, the dynamic one's 64 s)
 #   DRMAS_PYTHON          the python3 holding torch 2.11 (see run.sh)
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -139,7 +141,7 @@ for batch in $batches; do
   step "generate-drmas-b$batch" 300 "$here/run.sh" devices --device "$device" --dtype bf16 \
     --generate "$model" --batch "$batch" --prompt-tokens 64 --new-tokens "$new_tokens" --profile
   caches=dynamic
-  [[ "$batch" == 64 ]] && caches="dynamic static"
+  [[ "$batch" == 64 ]] && caches="${DRMAS_SPEED_CACHES:-dynamic static}"
   for cache in $caches; do
     step "generate-transformers-$cache-b$batch" 300 "$python" "$here/peer_speed.py" generate \
       "$model" --device "$device" --batch "$batch" --prompt-tokens 64 \
