@@ -212,8 +212,7 @@ pub fn generate(
             live.fill(true);
             dead_steps = 0.0;
         }
-        logits =
-            tch::no_grad(|| model.forward_last_with(&next, None, Some(&mut cache), &adapters))?;
+        logits = tch::no_grad(|| model.forward_last_sampled(&next, &mut cache, &adapters))?;
     }
     Ok(outputs)
 }

@@ -49,6 +49,16 @@ pub struct Llama {
     backend: Arc<dyn Backend>,
 }
 
+/// Where a forward pass's token ids come from, which decides whether their range is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ids {
+    /// From the caller: checked against the vocabulary (an id past it would fault the
+    /// embedding lookup, on a GPU fatally for the process).
+    Given,
+    /// Drawn by the sampler over the model's own logits: in range by construction.
+    Sampled,
+}
+
 impl Llama {
     /// A model of `config` on `device` with f32 placeholder weights (zeros, norms at one), to
     /// be overwritten by a checkpoint.
@@ -293,6 +303,19 @@ impl Llama {
         Ok(self.logits(&hidden.narrow(1, hidden.size()[1] - 1, 1)))
     }
 
+    /// [`Self::forward_last_with`] for a decode step of [`crate::engine::generate`]: `tokens`
+    /// `[B, 1]` are the sampler's draws over this model's vocabulary, in range by construction,
+    /// so the range check on the ids (on a GPU, two reads back to the host per step) is skipped.
+    pub(crate) fn forward_last_sampled(
+        &self,
+        tokens: &Tensor,
+        cache: &mut KvCache,
+        rows: &AdapterRows,
+    ) -> Result<Tensor, ModelError> {
+        let hidden = self.forward_cached(tokens, None, Some(cache), rows, Ids::Sampled)?;
+        Ok(self.logits(&hidden.narrow(1, hidden.size()[1] - 1, 1)))
+    }
+
     /// Final (normed) hidden states `[B, T, hidden]` for `input_ids` `[B, T]` (int64).
     ///
     /// `attention_mask` `[B, T]` (1 = token, 0 = left padding; all ones when `None`) keeps
@@ -319,7 +342,19 @@ impl Llama {
         cache: Option<&mut KvCache>,
         rows: &AdapterRows,
     ) -> Result<Tensor, ModelError> {
-        let valid = self.checked_valid(input_ids, attention_mask, rows)?;
+        self.forward_cached(input_ids, attention_mask, cache, rows, Ids::Given)
+    }
+
+    /// [`Self::forward_hidden_with`], the ids' range checked unless they are the sampler's.
+    fn forward_cached(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+        rows: &AdapterRows,
+        ids: Ids,
+    ) -> Result<Tensor, ModelError> {
+        let valid = self.checked_valid(input_ids, attention_mask, rows, ids)?;
         let (b, t) = (valid.size()[0], valid.size()[1]);
         let Some(cache) = cache else {
             self.check_positions(t)?;
@@ -353,7 +388,7 @@ impl Llama {
         attention_mask: Option<&Tensor>,
         rows: &AdapterRows,
     ) -> Result<(Tensor, PromptPrefix), ModelError> {
-        let valid = self.checked_valid(input_ids, attention_mask, rows)?;
+        let valid = self.checked_valid(input_ids, attention_mask, rows, Ids::Given)?;
         self.check_positions(valid.size()[1])?;
         let mut prefix = PromptPrefix::new(&valid);
         let context = AttentionContext::full(&valid);
@@ -373,7 +408,7 @@ impl Llama {
         attention_mask: Option<&Tensor>,
         rows: &AdapterRows,
     ) -> Result<Tensor, ModelError> {
-        let valid = self.checked_valid(input_ids, attention_mask, rows)?;
+        let valid = self.checked_valid(input_ids, attention_mask, rows, Ids::Given)?;
         let (b, t) = (valid.size()[0], valid.size()[1]);
         if prefix.layers() != self.layers.len() {
             return Err(ModelError::Input(format!(
@@ -415,6 +450,7 @@ impl Llama {
         input_ids: &Tensor,
         attention_mask: Option<&Tensor>,
         rows: &AdapterRows,
+        ids: Ids,
     ) -> Result<Tensor, ModelError> {
         let size = input_ids.size();
         let (&[b, t], true) = (&size[..], size.iter().all(|&d| d > 0)) else {
@@ -436,15 +472,17 @@ impl Llama {
                 )));
             }
         }
-        let vocab = self.config.vocab_size as i64;
-        let (lo, hi) = (
-            input_ids.min().int64_value(&[]),
-            input_ids.max().int64_value(&[]),
-        );
-        if lo < 0 || hi >= vocab {
-            return Err(ModelError::Input(format!(
-                "input_ids: token ids must be in 0..{vocab}, found {lo}..={hi}"
-            )));
+        if ids == Ids::Given {
+            let vocab = self.config.vocab_size as i64;
+            let (lo, hi) = (
+                input_ids.min().int64_value(&[]),
+                input_ids.max().int64_value(&[]),
+            );
+            if lo < 0 || hi >= vocab {
+                return Err(ModelError::Input(format!(
+                    "input_ids: token ids must be in 0..{vocab}, found {lo}..={hi}"
+                )));
+            }
         }
         match attention_mask {
             Some(mask) if mask.size() != size => Err(ModelError::Input(format!(

@@ -12,7 +12,7 @@
 
 use tch::{Kind, Tensor};
 
-use super::Llama;
+use super::{Ids, Llama};
 use crate::model::error::ModelError;
 use crate::model::layers::{AdapterRows, AttentionContext, Past, PromptPrefix, RotaryAngles};
 
@@ -117,13 +117,13 @@ impl Llama {
         prompt_rows: AdapterRows,
         responses: Option<(&'a Tensor, Option<&Tensor>, &'a Tensor, AdapterRows)>,
     ) -> Result<(Tensor, Option<Tensor>, Checkpoints<'a>), ModelError> {
-        let prompt_valid = self.checked_valid(prompt_ids, prompt_mask, &prompt_rows)?;
+        let prompt_valid = self.checked_valid(prompt_ids, prompt_mask, &prompt_rows, Ids::Given)?;
         self.check_positions(prompt_valid.size()[1])?;
         // The embeddings' dtype, which the layers compute in.
         let kind = self.embed_tokens.kind();
         let responses = responses
             .map(|(ids, mask, prompts, rows)| {
-                let valid = self.checked_valid(ids, mask, &rows)?;
+                let valid = self.checked_valid(ids, mask, &rows, Ids::Given)?;
                 self.check_positions(prompt_valid.size()[1] + valid.size()[1])?;
                 let context = PromptPrefix::new(&prompt_valid).context(prompts, &valid);
                 Ok::<_, ModelError>(Continuations {
