@@ -174,8 +174,8 @@ pub struct DevicesArgs {
     #[arg(long)]
     pub activation_checkpointing: bool,
     /// Also run each `--generate` (17 tokens per row) and `--update`/`--compare-update` step
-    /// once more under libtorch's profiler, and report the time and count of each host
-    /// operator and device kernel (`profile` in the JSON).
+    /// once more under libtorch's profiler, and report its busiest host operators and device
+    /// kernels with their times and counts (`profile` in the JSON).
     #[arg(long)]
     pub profile: bool,
 }
