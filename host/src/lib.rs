@@ -20,6 +20,7 @@ pub mod preflight;
 pub mod rng;
 pub mod rollout;
 pub mod serve;
+mod shim_error;
 pub mod suggest;
 pub mod trainer;
 pub mod update;

@@ -13,12 +13,14 @@ use anyhow::bail;
 use serde::Serialize;
 use tch::Device;
 
+use crate::shim_error::ShimError;
+
 type EventCallback = unsafe extern "C" fn(*mut c_void, *const c_char, c_int, u64);
 
 extern "C" {
     fn drmas_profiler_start(with_cuda: c_int, error: *mut c_char, capacity: usize) -> c_int;
     fn drmas_profiler_stop(
-        emit: EventCallback,
+        emit: Option<EventCallback>,
         context: *mut c_void,
         error: *mut c_char,
         capacity: usize,
@@ -98,13 +100,6 @@ unsafe extern "C" fn collect_event(
     entry.1 += duration_ns;
 }
 
-const ERROR_CAPACITY: usize = 512;
-
-fn error_text(buffer: &[u8]) -> String {
-    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
-    String::from_utf8_lossy(&buffer[..end]).into_owned()
-}
-
 impl Profiler {
     /// Starts recording host operators on this thread and, when `device` is a GPU, every
     /// kernel, copy and runtime call of the process.
@@ -112,13 +107,13 @@ impl Profiler {
         let recording = RECORDING
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut error = [0u8; ERROR_CAPACITY];
+        let mut error = ShimError::new();
         let with_cuda = c_int::from(device.is_cuda());
-        // SAFETY: `error` is writable for `ERROR_CAPACITY` bytes.
+        // SAFETY: `error` is writable for `ShimError::CAPACITY` bytes.
         let status =
-            unsafe { drmas_profiler_start(with_cuda, error.as_mut_ptr().cast(), ERROR_CAPACITY) };
+            unsafe { drmas_profiler_start(with_cuda, error.as_mut_ptr(), ShimError::CAPACITY) };
         if status != 0 {
-            bail!("libtorch's profiler did not start: {}", error_text(&error));
+            bail!("libtorch's profiler did not start: {}", error.message());
         }
         Ok(Self {
             started: Instant::now(),
@@ -148,24 +143,21 @@ impl Drop for Profiler {
 
 /// Stops the recording, its events counted into `tally` when given.
 fn stop(tally: Option<&mut Tally>) -> anyhow::Result<()> {
-    let mut error = [0u8; ERROR_CAPACITY];
-    let context = tally.map_or(std::ptr::null_mut(), |t| (t as *mut Tally).cast::<c_void>());
-    let emit: EventCallback = if context.is_null() {
-        ignore_event
-    } else {
-        collect_event
+    let mut error = ShimError::new();
+    let (emit, context): (Option<EventCallback>, *mut c_void) = match tally {
+        Some(tally) => (Some(collect_event), (tally as *mut Tally).cast()),
+        None => (None, std::ptr::null_mut()),
     };
-    // SAFETY: `context` is null (and `emit` ignores it) or the caller's `Tally`, exclusively
-    // borrowed for this call; `error` is writable for `ERROR_CAPACITY` bytes.
+    // SAFETY: `context` is the caller's `Tally`, exclusively borrowed for this call, when
+    // `emit` is given (null otherwise, and nothing is emitted); `error` is writable for
+    // `ShimError::CAPACITY` bytes.
     let status =
-        unsafe { drmas_profiler_stop(emit, context, error.as_mut_ptr().cast(), ERROR_CAPACITY) };
+        unsafe { drmas_profiler_stop(emit, context, error.as_mut_ptr(), ShimError::CAPACITY) };
     if status != 0 {
-        bail!("libtorch's profiler did not stop: {}", error_text(&error));
+        bail!("libtorch's profiler did not stop: {}", error.message());
     }
     Ok(())
 }
-
-unsafe extern "C" fn ignore_event(_: *mut c_void, _: *const c_char, _: c_int, _: u64) {}
 
 fn summarise(tally: Tally, wall_seconds: f64) -> Profile {
     let mut host = Vec::new();

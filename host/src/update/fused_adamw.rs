@@ -9,6 +9,7 @@ use std::ffi::{c_char, c_int, c_void};
 use tch::{TchError, Tensor};
 
 use crate::model::error::ModelError;
+use crate::shim_error::ShimError;
 
 extern "C" {
     #[allow(clippy::too_many_arguments)]
@@ -64,8 +65,6 @@ pub struct AdamWTensors<'a> {
     pub exp_avg_sqs: Vec<&'a Tensor>,
 }
 
-const ERROR_CAPACITY: usize = 512;
-
 fn handles<'t>(tensors: impl IntoIterator<Item = &'t Tensor>) -> Vec<*mut c_void> {
     tensors
         .into_iter()
@@ -73,10 +72,8 @@ fn handles<'t>(tensors: impl IntoIterator<Item = &'t Tensor>) -> Vec<*mut c_void
         .collect()
 }
 
-fn failure(what: &str, error: &[u8]) -> ModelError {
-    let end = error.iter().position(|&b| b == 0).unwrap_or(error.len());
-    let message = String::from_utf8_lossy(&error[..end]);
-    ModelError::Torch(TchError::Torch(format!("{what}: {message}")))
+fn failure(what: &str, error: &ShimError) -> ModelError {
+    ModelError::Torch(TchError::Torch(format!("{what}: {}", error.message())))
 }
 
 /// One AdamW step over every tensor of `tensors` in place, exactly as
@@ -97,9 +94,9 @@ pub fn fused_adamw(tensors: &AdamWTensors<'_>, settings: AdamWSettings) -> Resul
             lists[3].len()
         )));
     }
-    let mut error = [0u8; ERROR_CAPACITY];
+    let mut error = ShimError::new();
     // SAFETY: each list holds `count` handles of tensors alive for the whole call (borrowed by
-    // `tensors`); `error` is writable for `ERROR_CAPACITY` bytes.
+    // `tensors`); `error` is writable for `ShimError::CAPACITY` bytes.
     let status = unsafe {
         drmas_fused_adamw(
             lists[0].as_ptr(),
@@ -113,8 +110,8 @@ pub fn fused_adamw(tensors: &AdamWTensors<'_>, settings: AdamWSettings) -> Resul
             settings.weight_decay,
             settings.eps,
             settings.step as f64,
-            error.as_mut_ptr().cast(),
-            ERROR_CAPACITY,
+            error.as_mut_ptr(),
+            ShimError::CAPACITY,
         )
     };
     if status != 0 {
@@ -137,16 +134,16 @@ pub fn copy_each(destinations: &[&Tensor], sources: &[&Tensor]) -> Result<(), Mo
         handles(destinations.iter().copied()),
         handles(sources.iter().copied()),
     );
-    let mut error = [0u8; ERROR_CAPACITY];
+    let mut error = ShimError::new();
     // SAFETY: both lists hold `len` handles of tensors alive for the call; `error` is writable
-    // for `ERROR_CAPACITY` bytes.
+    // for `ShimError::CAPACITY` bytes.
     let status = unsafe {
         drmas_copy_each(
             to.as_ptr(),
             from.as_ptr(),
             to.len(),
-            error.as_mut_ptr().cast(),
-            ERROR_CAPACITY,
+            error.as_mut_ptr(),
+            ShimError::CAPACITY,
         )
     };
     if status != 0 {

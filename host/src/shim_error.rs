@@ -1,0 +1,38 @@
+//! [`ShimError`]: the buffer a C++ shim of the crate (`devices/profiler.cpp`,
+//! `update/fused_adamw.cpp`) writes a caught exception's message into, through
+//! `shim_error.h`'s `drmas::write_error`.
+
+use std::ffi::c_char;
+
+/// A message buffer handed to a shim call as `(error, capacity)`.
+pub(crate) struct ShimError {
+    buffer: [u8; Self::CAPACITY],
+}
+
+impl ShimError {
+    /// Bytes the shim may write, its terminating NUL included.
+    pub(crate) const CAPACITY: usize = 512;
+
+    /// An empty buffer.
+    pub(crate) fn new() -> Self {
+        Self {
+            buffer: [0; Self::CAPACITY],
+        }
+    }
+
+    /// The pointer to pass as the shim's `error` argument, writable for [`Self::CAPACITY`]
+    /// bytes.
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut c_char {
+        self.buffer.as_mut_ptr().cast()
+    }
+
+    /// The message the shim wrote (up to its NUL), empty if none.
+    pub(crate) fn message(&self) -> String {
+        let end = self
+            .buffer
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(Self::CAPACITY);
+        String::from_utf8_lossy(&self.buffer[..end]).into_owned()
+    }
+}
