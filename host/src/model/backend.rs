@@ -11,7 +11,9 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use tch::Tensor;
+use tch::{Device, Tensor};
+
+use super::eager_attention::eager_decode_attention;
 
 /// The operations a backend may compute in libtorch's place. Every method returns `None` to
 /// leave the product to libtorch (the default), and must otherwise return what libtorch
@@ -69,13 +71,27 @@ pub trait Backend: Debug + Send + Sync {
     }
 }
 
-/// libtorch for everything: the default of every model, and what CUDA models use.
+/// libtorch for everything: the default of every model, and what CUDA models use. On an
+/// accelerator a decode step's attention is [`eager_decode_attention`] rather than
+/// `scaled_dot_product_attention`, whose fused kernels set up per shape (see there); on the
+/// CPU libtorch's SDPA keeps it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Libtorch;
 
 impl Backend for Libtorch {
     fn name(&self) -> String {
         "libtorch".to_owned()
+    }
+
+    fn decode_attention(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: &Tensor,
+    ) -> Option<Tensor> {
+        let one_token = q.size().get(2) == Some(&1);
+        (one_token && q.device() != Device::Cpu).then(|| eager_decode_attention(q, k, v, mask))
     }
 }
 
