@@ -14,6 +14,7 @@ use std::sync::Arc;
 use tch::{Device, Tensor};
 
 use super::eager_attention::eager_decode_attention;
+use super::layers::fused_rms_norm;
 
 /// The operations a backend may compute in libtorch's place. Every method returns `None` to
 /// leave the product to libtorch (the default), and must otherwise return what libtorch
@@ -72,9 +73,10 @@ pub trait Backend: Debug + Send + Sync {
 }
 
 /// libtorch for everything: the default of every model, and what CUDA models use. On an
-/// accelerator a decode step's attention is [`eager_decode_attention`] rather than
-/// `scaled_dot_product_attention`, whose fused kernels set up per shape (see there); on the
-/// CPU libtorch's SDPA keeps it.
+/// accelerator, where every operator is a kernel launch, a decode step's attention is
+/// [`eager_decode_attention`] rather than `scaled_dot_product_attention`, whose fused kernels
+/// set up per shape (see there), and RMSNorm is libtorch's fused operator
+/// ([`fused_rms_norm`]); on the CPU the layers' own formulas stay.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Libtorch;
 
@@ -92,6 +94,10 @@ impl Backend for Libtorch {
     ) -> Option<Tensor> {
         let one_token = q.size().get(2) == Some(&1);
         (one_token && q.device() != Device::Cpu).then(|| eager_decode_attention(q, k, v, mask))
+    }
+
+    fn rms_norm(&self, x: &Tensor, weight: &Tensor, eps: f64) -> Option<Tensor> {
+        (x.device() != Device::Cpu).then(|| fused_rms_norm(x, weight, eps))
     }
 }
 

@@ -26,5 +26,5 @@ pub use mlp::Mlp;
 pub use past::Past;
 pub use projection::{LoraLinear, Projection};
 pub use prompt_prefix::PromptPrefix;
-pub use rms_norm::RmsNorm;
+pub use rms_norm::{fused_rms_norm, RmsNorm};
 pub use rotary::{Rotary, RotaryAngles};
