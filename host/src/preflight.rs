@@ -10,12 +10,13 @@ use anyhow::{bail, Context};
 use drmas_sdk::{Agent, DatasetSpec, Environment, Orchestra, Params, PluginError, Role, Task};
 
 use crate::advantage::Estimator;
-use crate::config::{ConfigError, DatasetSection, Device, RunConfig, RunFile, Step};
+use crate::config::{ConfigError, DatasetSection, Device, Dtype, RunConfig, RunFile, Step};
 use crate::model::config::LlamaConfig;
 use crate::model::config_fit::check_config_fits;
 use crate::model::gguf::GgufModel;
 use crate::plugins::{Hosted, Registry};
 
+mod cpu_dtype;
 mod output_dir;
 mod params;
 
@@ -197,6 +198,12 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
             }
         }
         check_device(name, group.device, file)?;
+        if group.device == Device::Cpu && group.dtype != Dtype::F32 {
+            let slowdown = cpu_dtype::slowdown(crate::trainer::tch_kind(group.dtype));
+            if let Some(warning) = cpu_dtype::warning(name, group.dtype, slowdown) {
+                warnings.push(format!("{}: {warning}", file.origin));
+            }
+        }
         let path = resolve_model(&group.model, file)?;
         let (summary, model_config) = describe_model(&path)
             .with_context(|| format!("worker group `{name}` in {}", file.origin))?;

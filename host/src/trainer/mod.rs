@@ -35,7 +35,7 @@ pub use metrics::{Metrics, MetricsLog};
 pub use offload::{Offload, Residency};
 pub use setup::Phase;
 pub use task_order::TaskOrder;
-pub use worker_group::{tch_device, WorkerGroup};
+pub use worker_group::{tch_device, tch_kind, WorkerGroup};
 
 use crate::advantage::{Estimator, Penalty, PerToken, Sample, TokenInput};
 use crate::config::{RunConfig, RunFile, SpreadMetric};
