@@ -1,8 +1,9 @@
 //! Shared-prompt training on the tiny Llama, Qwen2 and Qwen3 fixtures: a prompt several calls
-//! share runs through the model once ([`TrainingBatch`]), and that changes nothing but the
-//! cost — each call's log-probabilities (at its sampling temperature) are those of its own
-//! whole-sequence forward pass, and the gradients those of training every call alone. Prompt
-//! indices the prefix does not have are errors that say so.
+//! share runs through the model once ([`TrainingBatch`]), calls sharing none run as whole
+//! sequences in one pass, and neither changes anything but the cost — each call's
+//! log-probabilities (at its sampling temperature) are those of its own whole-sequence forward
+//! pass, and the gradients those of training every call alone. Prompt indices the prefix does
+//! not have are errors that say so.
 
 use std::path::Path;
 
@@ -43,10 +44,53 @@ fn calls() -> Vec<AgentCall> {
     ]
 }
 
+/// Five calls of distinct prompts of different lengths (the first two differ in one token),
+/// responses of different lengths (one of a single token) and temperatures.
+fn distinct_calls() -> Vec<AgentCall> {
+    vec![
+        call(&[5, 17, 3, 29, 8], &[7, 1, 33, 12], 1.0),
+        call(&[5, 17, 3, 29, 9], &[9, 9], 0.7),
+        call(&[11, 2, 40], &[4], 0.0),
+        call(&[6], &[21, 6, 6, 30, 2, 18], 1.3),
+        call(&[13, 2, 40, 8], &[3, 14, 27, 5, 1], 0.5),
+    ]
+}
+
 /// Each call's response log-probabilities under `model`, `[B, R]`, through a shared-prompt batch.
 fn batch_logprobs(model: &Llama, batch: &TrainingBatch) -> Tensor {
     let logits = batch.response_logits(model, None, false).expect("forward");
     batch.token_logprobs(&logits, false).0
+}
+
+/// Asserts that row `i` of `batch`'s log-probabilities is `calls[i]`'s response under its own
+/// whole-sequence forward pass at its temperature.
+fn assert_each_call_alone(name: &str, model: &Llama, calls: &[AgentCall], batch: &TrainingBatch) {
+    let batched = tch::no_grad(|| batch_logprobs(model, batch));
+    for (row, call) in calls.iter().enumerate() {
+        let sequence: Vec<i64> = call.prompt.iter().chain(&call.response).copied().collect();
+        let temperature = if call.temperature > 0.0 {
+            call.temperature
+        } else {
+            1.0
+        };
+        let whole = tch::no_grad(|| {
+            let ids = Tensor::from_slice(&sequence).unsqueeze(0);
+            model.forward(&ids, None, None).expect("forward")
+        })
+        .get(0)
+        .divide_scalar(temperature)
+        .log_softmax(-1, Kind::Float);
+        for (j, &token) in call.response.iter().enumerate() {
+            let position = (call.prompt.len() + j - 1) as i64;
+            let want = whole.double_value(&[position, token]);
+            let got = batched.double_value(&[row as i64, j as i64]);
+            // f32 sums in another order; the bound of the padding and cache tests.
+            assert!(
+                (got - want).abs() < 1e-4,
+                "{name}: call {row} token {j}: {got} batched, {want} alone"
+            );
+        }
+    }
 }
 
 #[test]
@@ -62,32 +106,30 @@ fn a_shared_prompt_gives_each_call_its_own_logprobs() {
             2 * 5 + 5 * 5,
             "{name}: G × P + B × (R − 1)"
         );
-        let shared = tch::no_grad(|| batch_logprobs(&model, &batch));
-        for (row, call) in calls.iter().enumerate() {
-            let sequence: Vec<i64> = call.prompt.iter().chain(&call.response).copied().collect();
-            let temperature = if call.temperature > 0.0 {
-                call.temperature
-            } else {
-                1.0
-            };
-            let whole = tch::no_grad(|| {
-                let ids = Tensor::from_slice(&sequence).unsqueeze(0);
-                model.forward(&ids, None, None).expect("forward")
-            })
-            .get(0)
-            .divide_scalar(temperature)
-            .log_softmax(-1, Kind::Float);
-            for (j, &token) in call.response.iter().enumerate() {
-                let position = (call.prompt.len() + j - 1) as i64;
-                let want = whole.double_value(&[position, token]);
-                let got = shared.double_value(&[row as i64, j as i64]);
-                // f32 sums in another order; the bound of the padding and cache tests.
-                assert!(
-                    (got - want).abs() < 1e-4,
-                    "{name}: call {row} token {j}: {got} shared, {want} alone"
-                );
-            }
-        }
+        assert!(
+            batch.response_inputs.is_some(),
+            "{name}: responses continue the prompts"
+        );
+        assert_each_call_alone(name, &model, &calls, &batch);
+    }
+}
+
+#[test]
+fn calls_sharing_no_prompt_run_whole_in_one_pass_with_each_its_own_logprobs() {
+    let calls = distinct_calls();
+    let refs: Vec<&AgentCall> = calls.iter().collect();
+    for name in ["llama", "qwen2", "qwen3"] {
+        let model = fixture(name);
+        let batch = TrainingBatch::new(&refs, &broadcast(&refs, &[0.0; 5]), Device::Cpu);
+        assert_eq!(batch.prompts(), 5, "{name}: a row per call");
+        assert!(batch.response_inputs.is_none(), "{name}: one pass");
+        assert_eq!(
+            batch.prompt_ids.size(),
+            [5, 5 + 5],
+            "{name}: [B, P + R − 1]"
+        );
+        assert_eq!(batch.forward_tokens, 5 * (5 + 5), "{name}: B × (P + R − 1)");
+        assert_each_call_alone(name, &model, &calls, &batch);
     }
 }
 
@@ -107,34 +149,37 @@ fn gradient(model: &Llama, batches: &[TrainingBatch]) -> Tensor {
 }
 
 #[test]
-fn sharing_a_prompt_leaves_the_gradient_unchanged() {
-    let calls = calls();
+fn batching_calls_leaves_the_gradient_of_training_each_alone_unchanged() {
     let advantages = [1.0, -0.5, 0.25, -1.5, 0.75];
     let model = fixture("llama");
-    let refs: Vec<&AgentCall> = calls.iter().collect();
-    let shared = gradient(
-        &model,
-        &[TrainingBatch::new(
-            &refs,
-            &broadcast(&refs, &advantages),
-            Device::Cpu,
-        )],
-    );
-    let alone: Vec<TrainingBatch> = calls
-        .iter()
-        .zip(advantages)
-        .map(|(call, advantage)| {
-            TrainingBatch::new(&[call], &broadcast(&[call], &[advantage]), Device::Cpu)
-        })
-        .collect();
-    let alone = gradient(&model, &alone);
-    let scale = alone.abs().max().double_value(&[]);
-    let worst = (&shared - &alone).abs().max().double_value(&[]);
-    assert!(scale > 0.0, "the objective has a gradient");
-    assert!(
-        worst <= 1e-5 * scale,
-        "shared and separate prompts differ by {worst} (largest gradient {scale})"
-    );
+    // Shared prompts (a prefix pass, then the responses) and distinct ones (whole sequences).
+    for (layout, calls) in [("shared", calls()), ("distinct", distinct_calls())] {
+        let refs: Vec<&AgentCall> = calls.iter().collect();
+        let batched = gradient(
+            &model,
+            &[TrainingBatch::new(
+                &refs,
+                &broadcast(&refs, &advantages),
+                Device::Cpu,
+            )],
+        );
+        let alone: Vec<TrainingBatch> = calls
+            .iter()
+            .zip(advantages)
+            .map(|(call, advantage)| {
+                TrainingBatch::new(&[call], &broadcast(&[call], &[advantage]), Device::Cpu)
+            })
+            .collect();
+        let alone = gradient(&model, &alone);
+        let scale = alone.abs().max().double_value(&[]);
+        let worst = (&batched - &alone).abs().max().double_value(&[]);
+        assert!(scale > 0.0, "the objective has a gradient");
+        assert!(
+            worst <= 1e-5 * scale,
+            "{layout} prompts: batched and separate calls differ by {worst} (largest gradient \
+             {scale})"
+        );
+    }
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! [`TrainingBatch`]: agent calls as tensors, each distinct prompt once and the responses that
-//! continue it after, so a prompt shared by a group's samples is trained through once.
+//! continue it after, so a prompt shared by a group's samples is trained through once; calls
+//! that share no prompt as whole sequences, in one pass.
 
 use std::collections::HashMap;
 
@@ -13,20 +14,30 @@ use crate::rollout::AgentCall;
 
 /// One micro-batch of calls as tensors.
 ///
-/// The calls' distinct prompts are left-padded to the longest, so every prompt ends in the last
-/// column; responses are right-padded, so each starts where its prompt ends. Response-position
+/// The calls' distinct prompts are left-padded to the longest, so every prompt ends in column
+/// `P − 1`; responses are right-padded, so each starts where its prompt ends. Response-position
 /// tensors are `[B, R]` with `R` the longest response.
+///
+/// When calls share prompts, the prompts run through the model once and the responses after
+/// them, in a second pass ([`Llama::forward_continuations`]). When no two calls share one, that
+/// second pass would save nothing and cost a whole pass of operators (on a GPU, of kernel
+/// launches): each call is then one row of `prompt_ids` holding its whole sequence, its prompt
+/// followed by its response inputs, and one pass computes everything.
 pub struct TrainingBatch {
-    /// The distinct prompts `[G, P]` (padding 0).
+    /// The distinct prompts `[G, P]` (padding 0); when no prompt is shared, each call's whole
+    /// sequence, `[B, P + R − 1]`: its prompt left-padded to `P`, then its response but the last
+    /// token, right-padded.
     pub prompt_ids: Tensor,
-    /// Real prompt tokens `[G, P]` (bool).
+    /// Real tokens of `prompt_ids` (bool).
     pub prompt_mask: Tensor,
     /// The prompt each call continues, `[B]` int64 (rows of `prompt_ids`).
     pub prompt_of_call: Tensor,
     /// Each call's response but its last token, `[B, R − 1]` right-padded, with its real tokens
     /// (bool): the inputs whose outputs predict the second response token on. `None` when
-    /// `R` = 1 (the prompts alone predict every response).
+    /// `R` = 1 or no prompt is shared (`prompt_ids` then holds every input).
     pub response_inputs: Option<(Tensor, Tensor)>,
+    /// `P`: the column after every prompt's last token.
+    pub prompt_width: i64,
     /// The response tokens `[B, R]`.
     pub targets: Tensor,
     /// 1.0 on response tokens, 0.0 on padding, `[B, R]` f32.
@@ -48,10 +59,23 @@ pub struct TrainingBatch {
     pub forward_tokens: usize,
 }
 
+/// `rows` in `width` columns each, row `i` after `padding[i]` columns of padding: ids (0 for
+/// padding) and which entries are real, flat, row after row.
+fn pad_rows(rows: &[&[i64]], padding: &[usize], width: usize) -> (Vec<i64>, Vec<bool>) {
+    let mut ids = vec![0i64; rows.len() * width];
+    let mut real = vec![false; rows.len() * width];
+    for ((row, values), padding) in rows.iter().enumerate().zip(padding) {
+        let start = row * width + padding;
+        ids[start..start + values.len()].copy_from_slice(values);
+        real[start..start + values.len()].fill(true);
+    }
+    (ids, real)
+}
+
 impl TrainingBatch {
     /// Packs `calls` with their `advantages` (row `i`: one per response token of `calls[i]`)
     /// onto `device`. Calls whose prompts are equal token for token share one row of
-    /// `prompt_ids`.
+    /// `prompt_ids`; when no two calls do, each call's whole sequence is its row.
     ///
     /// # Panics
     /// If a call has an empty prompt or response, `calls` is empty (the trainer never builds
@@ -76,20 +100,33 @@ impl TrainingBatch {
             })
             .collect();
         let prompt_len = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
-        let mut prompt_ids = vec![0i64; prompts.len() * prompt_len];
-        let mut prompt_mask = vec![false; prompts.len() * prompt_len];
-        for (row, prompt) in prompts.iter().enumerate() {
-            let end = (row + 1) * prompt_len;
-            prompt_ids[end - prompt.len()..end].copy_from_slice(prompt);
-            prompt_mask[end - prompt.len()..end].fill(true);
-        }
-
         let b = calls.len();
         let response_lengths: Vec<usize> = calls.iter().map(|c| c.response.len()).collect();
         let response = response_lengths.iter().copied().max().unwrap_or(0);
         let inputs = response - 1;
-        let mut input_ids = vec![0i64; b * inputs];
-        let mut input_mask = vec![false; b * inputs];
+        let shared = prompts.len() < b;
+        // Each call's inputs: its response but the last token, after its prompt when whole.
+        let call_inputs: Vec<Vec<i64>> = calls
+            .iter()
+            .map(|c| {
+                let response = &c.response[..c.response.len() - 1];
+                if shared {
+                    response.to_vec()
+                } else {
+                    [&c.prompt[..], response].concat()
+                }
+            })
+            .collect();
+        let call_inputs: Vec<&[i64]> = call_inputs.iter().map(Vec::as_slice).collect();
+        // The first pass's rows, each prompt ending in column `P − 1`.
+        let (rows, padding, width): (&[&[i64]], Vec<usize>, usize) = if shared {
+            let padding = prompts.iter().map(|p| prompt_len - p.len()).collect();
+            (&prompts, padding, prompt_len)
+        } else {
+            let padding = calls.iter().map(|c| prompt_len - c.prompt.len()).collect();
+            (&call_inputs, padding, prompt_len + inputs)
+        };
+        let (prompt_ids, prompt_mask) = pad_rows(rows, &padding, width);
         let mut targets = vec![0i64; b * response];
         let mut response_mask = vec![0f32; b * response];
         let mut old = vec![0f32; b * response];
@@ -98,9 +135,6 @@ impl TrainingBatch {
             targets[start..start + len].copy_from_slice(&call.response);
             response_mask[start..start + len].fill(1.0);
             old[start..start + len].copy_from_slice(&call.logprobs);
-            let start = row * inputs;
-            input_ids[start..start + len - 1].copy_from_slice(&call.response[..len - 1]);
-            input_mask[start..start + len - 1].fill(true);
         }
         let temperatures: Vec<f32> = calls
             .iter()
@@ -116,15 +150,17 @@ impl TrainingBatch {
             values.view([rows as i64, columns as i64]).to_device(device)
         };
         Self {
-            prompt_ids: tensor(Tensor::from_slice(&prompt_ids), prompts.len(), prompt_len),
-            prompt_mask: tensor(Tensor::from_slice(&prompt_mask), prompts.len(), prompt_len),
+            prompt_ids: tensor(Tensor::from_slice(&prompt_ids), rows.len(), width),
+            prompt_mask: tensor(Tensor::from_slice(&prompt_mask), rows.len(), width),
             prompt_of_call: Tensor::from_slice(&prompt_of_call).to_device(device),
-            response_inputs: (inputs > 0).then(|| {
+            response_inputs: (shared && inputs > 0).then(|| {
+                let (ids, real) = pad_rows(&call_inputs, &vec![0; b], inputs);
                 (
-                    tensor(Tensor::from_slice(&input_ids), b, inputs),
-                    tensor(Tensor::from_slice(&input_mask), b, inputs),
+                    tensor(Tensor::from_slice(&ids), b, inputs),
+                    tensor(Tensor::from_slice(&real), b, inputs),
                 )
             }),
+            prompt_width: prompt_len as i64,
             targets: tensor(Tensor::from_slice(&targets), b, response),
             response_mask: tensor(Tensor::from_slice(&response_mask), b, response),
             old_logprobs: tensor(Tensor::from_slice(&old), b, response),
@@ -174,9 +210,10 @@ impl TrainingBatch {
     /// tokens: each call's last prompt position, then its response positions but the last —
     /// the states a critic values. The prompts run through `model` once
     /// ([`Llama::forward_prompts`]) and the responses after them
-    /// ([`Llama::forward_continuations`]), every row through LoRA adapter `adapter` (`None`: the
-    /// base model), with dropout when `training` (a prompt's dropout mask is then drawn once and
-    /// shared by its responses, as its forward pass is).
+    /// ([`Llama::forward_continuations`]) — or, when no prompt is shared, the whole sequences in
+    /// one pass ([`Llama::forward_hidden_with`]) — every row through LoRA adapter `adapter`
+    /// (`None`: the base model), with dropout when `training` (a prompt's dropout mask is then
+    /// drawn once and shared by its responses, as its forward pass is).
     pub fn response_hidden(
         &self,
         model: &Llama,
@@ -184,22 +221,28 @@ impl TrainingBatch {
         training: bool,
     ) -> Result<Tensor, ModelError> {
         let rows = |n: usize| self.adapter_rows(adapter, n, training);
+        let Some((ids, mask)) = &self.response_inputs else {
+            let hidden = model.forward_hidden_with(
+                &self.prompt_ids,
+                Some(&self.prompt_mask),
+                None,
+                &rows(self.prompts()),
+            )?;
+            return Ok(self.hidden_of(&hidden, None));
+        };
         let (prompt_hidden, prefix) = model.forward_prompts(
             &self.prompt_ids,
             Some(&self.prompt_mask),
             &rows(self.prompts()),
         )?;
-        let responses = match &self.response_inputs {
-            None => None,
-            Some((ids, mask)) => Some(model.forward_continuations(
-                &prefix,
-                &self.prompt_of_call,
-                ids,
-                Some(mask),
-                &rows(self.len()),
-            )?),
-        };
-        Ok(self.hidden_of(&prompt_hidden, responses))
+        let responses = model.forward_continuations(
+            &prefix,
+            &self.prompt_of_call,
+            ids,
+            Some(mask),
+            &rows(self.len()),
+        )?;
+        Ok(self.hidden_of(&prompt_hidden, Some(responses)))
     }
 
     /// [`Self::response_logits`] in training, through [`Llama::forward_checkpointed`]: the
@@ -244,15 +287,18 @@ impl TrainingBatch {
     }
 
     /// The hidden states predicting the response tokens from the prompts' final hidden states
-    /// and the responses' (see [`Self::response_hidden`]).
+    /// and the responses' (see [`Self::response_hidden`]); without responses, from columns
+    /// `P − 1 ..` of the prompts' (each call's whole sequence, or the prompts alone when
+    /// `R` = 1).
     fn hidden_of(&self, prompt_hidden: &Tensor, responses: Option<Tensor>) -> Tensor {
-        let last_prompt = prompt_hidden
-            .select(1, prompt_hidden.size()[1] - 1)
-            .index_select(0, &self.prompt_of_call)
-            .unsqueeze(1);
+        let predicting = |columns: i64| {
+            prompt_hidden
+                .narrow(1, self.prompt_width - 1, columns)
+                .index_select(0, &self.prompt_of_call)
+        };
         match responses {
-            None => last_prompt,
-            Some(responses) => Tensor::cat(&[last_prompt, responses], 1),
+            None => predicting(self.response_len),
+            Some(responses) => Tensor::cat(&[predicting(1), responses], 1),
         }
     }
 
