@@ -7,7 +7,8 @@
 //!
 //! It also compiles the crate's C++ shims over libtorch operators that tch does not bind
 //! (`src/devices/profiler.cpp`: the profiler; `src/update/fused_adamw.cpp`: the multi-tensor
-//! AdamW kernel and list copy) against the same libtorch's headers.
+//! AdamW kernel and list copy; `src/update/gradient_lists.cpp`: norms and scaling of gradient
+//! lists) against the same libtorch's headers.
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
@@ -26,8 +27,15 @@ fn main() {
     // The shims belong to the drmas-host library; the end-to-end tests crate shares this script
     // for the search path only.
     if std::env::var("CARGO_PKG_NAME").as_deref() == Ok("drmas-host") {
-        let shims = ["src/devices/profiler.cpp", "src/update/fused_adamw.cpp"];
-        for shim in shims.iter().chain(&["src/shim_error.h"]) {
+        let shims = [
+            "src/devices/profiler.cpp",
+            "src/update/fused_adamw.cpp",
+            "src/update/gradient_lists.cpp",
+        ];
+        for shim in shims
+            .iter()
+            .chain(&["src/shim_error.h", "src/tensor_list.h"])
+        {
             println!("cargo:rerun-if-changed={shim}");
         }
         compile_shims(&root.join("include"), &shims);

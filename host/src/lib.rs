@@ -22,6 +22,7 @@ pub mod rollout;
 pub mod serve;
 mod shim_error;
 pub mod suggest;
+mod tensor_list;
 pub mod trainer;
 pub mod update;
 

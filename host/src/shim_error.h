@@ -1,6 +1,6 @@
-// Shared by the crate's C++ shims (devices/profiler.cpp, update/fused_adamw.cpp): no C++
-// exception may cross into Rust, so each is caught and its message copied into the caller's
-// buffer (host/src/shim_error.rs on the Rust side).
+// Shared by the crate's C++ shims (devices/profiler.cpp, update/fused_adamw.cpp,
+// update/gradient_lists.cpp): no C++ exception may cross into Rust, so each is caught and its
+// message copied into the caller's buffer (host/src/shim_error.rs on the Rust side).
 #pragma once
 
 #include <cstddef>

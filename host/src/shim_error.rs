@@ -1,8 +1,12 @@
 //! [`ShimError`]: the buffer a C++ shim of the crate (`devices/profiler.cpp`,
-//! `update/fused_adamw.cpp`) writes a caught exception's message into, through
-//! `shim_error.h`'s `drmas::write_error`.
+//! `update/fused_adamw.cpp`, `update/gradient_lists.cpp`) writes a caught exception's message
+//! into, through `shim_error.h`'s `drmas::write_error`.
 
 use std::ffi::c_char;
+
+use tch::TchError;
+
+use crate::model::error::ModelError;
 
 /// A message buffer handed to a shim call as `(error, capacity)`.
 pub(crate) struct ShimError {
@@ -24,6 +28,11 @@ impl ShimError {
     /// bytes.
     pub(crate) fn as_mut_ptr(&mut self) -> *mut c_char {
         self.buffer.as_mut_ptr().cast()
+    }
+
+    /// The shim's failure as a libtorch error of the model: `what` failed, and why.
+    pub(crate) fn model_error(&self, what: &str) -> ModelError {
+        ModelError::Torch(TchError::Torch(format!("{what}: {}", self.message())))
     }
 
     /// The message the shim wrote (up to its NUL), empty if none.

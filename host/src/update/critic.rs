@@ -135,7 +135,7 @@ impl Critic {
             self.optimizer.zero_grad();
             return Ok(report);
         }
-        report.grad_norm = ledger.clip(settings.grad_clip);
+        report.grad_norm = ledger.clip(settings.grad_clip)?;
         self.optimizer.step(settings.learning_rate)?;
         self.optimizer.zero_grad();
         Ok(report)

@@ -10,23 +10,11 @@
 #include <ATen/ops/full.h>
 
 #include "../shim_error.h"
+#include "../tensor_list.h"
 
 #include <cstddef>
 #include <exception>
 #include <vector>
-
-namespace {
-
-std::vector<at::Tensor> tensors(void* const* handles, std::size_t count) {
-  std::vector<at::Tensor> list;
-  list.reserve(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    list.push_back(*static_cast<const at::Tensor*>(handles[i]));
-  }
-  return list;
-}
-
-}  // namespace
 
 extern "C" {
 
@@ -41,8 +29,8 @@ int drmas_fused_adamw(void* const* weights, void* const* grads, void* const* exp
     if (count == 0) {
       return 0;
     }
-    const auto params = tensors(weights, count);
-    auto gradients = tensors(grads, count);
+    const auto params = drmas::tensor_list(weights, count);
+    auto gradients = drmas::tensor_list(grads, count);
     for (std::size_t i = 0; i < count; ++i) {
       if (gradients[i].scalar_type() != params[i].scalar_type()) {
         gradients[i] = gradients[i].to(params[i].scalar_type());
@@ -50,7 +38,8 @@ int drmas_fused_adamw(void* const* weights, void* const* grads, void* const* exp
     }
     const auto steps = std::vector<at::Tensor>(
         count, at::full({}, step, at::TensorOptions().dtype(at::kFloat).device(params[0].device())));
-    at::_fused_adamw_(params, gradients, tensors(exp_avgs, count), tensors(exp_avg_sqs, count),
+    at::_fused_adamw_(params, gradients, drmas::tensor_list(exp_avgs, count),
+                      drmas::tensor_list(exp_avg_sqs, count),
                       {}, steps, lr, beta1, beta2, weight_decay, eps, /*amsgrad=*/false,
                       /*maximize=*/false);
     return 0;
@@ -68,7 +57,8 @@ int drmas_copy_each(void* const* destinations, void* const* sources, std::size_t
     if (count == 0) {
       return 0;
     }
-    at::_foreach_copy_(tensors(destinations, count), tensors(sources, count));
+    at::_foreach_copy_(drmas::tensor_list(destinations, count),
+                       drmas::tensor_list(sources, count));
     return 0;
   } catch (const std::exception& e) {
     drmas::write_error(error, capacity, e.what());

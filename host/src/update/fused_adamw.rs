@@ -6,10 +6,11 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use tch::{TchError, Tensor};
+use tch::Tensor;
 
 use crate::model::error::ModelError;
 use crate::shim_error::ShimError;
+use crate::tensor_list::handles;
 
 extern "C" {
     #[allow(clippy::too_many_arguments)]
@@ -65,17 +66,6 @@ pub struct AdamWTensors<'a> {
     pub exp_avg_sqs: Vec<&'a Tensor>,
 }
 
-fn handles<'t>(tensors: impl IntoIterator<Item = &'t Tensor>) -> Vec<*mut c_void> {
-    tensors
-        .into_iter()
-        .map(|t| t.as_ptr().cast_mut().cast::<c_void>())
-        .collect()
-}
-
-fn failure(what: &str, error: &ShimError) -> ModelError {
-    ModelError::Torch(TchError::Torch(format!("{what}: {}", error.message())))
-}
-
 /// One AdamW step over every tensor of `tensors` in place, exactly as
 /// `torch.optim.AdamW(fused=True)` steps them.
 pub fn fused_adamw(tensors: &AdamWTensors<'_>, settings: AdamWSettings) -> Result<(), ModelError> {
@@ -115,7 +105,7 @@ pub fn fused_adamw(tensors: &AdamWTensors<'_>, settings: AdamWSettings) -> Resul
         )
     };
     if status != 0 {
-        return Err(failure("the fused AdamW step failed", &error));
+        return Err(error.model_error("the fused AdamW step failed"));
     }
     Ok(())
 }
@@ -147,7 +137,7 @@ pub fn copy_each(destinations: &[&Tensor], sources: &[&Tensor]) -> Result<(), Mo
         )
     };
     if status != 0 {
-        return Err(failure("a list copy failed", &error));
+        return Err(error.model_error("a list copy failed"));
     }
     Ok(())
 }

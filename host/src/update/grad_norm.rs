@@ -5,7 +5,10 @@
 //! before them ([`GradientLedger::mark`]) and take the norm of the difference after
 //! ([`GradientLedger::norm_since_mark`]). That equals the norm of the agent's samples run alone.
 
-use tch::{Kind, Tensor};
+use tch::Tensor;
+
+use super::gradient_lists::{scale_each, squared_norm_sum};
+use crate::model::error::ModelError;
 
 /// The trainable tensors of a worker group and a snapshot of their gradients.
 pub struct GradientLedger {
@@ -37,17 +40,14 @@ impl GradientLedger {
     }
 
     /// ‖g_now − g_mark‖₂ over all tensors: the norm of what was accumulated since [`Self::mark`].
-    pub fn norm_since_mark(&self) -> f64 {
-        let squares = self
-            .params
-            .iter()
-            .zip(&self.marked)
-            .map(|(p, before)| (gradient_or_zeros(p) - before).square().sum(Kind::Double));
-        total_sqrt(squares)
+    pub fn norm_since_mark(&self) -> Result<f64, ModelError> {
+        let now: Vec<Tensor> = self.params.iter().map(gradient_or_zeros).collect();
+        let squares = squared_norm_sum(&now.iter().collect::<Vec<_>>(), Some(&refs(&self.marked)))?;
+        Ok(squares.double_value(&[]).sqrt())
     }
 
     /// The global L2 norm of the accumulated gradients.
-    pub fn norm(&self) -> f64 {
+    pub fn norm(&self) -> Result<f64, ModelError> {
         global_norm(&self.params)
     }
 
@@ -73,18 +73,13 @@ impl GradientLedger {
 
     /// Scales the gradients so their global norm is at most `max_norm` (≤ 0 disables); returns
     /// the norm before clipping.
-    pub fn clip(&self, max_norm: f64) -> f64 {
-        let norm = self.norm();
+    pub fn clip(&self, max_norm: f64) -> Result<f64, ModelError> {
+        let norm = self.norm()?;
         if max_norm > 0.0 && norm > max_norm {
-            let scale = max_norm / (norm + 1e-6);
-            for p in &self.params {
-                let mut grad = p.grad();
-                if grad.defined() {
-                    grad *= scale;
-                }
-            }
+            let grads = defined_gradients(&self.params);
+            scale_each(&refs(&grads), max_norm / (norm + 1e-6))?;
         }
-        norm
+        Ok(norm)
     }
 }
 
@@ -98,25 +93,24 @@ fn gradient_or_zeros(param: &Tensor) -> Tensor {
 }
 
 /// The L2 norm of all gradients of `params` together.
-pub fn global_norm(params: &[Tensor]) -> f64 {
-    let squares = params.iter().filter_map(|p| {
-        let grad = p.grad();
-        grad.defined().then(|| grad.square().sum(Kind::Double))
-    });
-    total_sqrt(squares)
+pub fn global_norm(params: &[Tensor]) -> Result<f64, ModelError> {
+    let grads = defined_gradients(params);
+    Ok(squared_norm_sum(&refs(&grads), None)?
+        .double_value(&[])
+        .sqrt())
 }
 
-/// The square root of the sum of `squares` (f64 scalars on one device), read back to the host
-/// once: on a GPU, one synchronisation rather than one per tensor.
-fn total_sqrt(squares: impl Iterator<Item = Tensor>) -> f64 {
-    let squares: Vec<Tensor> = squares.collect();
-    if squares.is_empty() {
-        return 0.0;
-    }
-    Tensor::stack(&squares, 0)
-        .sum(Kind::Double)
-        .double_value(&[])
-        .sqrt()
+/// The gradients of `params` that have been accumulated (the others count as zero).
+fn defined_gradients(params: &[Tensor]) -> Vec<Tensor> {
+    params
+        .iter()
+        .map(Tensor::grad)
+        .filter(Tensor::defined)
+        .collect()
+}
+
+fn refs(tensors: &[Tensor]) -> Vec<&Tensor> {
+    tensors.iter().collect()
 }
 
 #[cfg(test)]
@@ -153,25 +147,28 @@ mod tests {
         // Alone.
         zero();
         losses(&model).0.backward();
-        let alone_a = ledger().norm();
+        let alone_a = ledger().norm().expect("norm");
         zero();
         losses(&model).1.backward();
-        let alone_b = ledger().norm();
+        let alone_b = ledger().norm().expect("norm");
 
         // Together, accumulating into the same buffers, A then B.
         zero();
         let mut shared = ledger();
         shared.mark();
         losses(&model).0.backward();
-        let a = shared.norm_since_mark();
+        let a = shared.norm_since_mark().expect("norm");
         shared.mark();
         losses(&model).1.backward();
-        let b = shared.norm_since_mark();
+        let b = shared.norm_since_mark().expect("norm");
 
         assert!(alone_a > 0.0 && alone_b > 0.0);
         assert!((a - alone_a).abs() < 1e-5, "{a} vs {alone_a}");
         assert!((b - alone_b).abs() < 1e-5, "{b} vs {alone_b}");
-        assert!(shared.norm() <= a + b + 1e-5, "triangle inequality");
+        assert!(
+            shared.norm().expect("norm") <= a + b + 1e-5,
+            "triangle inequality"
+        );
     }
 
     #[test]
@@ -180,9 +177,10 @@ mod tests {
         let model = nn::linear(vs.root(), 3, 2, Default::default());
         let ledger = GradientLedger::new(vs.trainable_variables());
         (losses(&model).0 * 100.0).backward();
-        let before = ledger.clip(1.0);
+        let before = ledger.clip(1.0).expect("clip");
         assert!(before > 1.0);
-        assert!((ledger.norm() - 1.0).abs() < 1e-4, "{}", ledger.norm());
+        let after = ledger.norm().expect("norm");
+        assert!((after - 1.0).abs() < 1e-4, "{after}");
         assert_eq!(ledger.first_non_finite(), None);
 
         (losses(&model).0 * f64::NAN).backward();

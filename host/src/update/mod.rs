@@ -8,6 +8,7 @@ mod batch;
 mod critic;
 mod fused_adamw;
 mod grad_norm;
+mod gradient_lists;
 mod kl;
 mod loss;
 mod rollout_correction;

@@ -149,9 +149,9 @@ pub fn update_group(
             report.forward_tokens += batch.forward_tokens;
         }
         let norm = if several_agents {
-            ledger.norm_since_mark()
+            ledger.norm_since_mark()?
         } else {
-            ledger.norm()
+            ledger.norm()?
         };
         report.agent_grad_norms.insert(agent, norm);
     }
@@ -168,7 +168,7 @@ pub fn update_group(
         optimizer.zero_grad();
         return Ok(report);
     }
-    report.grad_norm = ledger.clip(grad_clip);
+    report.grad_norm = ledger.clip(grad_clip)?;
     optimizer.step(lr)?;
     optimizer.zero_grad();
     Ok(report)
