@@ -42,7 +42,7 @@ impl GradientLedger {
     /// ‖g_now − g_mark‖₂ over all tensors: the norm of what was accumulated since [`Self::mark`].
     pub fn norm_since_mark(&self) -> Result<f64, ModelError> {
         let now: Vec<Tensor> = self.params.iter().map(gradient_or_zeros).collect();
-        let squares = squared_norm_sum(&now.iter().collect::<Vec<_>>(), Some(&refs(&self.marked)))?;
+        let squares = squared_norm_sum(&refs(&now), Some(&refs(&self.marked)))?;
         Ok(squares.double_value(&[]).sqrt())
     }
 
