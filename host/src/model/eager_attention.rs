@@ -4,11 +4,12 @@
 //! There `scaled_dot_product_attention` picks a fused kernel by shape, and a decode step's
 //! shape is new every step (the keys grow by one slot). On CUDA with a mask and grouped-query
 //! heads, flash attention declines (no mask) and libtorch 2.11's memory-efficient kernel
-//! declines (no grouped heads), leaving cuDNN, which libtorch prefers on Hopper and newer and
-//! which builds an execution graph for every new shape ("excessive recompilation", in
-//! libtorch's own warning), or the math path, which copies the keys and values to every query
-//! head and computes in f32. Here the query heads sharing a key/value head are the rows of one
-//! product, so each step reads the cache once, in place, with no per-shape setup.
+//! declines (no grouped heads), leaving cuDNN, which libtorch prefers on Hopper and Blackwell
+//! data-centre GPUs and which builds an execution graph for every new shape ("excessive
+//! recompilation", in libtorch's own warning), or elsewhere the math path, which copies the keys
+//! and values to every query head and computes in f32. Here the query heads sharing a
+//! key/value head are the rows of one product, so each step reads the cache once, in place,
+//! with no per-shape setup.
 
 use tch::{Kind, Tensor};
 
