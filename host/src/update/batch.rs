@@ -59,15 +59,19 @@ pub struct TrainingBatch {
     pub forward_tokens: usize,
 }
 
-/// `rows` in `width` columns each, row `i` after `padding[i]` columns of padding: ids (0 for
-/// padding) and which entries are real, flat, row after row.
-fn pad_rows(rows: &[&[i64]], padding: &[usize], width: usize) -> (Vec<i64>, Vec<bool>) {
+/// `rows` in `width` columns each, row `i` (its two parts one after the other) after
+/// `padding[i]` columns of padding: ids (0 for padding) and which entries are real, flat, row
+/// after row.
+fn pad_rows(rows: &[[&[i64]; 2]], padding: &[usize], width: usize) -> (Vec<i64>, Vec<bool>) {
     let mut ids = vec![0i64; rows.len() * width];
     let mut real = vec![false; rows.len() * width];
-    for ((row, values), padding) in rows.iter().enumerate().zip(padding) {
-        let start = row * width + padding;
-        ids[start..start + values.len()].copy_from_slice(values);
-        real[start..start + values.len()].fill(true);
+    for ((row, parts), padding) in rows.iter().enumerate().zip(padding) {
+        let mut start = row * width + padding;
+        for part in parts {
+            ids[start..start + part.len()].copy_from_slice(part);
+            real[start..start + part.len()].fill(true);
+            start += part.len();
+        }
     }
     (ids, real)
 }
@@ -105,28 +109,24 @@ impl TrainingBatch {
         let response = response_lengths.iter().copied().max().unwrap_or(0);
         let inputs = response - 1;
         let shared = prompts.len() < b;
-        // Each call's inputs: its response but the last token, after its prompt when whole.
-        let call_inputs: Vec<Vec<i64>> = calls
+        // Each call's response but the last token: the inputs that predict the rest.
+        let response_inputs: Vec<&[i64]> = calls
             .iter()
-            .map(|c| {
-                let response = &c.response[..c.response.len() - 1];
-                if shared {
-                    response.to_vec()
-                } else {
-                    [&c.prompt[..], response].concat()
-                }
-            })
+            .map(|c| &c.response[..c.response.len() - 1])
             .collect();
-        let call_inputs: Vec<&[i64]> = call_inputs.iter().map(Vec::as_slice).collect();
-        // The first pass's rows, each prompt ending in column `P − 1`.
-        let (rows, padding, width): (&[&[i64]], Vec<usize>, usize) = if shared {
-            let padding = prompts.iter().map(|p| prompt_len - p.len()).collect();
-            (&prompts, padding, prompt_len)
+        // The first pass's rows, each prompt ending in column `P − 1`: the distinct prompts, or
+        // each call's prompt followed by its response inputs.
+        let (rows, width): (Vec<[&[i64]; 2]>, usize) = if shared {
+            (prompts.iter().map(|&p| [p, &[]]).collect(), prompt_len)
         } else {
-            let padding = calls.iter().map(|c| prompt_len - c.prompt.len()).collect();
-            (&call_inputs, padding, prompt_len + inputs)
+            let rows = calls.iter().zip(&response_inputs);
+            (
+                rows.map(|(c, &r)| [&c.prompt[..], r]).collect(),
+                prompt_len + inputs,
+            )
         };
-        let (prompt_ids, prompt_mask) = pad_rows(rows, &padding, width);
+        let padding: Vec<usize> = rows.iter().map(|[p, _]| prompt_len - p.len()).collect();
+        let (prompt_ids, prompt_mask) = pad_rows(&rows, &padding, width);
         let mut targets = vec![0i64; b * response];
         let mut response_mask = vec![0f32; b * response];
         let mut old = vec![0f32; b * response];
@@ -154,7 +154,8 @@ impl TrainingBatch {
             prompt_mask: tensor(Tensor::from_slice(&prompt_mask), rows.len(), width),
             prompt_of_call: Tensor::from_slice(&prompt_of_call).to_device(device),
             response_inputs: (shared && inputs > 0).then(|| {
-                let (ids, real) = pad_rows(&call_inputs, &vec![0; b], inputs);
+                let rows: Vec<[&[i64]; 2]> = response_inputs.iter().map(|&r| [r, &[]]).collect();
+                let (ids, real) = pad_rows(&rows, &vec![0; b], inputs);
                 (
                     tensor(Tensor::from_slice(&ids), b, inputs),
                     tensor(Tensor::from_slice(&real), b, inputs),
@@ -292,9 +293,13 @@ impl TrainingBatch {
     /// `R` = 1).
     fn hidden_of(&self, prompt_hidden: &Tensor, responses: Option<Tensor>) -> Tensor {
         let predicting = |columns: i64| {
-            prompt_hidden
-                .narrow(1, self.prompt_width - 1, columns)
-                .index_select(0, &self.prompt_of_call)
+            let columns = prompt_hidden.narrow(1, self.prompt_width - 1, columns);
+            // A row per call already when no prompt is shared (calls in order).
+            if self.prompts() == self.len() {
+                columns
+            } else {
+                columns.index_select(0, &self.prompt_of_call)
+            }
         };
         match responses {
             None => predicting(self.response_len),

@@ -42,7 +42,7 @@ impl GradientLedger {
     /// ‖g_now − g_mark‖₂ over all tensors: the norm of what was accumulated since [`Self::mark`].
     pub fn norm_since_mark(&self) -> Result<f64, ModelError> {
         let now: Vec<Tensor> = self.params.iter().map(gradient_or_zeros).collect();
-        let squares = squared_norm_sum(&refs(&now), Some(&refs(&self.marked)))?;
+        let squares = squared_norm_sum(&now, Some(&self.marked))?;
         Ok(squares.double_value(&[]).sqrt())
     }
 
@@ -77,7 +77,7 @@ impl GradientLedger {
         let norm = self.norm()?;
         if max_norm > 0.0 && norm > max_norm {
             let grads = defined_gradients(&self.params);
-            scale_each(&refs(&grads), max_norm / (norm + 1e-6))?;
+            scale_each(&grads, max_norm / (norm + 1e-6))?;
         }
         Ok(norm)
     }
@@ -95,9 +95,7 @@ fn gradient_or_zeros(param: &Tensor) -> Tensor {
 /// The L2 norm of all gradients of `params` together.
 pub fn global_norm(params: &[Tensor]) -> Result<f64, ModelError> {
     let grads = defined_gradients(params);
-    Ok(squared_norm_sum(&refs(&grads), None)?
-        .double_value(&[])
-        .sqrt())
+    Ok(squared_norm_sum(&grads, None)?.double_value(&[]).sqrt())
 }
 
 /// The gradients of `params` that have been accumulated (the others count as zero).
@@ -107,10 +105,6 @@ fn defined_gradients(params: &[Tensor]) -> Vec<Tensor> {
         .map(Tensor::grad)
         .filter(Tensor::defined)
         .collect()
-}
-
-fn refs(tensors: &[Tensor]) -> Vec<&Tensor> {
-    tensors.iter().collect()
 }
 
 #[cfg(test)]

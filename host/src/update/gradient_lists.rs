@@ -33,16 +33,15 @@ extern "C" {
 /// `Σ_i ‖a_i − b_i‖²` (`Σ_i ‖a_i‖²` without `b`) over tensors on one device, as a 0-dim f64
 /// tensor there: each norm accumulated in f32 (f64 for f64 tensors), the squares summed in f64.
 /// Reading it is the one synchronisation.
-pub fn squared_norm_sum(a: &[&Tensor], b: Option<&[&Tensor]>) -> Result<Tensor, ModelError> {
+pub fn squared_norm_sum(a: &[Tensor], b: Option<&[Tensor]>) -> Result<Tensor, ModelError> {
     let device = a.first().map_or(tch::Device::Cpu, |t| t.device());
     let out = Tensor::zeros([], (Kind::Double, device));
-    let a_list = handles(a.iter().copied());
-    let b_list = b.map(|b| handles(b.iter().copied()));
+    let a_list = handles(a);
+    let b_list = b.map(handles);
     if let Some(b_list) = &b_list {
         if b_list.len() != a_list.len() {
             return Err(ModelError::Input(format!(
-                "the norm of {} differences of {} and {} tensors",
-                a_list.len(),
+                "a norm of differences between {} and {} tensors",
                 a_list.len(),
                 b_list.len()
             )));
@@ -68,8 +67,8 @@ pub fn squared_norm_sum(a: &[&Tensor], b: Option<&[&Tensor]>) -> Result<Tensor, 
 }
 
 /// Multiplies every tensor of `list` by `scale` in place, in one list operation.
-pub fn scale_each(list: &[&Tensor], scale: f64) -> Result<(), ModelError> {
-    let list = handles(list.iter().copied());
+pub fn scale_each(list: &[Tensor], scale: f64) -> Result<(), ModelError> {
+    let list = handles(list);
     let mut error = ShimError::new();
     // SAFETY: `list` holds handles of tensors alive for the call; `error` is writable for
     // `ShimError::CAPACITY` bytes.
@@ -106,7 +105,6 @@ mod tests {
             Tensor::zeros([2, 2], (Kind::Float, Device::Cpu)),
             Tensor::from_slice(&[0.5f32, 0.5]).to_kind(Kind::BFloat16),
         ];
-        let (a, b): (Vec<&Tensor>, Vec<&Tensor>) = (a.iter().collect(), b.iter().collect());
         let plain = squared_norm_sum(&a, None).expect("norms");
         assert_eq!(plain.kind(), Kind::Double);
         // Each norm is an f32 (√0.5 rounds), its square and the sum f64.
@@ -133,7 +131,7 @@ mod tests {
             Tensor::from_slice(&[1.0f32, -2.0]),
             Tensor::from_slice(&[4.0f32]).to_kind(Kind::BFloat16),
         ];
-        scale_each(&list.iter().collect::<Vec<_>>(), 0.5).expect("scaled");
+        scale_each(&list, 0.5).expect("scaled");
         assert_eq!(Vec::<f32>::try_from(&list[0]).expect("f32"), [0.5, -1.0]);
         assert_eq!(list[1].to_kind(Kind::Float).double_value(&[0]), 2.0);
     }
