@@ -1,6 +1,7 @@
 //! Shared-prompt training on the tiny Llama, Qwen2 and Qwen3 fixtures: a prompt several calls
-//! share runs through the model once ([`TrainingBatch`]), calls sharing none run as whole
-//! sequences in one pass, and neither changes anything but the cost — each call's
+//! share runs through the model once ([`TrainingBatch`]), calls sharing none (or, on a GPU, too
+//! little) run as whole sequences in one pass, and neither changes anything but the cost — each
+//! call's
 //! log-probabilities (at its sampling temperature) are those of its own whole-sequence forward
 //! pass, and the gradients those of training every call alone. Prompt indices the prefix does
 //! not have are errors that say so.
@@ -115,23 +116,37 @@ fn a_shared_prompt_gives_each_call_its_own_logprobs() {
 }
 
 #[test]
-fn calls_sharing_no_prompt_run_whole_in_one_pass_with_each_its_own_logprobs() {
-    let calls = distinct_calls();
-    let refs: Vec<&AgentCall> = calls.iter().collect();
-    for name in ["llama", "qwen2", "qwen3"] {
-        let model = fixture(name);
-        let batch = TrainingBatch::new(&refs, &broadcast(&refs, &[0.0; 5]), Device::Cpu);
-        assert_eq!(batch.prompts(), 5, "{name}: a row per call");
-        assert!(batch.response_inputs.is_none(), "{name}: one pass");
-        assert_eq!(
-            batch.prompt_ids.size(),
-            [5, 5 + 5],
-            "{name}: [B, P + R − 1]"
-        );
-        assert_eq!(batch.forward_tokens, 5 * (5 + 5), "{name}: B × (P + R − 1)");
-        assert_each_call_alone(name, &model, &calls, &batch);
+fn calls_run_whole_in_one_pass_with_each_its_own_logprobs() {
+    // Calls sharing no prompt, and calls sharing prompts laid out in one pass all the same.
+    let layouts: [(&str, _, BatchOf); 2] = [
+        ("distinct", distinct_calls(), TrainingBatch::new),
+        ("shared in one pass", calls(), TrainingBatch::in_one_pass),
+    ];
+    for (layout, calls, batch_of) in layouts {
+        let refs: Vec<&AgentCall> = calls.iter().collect();
+        for name in ["llama", "qwen2", "qwen3"] {
+            let model = fixture(name);
+            let batch = batch_of(&refs, &broadcast(&refs, &[0.0; 5]), Device::Cpu);
+            let context = format!("{name}, {layout}");
+            assert_eq!(batch.prompts(), 5, "{context}: a row per call");
+            assert!(batch.response_inputs.is_none(), "{context}: one pass");
+            assert_eq!(
+                batch.prompt_ids.size(),
+                [5, 5 + 5],
+                "{context}: [B, P + R − 1]"
+            );
+            assert_eq!(
+                batch.forward_tokens,
+                5 * (5 + 5),
+                "{context}: B × (P + R − 1)"
+            );
+            assert_each_call_alone(&context, &model, &calls, &batch);
+        }
     }
 }
+
+/// A way to lay calls out as a training batch.
+type BatchOf = fn(&[&AgentCall], &PerToken, Device) -> TrainingBatch;
 
 /// The gradient of Σ_calls advantage × Σ_tokens log π over all trainable weights, flattened.
 fn gradient(model: &Llama, batches: &[TrainingBatch]) -> Tensor {
@@ -152,16 +167,18 @@ fn gradient(model: &Llama, batches: &[TrainingBatch]) -> Tensor {
 fn batching_calls_leaves_the_gradient_of_training_each_alone_unchanged() {
     let advantages = [1.0, -0.5, 0.25, -1.5, 0.75];
     let model = fixture("llama");
-    // Shared prompts (a prefix pass, then the responses) and distinct ones (whole sequences).
-    for (layout, calls) in [("shared", calls()), ("distinct", distinct_calls())] {
+    // Shared prompts (a prefix pass, then the responses, or whole sequences) and distinct ones
+    // (whole sequences).
+    let layouts: [(&str, _, BatchOf); 3] = [
+        ("shared", calls(), TrainingBatch::new),
+        ("shared in one pass", calls(), TrainingBatch::in_one_pass),
+        ("distinct", distinct_calls(), TrainingBatch::new),
+    ];
+    for (layout, calls, batch_of) in layouts {
         let refs: Vec<&AgentCall> = calls.iter().collect();
         let batched = gradient(
             &model,
-            &[TrainingBatch::new(
-                &refs,
-                &broadcast(&refs, &advantages),
-                Device::Cpu,
-            )],
+            &[batch_of(&refs, &broadcast(&refs, &advantages), Device::Cpu)],
         );
         let alone: Vec<TrainingBatch> = calls
             .iter()

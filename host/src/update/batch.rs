@@ -1,6 +1,6 @@
 //! [`TrainingBatch`]: agent calls as tensors, each distinct prompt once and the responses that
-//! continue it after, so a prompt shared by a group's samples is trained through once; calls
-//! that share no prompt as whole sequences, in one pass.
+//! continue it after, so a prompt shared by a group's samples is trained through once; or each
+//! call's whole sequence, in one pass, when that costs less ([`prompts_run_once`]).
 
 use std::collections::HashMap;
 
@@ -18,23 +18,25 @@ use crate::rollout::AgentCall;
 /// `P − 1`; responses are right-padded, so each starts where its prompt ends. Response-position
 /// tensors are `[B, R]` with `R` the longest response.
 ///
-/// When calls share prompts, the prompts run through the model once and the responses after
-/// them, in a second pass ([`Llama::forward_continuations`]). When no two calls share one, that
-/// second pass would save nothing and cost a whole pass of operators (on a GPU, of kernel
-/// launches): each call is then one row of `prompt_ids` holding its whole sequence, its prompt
-/// followed by its response inputs, and one pass computes everything.
+/// When calls share prompts, the prompts can run through the model once and the responses after
+/// them, in a second pass ([`Llama::forward_continuations`]). That second pass costs a whole
+/// pass of operators (on a GPU, of kernel launches), so when the shared prompts save too few
+/// tokens to pay for it ([`prompts_run_once`]) — always when no two calls share one — each call
+/// is one row of `prompt_ids` holding its whole sequence, its prompt followed by its response
+/// inputs, and one pass computes everything.
 pub struct TrainingBatch {
-    /// The distinct prompts `[G, P]` (padding 0); when no prompt is shared, each call's whole
-    /// sequence, `[B, P + R − 1]`: its prompt left-padded to `P`, then its response but the last
-    /// token, right-padded.
+    /// The distinct prompts `[G, P]` (padding 0); in one pass, each call's whole sequence,
+    /// `[B, P + R − 1]`: its prompt left-padded to `P`, then its response but the last token,
+    /// right-padded.
     pub prompt_ids: Tensor,
     /// Real tokens of `prompt_ids` (bool).
     pub prompt_mask: Tensor,
-    /// The prompt each call continues, `[B]` int64 (rows of `prompt_ids`).
+    /// The prompt each call continues, `[B]` int64 (rows of `prompt_ids`; in one pass, each
+    /// call's own row).
     pub prompt_of_call: Tensor,
     /// Each call's response but its last token, `[B, R − 1]` right-padded, with its real tokens
     /// (bool): the inputs whose outputs predict the second response token on. `None` when
-    /// `R` = 1 or no prompt is shared (`prompt_ids` then holds every input).
+    /// `R` = 1 or in one pass (`prompt_ids` then holds every input).
     pub response_inputs: Option<(Tensor, Tensor)>,
     /// `P`: the column after every prompt's last token.
     pub prompt_width: i64,
@@ -55,8 +57,33 @@ pub struct TrainingBatch {
     pub response_lengths: Vec<usize>,
     /// Real response tokens in the batch.
     pub response_tokens: usize,
-    /// Tokens the forward pass runs, padding included: `G × P + B × (R − 1)`.
+    /// Tokens the forward pass runs, padding included: `G × P + B × (R − 1)`, or
+    /// `B × (P + R − 1)` in one pass.
     pub forward_tokens: usize,
+}
+
+/// Whether `calls` calls with `distinct` distinct prompts (left-padded to `prompt_width`) and
+/// responses of at most `inputs` + 1 tokens train each prompt once, before the responses that
+/// continue it (two passes), rather than each call's whole sequence in one pass, on `device`.
+///
+/// The prompts pass saves `(calls − distinct) × prompt_width` tokens and costs a pass of
+/// operators. On the CPU, which computes the tokens one operator after another, any token saved
+/// is time saved. On an accelerator every operator is a kernel launch whatever its size, and a
+/// training pass of a small batch takes about as long to launch as to compute (the 1.5B model's
+/// 16 × 512-token step on an H100), so the prompts pass is taken only when it removes at least
+/// half the tokens of the one pass.
+pub fn prompts_run_once(
+    calls: usize,
+    distinct: usize,
+    prompt_width: usize,
+    inputs: usize,
+    device: Device,
+) -> bool {
+    let saved = calls.saturating_sub(distinct) * prompt_width;
+    match device {
+        Device::Cpu => saved > 0,
+        _ => saved > 0 && 2 * saved >= calls * (prompt_width + inputs),
+    }
 }
 
 /// `rows` in `width` columns each, row `i` (its two parts one after the other) after
@@ -79,12 +106,31 @@ fn pad_rows(rows: &[[&[i64]; 2]], padding: &[usize], width: usize) -> (Vec<i64>,
 impl TrainingBatch {
     /// Packs `calls` with their `advantages` (row `i`: one per response token of `calls[i]`)
     /// onto `device`. Calls whose prompts are equal token for token share one row of
-    /// `prompt_ids`; when no two calls do, each call's whole sequence is its row.
+    /// `prompt_ids` when [`prompts_run_once`] says so; otherwise each call's whole sequence is
+    /// its row.
     ///
     /// # Panics
     /// If a call has an empty prompt or response, `calls` is empty (the trainer never builds
     /// such batches), or an advantage row is not as long as its call's response.
     pub fn new(calls: &[&AgentCall], advantages: &PerToken, device: Device) -> Self {
+        Self::laid_out(calls, advantages, device, false)
+    }
+
+    /// [`Self::new`] with each call's whole sequence as its row, one pass, whatever prompts the
+    /// calls share.
+    ///
+    /// # Panics
+    /// As [`Self::new`].
+    pub fn in_one_pass(calls: &[&AgentCall], advantages: &PerToken, device: Device) -> Self {
+        Self::laid_out(calls, advantages, device, true)
+    }
+
+    fn laid_out(
+        calls: &[&AgentCall],
+        advantages: &PerToken,
+        device: Device,
+        one_pass: bool,
+    ) -> Self {
         assert!(!calls.is_empty(), "a training batch needs calls");
         assert!(
             calls
@@ -108,7 +154,7 @@ impl TrainingBatch {
         let response_lengths: Vec<usize> = calls.iter().map(|c| c.response.len()).collect();
         let response = response_lengths.iter().copied().max().unwrap_or(0);
         let inputs = response - 1;
-        let shared = prompts.len() < b;
+        let once = !one_pass && prompts_run_once(b, prompts.len(), prompt_len, inputs, device);
         // Each call's response but the last token: the inputs that predict the rest.
         let response_inputs: Vec<&[i64]> = calls
             .iter()
@@ -116,13 +162,15 @@ impl TrainingBatch {
             .collect();
         // The first pass's rows, each prompt ending in column `P − 1`: the distinct prompts, or
         // each call's prompt followed by its response inputs.
-        let (rows, width): (Vec<[&[i64]; 2]>, usize) = if shared {
-            (prompts.iter().map(|&p| [p, &[]]).collect(), prompt_len)
+        let (rows, width, prompt_of_call): (Vec<[&[i64]; 2]>, usize, Vec<i64>) = if once {
+            let rows = prompts.iter().map(|&p| [p, &[]]).collect();
+            (rows, prompt_len, prompt_of_call)
         } else {
             let rows = calls.iter().zip(&response_inputs);
             (
                 rows.map(|(c, &r)| [&c.prompt[..], r]).collect(),
                 prompt_len + inputs,
+                (0..b as i64).collect(),
             )
         };
         let padding: Vec<usize> = rows.iter().map(|[p, _]| prompt_len - p.len()).collect();
@@ -153,7 +201,7 @@ impl TrainingBatch {
             prompt_ids: tensor(Tensor::from_slice(&prompt_ids), rows.len(), width),
             prompt_mask: tensor(Tensor::from_slice(&prompt_mask), rows.len(), width),
             prompt_of_call: Tensor::from_slice(&prompt_of_call).to_device(device),
-            response_inputs: (shared && inputs > 0).then(|| {
+            response_inputs: (once && inputs > 0).then(|| {
                 let rows: Vec<[&[i64]; 2]> = response_inputs.iter().map(|&r| [r, &[]]).collect();
                 let (ids, real) = pad_rows(&rows, &vec![0; b], inputs);
                 (
@@ -172,7 +220,7 @@ impl TrainingBatch {
             response_len: response as i64,
             response_lengths,
             response_tokens: calls.iter().map(|c| c.response.len()).sum(),
-            forward_tokens: prompts.len() * prompt_len + b * inputs,
+            forward_tokens: rows.len() * width + if once { b * inputs } else { 0 },
         }
     }
 
@@ -344,4 +392,25 @@ fn per_token_tensor(rows: &PerToken, lengths: &[usize], width: usize) -> Tensor 
         }
     }
     Tensor::from_slice(&flat).view([lengths.len() as i64, width as i64])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompts_run_once_on_the_cpu_whenever_shared_and_on_a_gpu_when_they_halve_the_tokens() {
+        let gpu = Device::Cuda(0);
+        for device in [Device::Cpu, gpu] {
+            assert!(!prompts_run_once(8, 8, 100, 200, device), "nothing shared");
+        }
+        // 8 calls on 2 prompts of 32 tokens with 480-token responses: 192 of 4,088 tokens saved.
+        assert!(prompts_run_once(8, 2, 32, 479, Device::Cpu));
+        assert!(!prompts_run_once(8, 2, 32, 479, gpu));
+        // 8 samples of one 1,000-token prompt with 200-token responses: 7,000 of 9,592 saved.
+        assert!(prompts_run_once(8, 1, 1000, 199, gpu));
+        // Exactly half: 4 calls of one 10-token prompt, 5 inputs each (30 of 60 saved).
+        assert!(prompts_run_once(4, 1, 10, 5, gpu));
+        assert!(!prompts_run_once(4, 1, 10, 6, gpu));
+    }
 }
