@@ -2,7 +2,7 @@
 //! `update/fused_adamw.cpp`, `update/gradient_lists.cpp`) writes a caught exception's message
 //! into, through `shim_error.h`'s `drmas::write_error`.
 
-use std::ffi::c_char;
+use std::ffi::{c_char, c_int};
 
 use tch::TchError;
 
@@ -28,6 +28,19 @@ impl ShimError {
     /// bytes.
     pub(crate) fn as_mut_ptr(&mut self) -> *mut c_char {
         self.buffer.as_mut_ptr().cast()
+    }
+
+    /// Runs `call`, a shim call given `(error, capacity)` that returns 0 when it succeeds; its
+    /// failure as [`Self::model_error`].
+    pub(crate) fn check(
+        what: &str,
+        call: impl FnOnce(*mut c_char, usize) -> c_int,
+    ) -> Result<(), ModelError> {
+        let mut error = Self::new();
+        match call(error.as_mut_ptr(), Self::CAPACITY) {
+            0 => Ok(()),
+            _ => Err(error.model_error(what)),
+        }
     }
 
     /// The shim's failure as a libtorch error of the model: `what` failed, and why.

@@ -60,7 +60,7 @@ fn train_step(group: &mut WorkerGroup) {
     let tokens = Tensor::from_slice(&[1i64, 5, 9, 2, 7, 3, 11, 4])
         .view([2, 4])
         .to_device(device);
-    group.optimizer.zero_grad();
+    group.optimizer.zero_grad().expect("cleared");
     // Row 0 through adapter 0, row 1 through adapter 1 (the base alone with LoRA would train
     // nothing).
     let rows = if group.adapter_names.is_empty() {

@@ -9,6 +9,7 @@
 use tch::{Kind, Tensor};
 
 use super::fused_adamw::{copy_each, fused_adamw, AdamWSettings, AdamWTensors};
+use super::gradient_lists::zero_each;
 use crate::model::error::ModelError;
 use crate::model::transfer::transfer;
 
@@ -107,11 +108,16 @@ impl AdamW {
         }
     }
 
-    /// Clears every parameter's gradient.
-    pub fn zero_grad(&mut self) {
-        for (_, param) in &mut self.params {
-            param.zero_grad();
-        }
+    /// Sets every accumulated gradient to zero, in one list operation (a parameter without a
+    /// gradient keeps none).
+    pub fn zero_grad(&mut self) -> Result<(), ModelError> {
+        let grads: Vec<Tensor> = self
+            .params
+            .iter()
+            .map(|(_, p)| p.grad())
+            .filter(Tensor::defined)
+            .collect();
+        zero_each(&grads)
     }
 
     /// One update at learning rate `lr` from the accumulated gradients (parameters without a
@@ -288,7 +294,7 @@ mod tests {
             .expect("libtorch AdamW");
         for step in 1..=5 {
             let lr = warmup_lr(0.1, step, 2);
-            optimizer.zero_grad();
+            optimizer.zero_grad().expect("cleared");
             (&ours - &target).square().sum(Kind::Float).backward();
             optimizer.step(lr).expect("step");
             reference.set_lr(lr);
@@ -325,8 +331,8 @@ mod tests {
             .var_copy("c", &Tensor::from_slice(&[1.0f32, -2.0]));
         let mut alone = AdamW::new(vec![("c".into(), c.shallow_clone())], 0.1);
         for _ in 0..3 {
-            both.zero_grad();
-            alone.zero_grad();
+            both.zero_grad().expect("cleared");
+            alone.zero_grad().expect("cleared");
             (a.square().sum(Kind::Float) + b.square().sum(Kind::Float)).backward();
             c.square().sum(Kind::Float).backward();
             both.step(0.1).expect("step");
@@ -367,7 +373,7 @@ mod tests {
         // A constant gradient makes each Adam step lr = 1e-3, a quarter of bf16's spacing
         // below 1.0 (2⁻⁸): rounded in bf16, every single step would vanish.
         for _ in 0..10 {
-            optimizer.zero_grad();
+            optimizer.zero_grad().expect("cleared");
             w.sum(Kind::Float).backward();
             optimizer.step(1e-3).expect("step");
         }

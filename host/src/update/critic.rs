@@ -109,7 +109,7 @@ impl Critic {
             sequences: calls.len() as f64,
             tokens: calls.iter().map(|c| c.response.len()).sum::<usize>() as f64,
         };
-        self.optimizer.zero_grad();
+        self.optimizer.zero_grad()?;
         let ledger =
             GradientLedger::new(self.optimizer.params().map(Tensor::shallow_clone).collect());
         let order = batching_order((0..calls.len()).collect(), calls);
@@ -129,15 +129,19 @@ impl Critic {
             report.stats.clip_fraction += stats.clip_fraction;
             loss.backward();
         }
-        if !report.stats.loss.is_finite() || ledger.first_non_finite().is_some() {
+        let grad_norm = ledger.norm()?;
+        // A finite norm means every gradient is finite; only a non-finite one needs the search.
+        let non_finite_gradient = !grad_norm.is_finite() && ledger.first_non_finite().is_some();
+        if !report.stats.loss.is_finite() || non_finite_gradient {
             report.skipped = true;
             report.grad_norm = f64::NAN;
-            self.optimizer.zero_grad();
+            self.optimizer.zero_grad()?;
             return Ok(report);
         }
-        report.grad_norm = ledger.clip(settings.grad_clip)?;
+        ledger.clip(grad_norm, settings.grad_clip)?;
+        report.grad_norm = grad_norm;
         self.optimizer.step(settings.learning_rate)?;
-        self.optimizer.zero_grad();
+        self.optimizer.zero_grad()?;
         Ok(report)
     }
 

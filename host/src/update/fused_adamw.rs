@@ -84,10 +84,9 @@ pub fn fused_adamw(tensors: &AdamWTensors<'_>, settings: AdamWSettings) -> Resul
             lists[3].len()
         )));
     }
-    let mut error = ShimError::new();
     // SAFETY: each list holds `count` handles of tensors alive for the whole call (borrowed by
-    // `tensors`); `error` is writable for `ShimError::CAPACITY` bytes.
-    let status = unsafe {
+    // `tensors`); `error` is writable for `capacity` bytes.
+    ShimError::check("the fused AdamW step failed", |error, capacity| unsafe {
         drmas_fused_adamw(
             lists[0].as_ptr(),
             lists[1].as_ptr(),
@@ -100,14 +99,10 @@ pub fn fused_adamw(tensors: &AdamWTensors<'_>, settings: AdamWSettings) -> Resul
             settings.weight_decay,
             settings.eps,
             settings.step as f64,
-            error.as_mut_ptr(),
-            ShimError::CAPACITY,
+            error,
+            capacity,
         )
-    };
-    if status != 0 {
-        return Err(error.model_error("the fused AdamW step failed"));
-    }
-    Ok(())
+    })
 }
 
 /// Copies each of `sources` into the destination at the same index (converting dtypes), in one
@@ -124,22 +119,11 @@ pub fn copy_each(destinations: &[&Tensor], sources: &[&Tensor]) -> Result<(), Mo
         handles(destinations.iter().copied()),
         handles(sources.iter().copied()),
     );
-    let mut error = ShimError::new();
     // SAFETY: both lists hold `len` handles of tensors alive for the call; `error` is writable
-    // for `ShimError::CAPACITY` bytes.
-    let status = unsafe {
-        drmas_copy_each(
-            to.as_ptr(),
-            from.as_ptr(),
-            to.len(),
-            error.as_mut_ptr(),
-            ShimError::CAPACITY,
-        )
-    };
-    if status != 0 {
-        return Err(error.model_error("a list copy failed"));
-    }
-    Ok(())
+    // for `capacity` bytes.
+    ShimError::check("a list copy failed", |error, capacity| unsafe {
+        drmas_copy_each(to.as_ptr(), from.as_ptr(), to.len(), error, capacity)
+    })
 }
 
 #[cfg(test)]

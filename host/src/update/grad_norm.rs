@@ -7,6 +7,7 @@
 
 use tch::Tensor;
 
+use super::fused_adamw::copy_each;
 use super::gradient_lists::{scale_each, squared_norm_sum};
 use crate::model::error::ModelError;
 
@@ -30,13 +31,17 @@ impl GradientLedger {
         &self.params
     }
 
-    /// Remembers the gradients as they are now (zero where none has been accumulated yet).
-    pub fn mark(&mut self) {
-        self.marked = self
-            .params
-            .iter()
-            .map(|p| gradient_or_zeros(p).copy())
-            .collect();
+    /// Remembers the gradients as they are now (zero where none has been accumulated yet), in
+    /// one list copy.
+    pub fn mark(&mut self) -> Result<(), ModelError> {
+        let now: Vec<Tensor> = self.params.iter().map(gradient_or_zeros).collect();
+        let marked: Vec<Tensor> = now.iter().map(Tensor::empty_like).collect();
+        copy_each(
+            &marked.iter().collect::<Vec<_>>(),
+            &now.iter().collect::<Vec<_>>(),
+        )?;
+        self.marked = marked;
+        Ok(())
     }
 
     /// ‖g_now − g_mark‖₂ over all tensors: the norm of what was accumulated since [`Self::mark`].
@@ -52,7 +57,9 @@ impl GradientLedger {
     }
 
     /// The index (in [`Self::params`]) of the first tensor whose gradient holds a NaN or ∞,
-    /// which means the step must be skipped; `None` when every gradient is finite.
+    /// which means the step must be skipped; `None` when every gradient is finite. It checks
+    /// the tensors one by one (two operators each): a finite [`Self::norm`] already says that
+    /// every gradient is finite, so this is for when it is not.
     pub fn first_non_finite(&self) -> Option<usize> {
         let (indices, finite): (Vec<usize>, Vec<Tensor>) = self
             .params
@@ -71,15 +78,14 @@ impl GradientLedger {
         (non_finite.size()[0] > 0).then(|| indices[non_finite.int64_value(&[0, 0]) as usize])
     }
 
-    /// Scales the gradients so their global norm is at most `max_norm` (≤ 0 disables); returns
-    /// the norm before clipping.
-    pub fn clip(&self, max_norm: f64) -> Result<f64, ModelError> {
-        let norm = self.norm()?;
+    /// Scales the gradients, whose global norm is `norm` ([`Self::norm`]), so that it is at
+    /// most `max_norm` (≤ 0 disables).
+    pub fn clip(&self, norm: f64, max_norm: f64) -> Result<(), ModelError> {
         if max_norm > 0.0 && norm > max_norm {
             let grads = defined_gradients(&self.params);
             scale_each(&grads, max_norm / (norm + 1e-6))?;
         }
-        Ok(norm)
+        Ok(())
     }
 }
 
@@ -149,10 +155,10 @@ mod tests {
         // Together, accumulating into the same buffers, A then B.
         zero();
         let mut shared = ledger();
-        shared.mark();
+        shared.mark().expect("mark");
         losses(&model).0.backward();
         let a = shared.norm_since_mark().expect("norm");
-        shared.mark();
+        shared.mark().expect("mark");
         losses(&model).1.backward();
         let b = shared.norm_since_mark().expect("norm");
 
@@ -171,13 +177,23 @@ mod tests {
         let model = nn::linear(vs.root(), 3, 2, Default::default());
         let ledger = GradientLedger::new(vs.trainable_variables());
         (losses(&model).0 * 100.0).backward();
-        let before = ledger.clip(1.0).expect("clip");
+        let before = ledger.norm().expect("norm");
         assert!(before > 1.0);
+        ledger.clip(before, 1.0).expect("clip");
         let after = ledger.norm().expect("norm");
         assert!((after - 1.0).abs() < 1e-4, "{after}");
         assert_eq!(ledger.first_non_finite(), None);
 
-        (losses(&model).0 * f64::NAN).backward();
-        assert_eq!(ledger.first_non_finite(), Some(0));
+        // A NaN or ∞ in any gradient makes the norm non-finite: then the tensors are checked.
+        for (index, value) in [(0, f64::NAN), (1, f64::INFINITY), (1, f64::NEG_INFINITY)] {
+            for param in ledger.params() {
+                let _ = param.grad().zero_();
+            }
+            (losses(&model).0 * 100.0).backward();
+            let _ = ledger.params()[index].grad().narrow(0, 1, 1).fill_(value);
+            let norm = ledger.norm().expect("norm");
+            assert!(!norm.is_finite(), "{value} in tensor {index}: norm {norm}");
+            assert_eq!(ledger.first_non_finite(), Some(index), "{value}");
+        }
     }
 }

@@ -1,8 +1,8 @@
-//! [`squared_norm_sum`] and [`scale_each`]: gradient norms and clipping over a model's tensors
-//! in one libtorch list operation each (the C side is `gradient_lists.cpp`). Taken tensor by
-//! tensor, a norm is about eight operators per tensor: for a worker group's gradient norm, each
-//! agent's and the clipping, a few thousand per step of a 28-layer model, each a kernel launch
-//! on a GPU.
+//! [`squared_norm_sum`], [`scale_each`] and [`zero_each`]: gradient norms, clipping and clearing
+//! over a model's tensors in one libtorch list operation each (the C side is
+//! `gradient_lists.cpp`). Taken tensor by tensor, a norm is about eight operators per tensor: for
+//! a worker group's gradient norm, each agent's, the clipping and the two clearings, a few
+//! thousand per step of a 28-layer model, each a kernel launch on a GPU.
 
 use std::ffi::{c_char, c_int, c_void};
 
@@ -28,6 +28,12 @@ extern "C" {
         error: *mut c_char,
         capacity: usize,
     ) -> c_int;
+    fn drmas_zero_each(
+        list: *const *mut c_void,
+        count: usize,
+        error: *mut c_char,
+        capacity: usize,
+    ) -> c_int;
 }
 
 /// `Σ_i ‖a_i − b_i‖²` (`Σ_i ‖a_i‖²` without `b`) over tensors on one device, as a 0-dim f64
@@ -47,44 +53,39 @@ pub fn squared_norm_sum(a: &[Tensor], b: Option<&[Tensor]>) -> Result<Tensor, Mo
             )));
         }
     }
-    let mut error = ShimError::new();
     // SAFETY: `a_list` (and `b_list`) hold `a_list.len()` handles of tensors alive for the call,
-    // `out` is a live tensor, and `error` is writable for `ShimError::CAPACITY` bytes.
-    let status = unsafe {
+    // `out` is a live tensor, and `error` is writable for `capacity` bytes.
+    ShimError::check("a gradient norm failed", |error, capacity| unsafe {
         drmas_squared_norm_sum(
             a_list.as_ptr(),
             b_list.as_ref().map_or(std::ptr::null(), |b| b.as_ptr()),
             a_list.len(),
             out.as_ptr().cast_mut().cast(),
-            error.as_mut_ptr(),
-            ShimError::CAPACITY,
+            error,
+            capacity,
         )
-    };
-    if status != 0 {
-        return Err(error.model_error("a gradient norm failed"));
-    }
+    })?;
     Ok(out)
 }
 
 /// Multiplies every tensor of `list` by `scale` in place, in one list operation.
 pub fn scale_each(list: &[Tensor], scale: f64) -> Result<(), ModelError> {
     let list = handles(list);
-    let mut error = ShimError::new();
     // SAFETY: `list` holds handles of tensors alive for the call; `error` is writable for
-    // `ShimError::CAPACITY` bytes.
-    let status = unsafe {
-        drmas_scale_each(
-            list.as_ptr(),
-            list.len(),
-            scale,
-            error.as_mut_ptr(),
-            ShimError::CAPACITY,
-        )
-    };
-    if status != 0 {
-        return Err(error.model_error("scaling the gradients failed"));
-    }
-    Ok(())
+    // `capacity` bytes.
+    ShimError::check("scaling the gradients failed", |error, capacity| unsafe {
+        drmas_scale_each(list.as_ptr(), list.len(), scale, error, capacity)
+    })
+}
+
+/// Sets every tensor of `list` to zero in place, in one list operation.
+pub fn zero_each(list: &[Tensor]) -> Result<(), ModelError> {
+    let list = handles(list);
+    // SAFETY: `list` holds handles of tensors alive for the call; `error` is writable for
+    // `capacity` bytes.
+    ShimError::check("clearing the gradients failed", |error, capacity| unsafe {
+        drmas_zero_each(list.as_ptr(), list.len(), error, capacity)
+    })
 }
 
 #[cfg(test)]
@@ -126,7 +127,7 @@ mod tests {
     }
 
     #[test]
-    fn scales_every_tensor_in_place() {
+    fn scales_and_clears_every_tensor_in_place() {
         let list = [
             Tensor::from_slice(&[1.0f32, -2.0]),
             Tensor::from_slice(&[4.0f32]).to_kind(Kind::BFloat16),
@@ -134,5 +135,9 @@ mod tests {
         scale_each(&list, 0.5).expect("scaled");
         assert_eq!(Vec::<f32>::try_from(&list[0]).expect("f32"), [0.5, -1.0]);
         assert_eq!(list[1].to_kind(Kind::Float).double_value(&[0]), 2.0);
+        zero_each(&list).expect("zeroed");
+        assert_eq!(Vec::<f32>::try_from(&list[0]).expect("f32"), [0.0, 0.0]);
+        assert_eq!(list[1].to_kind(Kind::Float).double_value(&[0]), 0.0);
+        zero_each(&[]).expect("nothing to clear");
     }
 }

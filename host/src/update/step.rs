@@ -121,15 +121,16 @@ pub fn update_group(
         sequences: calls.len() as f64,
         tokens: calls.iter().map(|c| c.response.len()).sum::<usize>() as f64,
     };
-    let several_agents = by_agent.len() > 1;
-    optimizer.zero_grad();
+    optimizer.zero_grad()?;
     let mut ledger = GradientLedger::new(optimizer.params().map(Tensor::shallow_clone).collect());
     let mut non_finite = None;
-    for (&agent, indices) in &mut by_agent {
+    for (position, (&agent, indices)) in by_agent.iter_mut().enumerate() {
         let settings = &agents[agent];
         *indices = batching_order(std::mem::take(indices), calls);
-        if several_agents {
-            ledger.mark();
+        // The first agent's gradients start from zero; a later one's from the earlier agents'.
+        let after_others = position > 0;
+        if after_others {
+            ledger.mark()?;
         }
         for chunk in indices.chunks(settings.micro_batch_size.max(1)) {
             let micro: Vec<&AgentCall> = chunk.iter().map(|&i| calls[i]).collect();
@@ -148,14 +149,22 @@ pub fn update_group(
             report.response_tokens += batch.response_tokens;
             report.forward_tokens += batch.forward_tokens;
         }
-        let norm = if several_agents {
+        let norm = if after_others {
             ledger.norm_since_mark()?
         } else {
             ledger.norm()?
         };
         report.agent_grad_norms.insert(agent, norm);
     }
+    let grad_norm = match report.agent_grad_norms.values().next() {
+        Some(&alone) if by_agent.len() == 1 => alone,
+        _ => ledger.norm()?,
+    };
+    // A finite norm means every gradient is finite; only a non-finite one needs the search.
     let non_finite = non_finite.or_else(|| {
+        if grad_norm.is_finite() {
+            return None;
+        }
         let index = ledger.first_non_finite()?;
         let parameter = optimizer
             .param_name(index)
@@ -165,12 +174,13 @@ pub fn update_group(
     if non_finite.is_some() {
         report.skipped = non_finite;
         report.grad_norm = f64::NAN;
-        optimizer.zero_grad();
+        optimizer.zero_grad()?;
         return Ok(report);
     }
-    report.grad_norm = ledger.clip(grad_clip)?;
+    ledger.clip(grad_norm, grad_clip)?;
+    report.grad_norm = grad_norm;
     optimizer.step(lr)?;
-    optimizer.zero_grad();
+    optimizer.zero_grad()?;
     Ok(report)
 }
 
