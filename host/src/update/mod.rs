@@ -17,7 +17,7 @@ mod value_loss;
 
 pub use adamw::{warmup_lr, AdamW};
 pub use aggregate::{Aggregation, BatchTotals};
-pub use batch::TrainingBatch;
+pub use batch::{prompts_run_once, TrainingBatch};
 pub use critic::{Critic, CriticReport};
 pub use grad_norm::{global_norm, GradientLedger};
 pub use kl::kl_penalty;
