@@ -15,6 +15,9 @@
 #     seconds.
 #   drmas's generation and training steps each run once more under libtorch's profiler
 #     (`--profile`): the report lists their busiest kernels and host operators.
+#   attention_probe.py first, with the architecture's heads: which attention kernels libtorch
+#     runs for drmas's and transformers' attention calls in training and decoding, and their
+#     milliseconds (first call and median), also with each SDPA backend forced.
 #   qwen2.5-7b: generation at batch 64 the same way; one training step of 8 calls of
 #     32 + 2048 tokens with activation checkpointing on both sides.
 #   grpo: GRPO against TRL's GRPOTrainer on the qwen2.5-1.5b model: the math Solver alone on 16
@@ -48,15 +51,17 @@ case "$arch" in
     batches="${DRMAS_SPEED_BATCHES:-64 256}" calls="${DRMAS_SPEED_CALLS:-16}"
     response="${DRMAS_SPEED_RESPONSE_TOKENS:-480}" checkpointing=""
     precisions="autocast bf16" grpo="${DRMAS_SPEED_GRPO:-16 8 256}" trl_grpo=none
+    heads="12 2 128"
     ;;
   qwen2.5-7b)
     batches="${DRMAS_SPEED_BATCHES:-64}" calls="${DRMAS_SPEED_CALLS:-8}"
     response="${DRMAS_SPEED_RESPONSE_TOKENS:-2048}" checkpointing="--activation-checkpointing"
     precisions="bf16" grpo="${DRMAS_SPEED_GRPO:-none}" trl_grpo=none
+    heads="28 4 128"
     ;;
   grpo)
     arch=qwen2.5-1.5b batches="" calls="" precisions="" grpo=none
-    trl_grpo="${DRMAS_SPEED_GRPO:-16 8 256}"
+    trl_grpo="${DRMAS_SPEED_GRPO:-16 8 256}" heads=""
     ;;
   *)
     log "unknown architecture $arch: qwen2.5-1.5b, qwen2.5-7b or grpo"
@@ -67,6 +72,11 @@ new_tokens="${DRMAS_SPEED_NEW_TOKENS:-512}"
 init_device=cpu
 [[ "$device" == cuda* ]] && init_device="$device"
 
+if [[ -n "$heads" ]]; then
+  read -r query_heads kv_heads head_dim <<<"$heads"
+  step attention-probe 120 "$python" "$here/attention_probe.py" --device "$device" \
+    --heads "$query_heads" --kv-heads "$kv_heads" --head-dim "$head_dim"
+fi
 model="${DRMAS_SPEED_MODEL:-$work/$arch-random}"
 if [[ -z "${DRMAS_SPEED_MODEL:-}" ]]; then
   step "make-$arch" 240 "$python" "$here/make_model.py" "$model" --arch "$arch" --dtype bf16 \

@@ -116,8 +116,9 @@ def collect(logs: Path, config: dict) -> dict:
     for row in training:
         row["tokens_per_s"] = row["forward_tokens"] / row["seconds"]
         row["mfu"] = row["tokens_per_s"] * flops_per_token(config, row["sequence"]) / PEAK_FLOPS
+    attention = (steps.get("attention-probe") or {}).get("output")
     return {"steps": list(steps.values()), "generation": generation, "training": training,
-            "grpo": grpo, "grpo_against_trl": against_trl}
+            "grpo": grpo, "grpo_against_trl": against_trl, "attention": attention}
 
 
 def markdown(report: dict, device: str, seconds: int) -> str:
@@ -166,6 +167,7 @@ def markdown(report: dict, device: str, seconds: int) -> str:
             f"{t['seconds']:.3f} | {t['tokens_per_s']:.0f} | {t['mfu'] * 100:.1f} % | {ratio} |"
         )
     lines += profiles(report)
+    lines += attention(report)
     grpo = report["grpo"]
     if grpo:
         calls = {key.split("/", 1)[1]: int(value) for key, value in grpo.items()
@@ -215,7 +217,8 @@ def markdown(report: dict, device: str, seconds: int) -> str:
                      f"| {step['gpu_memory_peak_mib']} |")
     lines += ["", "drmas's speed-up is its tokens/s over the row's (generation) and the row's "
               "seconds over its own for the same calls (training). drmas's forward tokens count "
-              "each prompt once for the calls that share it (4 per prompt); PyTorch's count every "
+              "each prompt once for the calls that share it when it trains the prompts in a pass "
+              "of their own (on a GPU, only when that halves the tokens); PyTorch's count every "
               f"sequence whole. MFU is against {PEAK_FLOPS / 1e12:.0f} TFLOP/s, the decode bound "
               f"at {BANDWIDTH / 1e12:.1f} TB/s. Against TRL, drmas's speed-up is TRL's step "
               "seconds over drmas's iteration (rollout + update) on the same run file.", ""]
@@ -254,6 +257,41 @@ def profiles(report: dict) -> list:
                   "|---|---|---|"]
         lines += [f"| `{e['name'][:90]}` | {e['count']} | {e['total_ms']:.2f} |"
                   for e in profile.get("host_most_frequent", [])[:TOP]]
+    return lines
+
+
+def attention(report: dict) -> list:
+    """The section of attention_probe.py's cases: which kernels libtorch runs for each
+    attention call, and their milliseconds."""
+    probe = report.get("attention")
+    if not probe:
+        return []
+
+    def kernels(case: dict) -> str:
+        if "declined" in case:
+            return f"declined: {case['declined'][:80]}"
+        return "; ".join(f"`{k['name'][:60]}` {k['us']:.0f} µs" for k in case["kernels"][:2])
+
+    def times(case: dict) -> str:
+        if "declined" in case:
+            return "| | "
+        return f"| {case['first_ms']:.2f} | {case['median_ms']:.3f} "
+
+    lines = [
+        "", "## Attention kernels (`attention_probe.py`)", "",
+        f"torch {probe['torch']}, cuDNN {probe['cudnn']}, {probe['dtype']}, {probe['heads']} "
+        f"query and {probe['kv_heads']} key/value heads of {probe['head_dim']}. Training: "
+        "forward and backward of 8 × 512 queries; decode: 64 rows of one query, the cache "
+        "growing a position a step (a new shape each) or at one shape.", "",
+        "| training call | backend | first (ms) | median (ms) | busiest kernels |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [f"| {c['case']} | {c['backend']} {times(c)}| {kernels(c)} |"
+              for c in probe["training"]]
+    lines += ["", "| decode call | cache | first (ms) | median (ms) | busiest kernels |",
+              "|---|---|---|---|---|"]
+    lines += [f"| {c['case']} | {c['cache']} {times(c)}| {kernels(c)} |"
+              for c in probe["decode"]]
     return lines
 
 
