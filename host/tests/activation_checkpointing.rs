@@ -2,8 +2,9 @@
 //! input, then recomputing layer by layer in the backward, leaves on every trained tensor the
 //! gradient of the plain forward and backward (f32: within 1e-5 of the largest gradient entry of
 //! that tensor), for a fully trained model and for LoRA adapters, on the tiny Llama fixture with
-//! prompts shared by several responses of different lengths; and with LoRA dropout, the
-//! recomputation draws the forward's masks.
+//! prompts shared by several responses of different lengths, trained once before them or as
+//! whole sequences in one pass; and with LoRA dropout, the recomputation draws the forward's
+//! masks.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -50,8 +51,9 @@ fn tiny_llama_with_dropout(lora: bool, dropout: f64) -> Llama {
     model
 }
 
-/// Six calls continuing three prompts (two each) with responses of 1 to 7 tokens.
-fn batch() -> TrainingBatch {
+/// Six calls continuing three prompts (two each) with responses of 1 to 7 tokens; the prompts
+/// once before the responses, or (`one_pass`) each call's whole sequence.
+fn batch_of(one_pass: bool) -> TrainingBatch {
     let prompts: [&[i64]; 3] = [&[4, 18, 2, 30, 9, 1], &[12, 3, 41], &[7, 7, 25, 6]];
     let responses: [&[i64]; 6] = [
         &[6, 2, 35, 11, 1, 9, 20],
@@ -73,7 +75,11 @@ fn batch() -> TrainingBatch {
     let refs: Vec<&AgentCall> = calls.iter().collect();
     let lengths: Vec<usize> = refs.iter().map(|c| c.response.len()).collect();
     let advantages = PerToken::broadcast(&[1.0, -0.5, 0.25, 2.0, -1.5, 0.75], &lengths);
-    TrainingBatch::new(&refs, &advantages, Device::Cpu)
+    if one_pass {
+        TrainingBatch::in_one_pass(&refs, &advantages, Device::Cpu)
+    } else {
+        TrainingBatch::new(&refs, &advantages, Device::Cpu)
+    }
 }
 
 /// A loss over every response token that reaches every logit: advantage-weighted logprobs plus
@@ -107,10 +113,11 @@ fn take_gradients(model: &Llama) -> BTreeMap<String, Tensor> {
         .collect()
 }
 
-fn assert_same_gradients(lora: bool) {
+fn assert_same_gradients(lora: bool, one_pass: bool) {
     let model = tiny_llama(lora);
     let adapter = lora.then_some(0);
-    let batch = batch();
+    let batch = batch_of(one_pass);
+    assert_eq!(batch.response_inputs.is_none(), one_pass);
 
     let plain_logits = batch
         .response_logits(&model, adapter, true)
@@ -144,12 +151,14 @@ fn assert_same_gradients(lora: bool) {
 
 #[test]
 fn a_fully_trained_model_gets_the_plain_gradients() {
-    assert_same_gradients(false);
+    assert_same_gradients(false, false);
+    assert_same_gradients(false, true);
 }
 
 #[test]
 fn lora_adapters_get_the_plain_gradients() {
-    assert_same_gradients(true);
+    assert_same_gradients(true, false);
+    assert_same_gradients(true, true);
 }
 
 /// With LoRA dropout the recomputation must draw the masks the forward drew, or the backward
@@ -160,7 +169,7 @@ fn lora_adapters_get_the_plain_gradients() {
 fn lora_dropout_masks_are_redrawn_the_same_in_the_recomputation() {
     const SEED: i64 = 7;
     let model = tiny_llama_with_dropout(true, 0.5);
-    let batch = batch();
+    let batch = batch_of(false);
     let checkpointed_loss = |seed: i64| {
         tch::manual_seed(seed);
         let (logits, _) = batch
