@@ -1,6 +1,7 @@
 //! Activation checkpointing changes no gradient: the update's forward keeping only each layer's
-//! input, then recomputing layer by layer in the backward, leaves on every trained tensor the
-//! gradient of the plain forward and backward (f32: within 1e-5 of the largest gradient entry of
+//! input, then recomputing layer by layer in the backward, and the LM head run a chunk of
+//! positions at a time ([`ChunkedHead`]), leave on every trained tensor the gradient of the plain
+//! forward and backward (f32: within 1e-5 of the largest gradient entry of
 //! that tensor), for a fully trained model and for LoRA adapters, on the tiny Llama fixture with
 //! prompts shared by several responses of different lengths, trained once before them or as
 //! whole sequences in one pass; and with LoRA dropout, the recomputation draws the forward's
@@ -8,17 +9,29 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
 
 use drmas_host::advantage::PerToken;
-use drmas_host::model::llama::Llama;
+use drmas_host::model::llama::{Checkpoints, Llama};
 use drmas_host::model::lora::{LoraSettings, TARGET_MODULES};
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rollout::AgentCall;
-use drmas_host::update::TrainingBatch;
+use drmas_host::update::{ChunkedHead, TrainingBatch};
 use tch::{Device, Kind, Tensor};
 
 /// Largest gradient difference allowed, as a fraction of the tensor's largest gradient entry.
 const TOLERANCE: f64 = 1e-5;
+
+/// Held by each test: they draw from libtorch's one global generator (adapter initialisation,
+/// dropout), and the dropout test reseeds it before each layer, so no other test may draw in
+/// between.
+static GENERATOR: Mutex<()> = Mutex::new(());
+
+fn generator() -> MutexGuard<'static, ()> {
+    GENERATOR
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 fn tiny_llama(lora: bool) -> Llama {
     tiny_llama_with_dropout(lora, 0.0)
@@ -84,9 +97,7 @@ fn batch_of(one_pass: bool) -> TrainingBatch {
 
 /// A loss over every response token that reaches every logit: advantage-weighted logprobs plus
 /// entropy.
-fn loss(batch: &TrainingBatch, logits: &Tensor) -> Tensor {
-    let (logprobs, entropy) = batch.token_logprobs(logits, true);
-    let entropy = entropy.expect("entropy");
+fn loss(batch: &TrainingBatch, logprobs: &Tensor, entropy: &Tensor) -> Tensor {
     let weighted = (logprobs * &batch.advantages + entropy * 0.1) * &batch.response_mask;
     weighted.sum(Kind::Float)
 }
@@ -113,6 +124,21 @@ fn take_gradients(model: &Llama) -> BTreeMap<String, Tensor> {
         .collect()
 }
 
+/// The loss through the checkpointed forward and the LM head five positions at a time (several
+/// chunks, the last a partial one), with what carries its gradient down after its backward.
+fn checkpointed<'a>(
+    model: &'a Llama,
+    batch: &'a TrainingBatch,
+    adapter: Option<usize>,
+) -> (Tensor, ChunkedHead<'a>, Checkpoints<'a>) {
+    let (hidden, checkpoints) = batch
+        .response_hidden_checkpointed(model, adapter)
+        .expect("checkpointed forward");
+    let head = ChunkedHead::forward(model, batch, &hidden, true, 5);
+    let value = loss(batch, head.logprobs(), head.entropy().expect("entropy"));
+    (value, head, checkpoints)
+}
+
 fn assert_same_gradients(lora: bool, one_pass: bool) {
     let model = tiny_llama(lora);
     let adapter = lora.then_some(0);
@@ -122,43 +148,74 @@ fn assert_same_gradients(lora: bool, one_pass: bool) {
     let plain_logits = batch
         .response_logits(&model, adapter, true)
         .expect("plain forward");
-    loss(&batch, &plain_logits).backward();
+    let (plain_logprobs, plain_entropy) = batch.token_logprobs(&plain_logits, true);
+    loss(&batch, &plain_logprobs, &plain_entropy.expect("entropy")).backward();
     let plain = take_gradients(&model);
 
-    let (logits, checkpoints) = batch
-        .response_logits_checkpointed(&model, adapter)
-        .expect("checkpointed forward");
-    let logit_gap = (&logits - &plain_logits).abs().max().double_value(&[]);
-    assert!(logit_gap <= 1e-6, "the logits differ by {logit_gap}");
-    loss(&batch, &logits).backward();
+    let (value, head, checkpoints) = checkpointed(&model, &batch, adapter);
+    assert_close("the logprobs", head.logprobs(), &plain_logprobs);
+    value.backward();
+    head.backward();
     checkpoints.backward();
     let checkpointed = take_gradients(&model);
 
     assert_eq!(plain.len(), checkpointed.len());
     for (name, expected) in &plain {
-        let scale = expected.abs().max().double_value(&[]);
-        assert!(scale > 0.0, "{name}: the loss reaches it");
-        let gap = (&checkpointed[name] - expected)
-            .abs()
-            .max()
-            .double_value(&[]);
         assert!(
-            gap <= TOLERANCE * scale,
-            "{name}: gradients differ by {gap} (largest entry {scale})"
+            expected.abs().max().double_value(&[]) > 0.0,
+            "{name}: the loss reaches it"
+        );
+        assert_close(
+            &format!("{name}'s gradients"),
+            &checkpointed[name],
+            expected,
         );
     }
 }
 
-#[test]
-fn a_fully_trained_model_gets_the_plain_gradients() {
-    assert_same_gradients(false, false);
-    assert_same_gradients(false, true);
+/// `actual` within [`TOLERANCE`] of `expected`'s largest entry.
+fn assert_close(what: &str, actual: &Tensor, expected: &Tensor) {
+    let scale = expected.abs().max().double_value(&[]);
+    let gap = (actual - expected).abs().max().double_value(&[]);
+    assert!(
+        gap <= TOLERANCE * scale,
+        "{what} differ by {gap} (largest entry {scale})"
+    );
 }
 
 #[test]
-fn lora_adapters_get_the_plain_gradients() {
-    assert_same_gradients(true, false);
-    assert_same_gradients(true, true);
+fn a_fully_trained_model_and_lora_adapters_get_the_plain_gradients() {
+    let _generator = generator();
+    for lora in [false, true] {
+        for one_pass in [false, true] {
+            assert_same_gradients(lora, one_pass);
+        }
+    }
+}
+
+#[test]
+fn the_head_by_chunks_without_autograd_gives_the_plain_logprobs() {
+    let _generator = generator();
+    let model = tiny_llama(true);
+    for one_pass in [false, true] {
+        let batch = batch_of(one_pass);
+        let plain = tch::no_grad(|| {
+            let logits = batch
+                .response_logits(&model, Some(0), false)
+                .expect("forward");
+            batch.token_logprobs(&logits, false).0
+        });
+        for rows in [1, 5, 1000] {
+            let chunked =
+                ChunkedHead::logprobs_without_grad(&model, &batch, Some(0), rows).expect("forward");
+            assert!(!chunked.requires_grad());
+            assert_close(
+                &format!("{rows} rows a chunk: the logprobs"),
+                &chunked,
+                &plain,
+            );
+        }
+    }
 }
 
 /// With LoRA dropout the recomputation must draw the masks the forward drew, or the backward
@@ -167,15 +224,13 @@ fn lora_adapters_get_the_plain_gradients() {
 /// a mask drawn anew misses by the order of the derivative itself (about 60 % when checked).
 #[test]
 fn lora_dropout_masks_are_redrawn_the_same_in_the_recomputation() {
+    let _generator = generator();
     const SEED: i64 = 7;
     let model = tiny_llama_with_dropout(true, 0.5);
     let batch = batch_of(false);
     let checkpointed_loss = |seed: i64| {
         tch::manual_seed(seed);
-        let (logits, _) = batch
-            .response_logits_checkpointed(&model, Some(0))
-            .expect("checkpointed forward");
-        loss(&batch, &logits).double_value(&[])
+        checkpointed(&model, &batch, Some(0)).0.double_value(&[])
     };
     assert_ne!(
         checkpointed_loss(SEED),
@@ -184,10 +239,9 @@ fn lora_dropout_masks_are_redrawn_the_same_in_the_recomputation() {
     );
 
     tch::manual_seed(SEED);
-    let (logits, checkpoints) = batch
-        .response_logits_checkpointed(&model, Some(0))
-        .expect("checkpointed forward");
-    loss(&batch, &logits).backward();
+    let (value, head, checkpoints) = checkpointed(&model, &batch, Some(0));
+    value.backward();
+    head.backward();
     checkpoints.backward();
     let gradients = take_gradients(&model);
 

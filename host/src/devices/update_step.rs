@@ -19,7 +19,8 @@ use crate::model::llama::Llama;
 use crate::rng::SeededRng;
 use crate::rollout::AgentCall;
 use crate::update::{
-    update_group, AdamW, AgentTraining, Reference, RolloutCorrection, TrainingBatch, UpdateReport,
+    update_group, AdamW, AgentTraining, ChunkedHead, Reference, RolloutCorrection, TrainingBatch,
+    UpdateReport,
 };
 
 /// Tokens of each prompt of the batch.
@@ -195,11 +196,9 @@ fn advantages(calls: &[&AgentCall]) -> PerToken {
 fn set_sampler_logprobs(model: &Llama, calls: &mut [AgentCall]) -> anyhow::Result<()> {
     let refs: Vec<&AgentCall> = calls.iter().collect();
     let batch = TrainingBatch::new(&refs, &advantages(&refs), model.device());
-    let logprobs = tch::no_grad(|| {
-        let logits = batch.response_logits(model, None, false)?;
-        anyhow::Ok(batch.token_logprobs(&logits, false).0)
-    })?
-    .to_device(Device::Cpu);
+    let logprobs =
+        ChunkedHead::logprobs_without_grad(model, &batch, None, ChunkedHead::rows_for(model))?
+            .to_device(Device::Cpu);
     let values = Vec::<f32>::try_from(logprobs.flatten(0, -1)).context("logprobs")?;
     let width = batch.response_len as usize;
     for (row, call) in calls.iter_mut().enumerate() {

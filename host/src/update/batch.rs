@@ -294,10 +294,10 @@ impl TrainingBatch {
         Ok(self.hidden_of(&prompt_hidden, Some(responses)))
     }
 
-    /// [`Self::response_logits`] in training, through [`Llama::forward_checkpointed`]: the
-    /// same logits, with only each layer's input kept. The returned [`Checkpoints`]' backward
-    /// must run after the loss's.
-    pub fn response_logits_checkpointed<'a>(
+    /// [`Self::response_hidden`] in training, through [`Llama::forward_checkpointed`]: the
+    /// same hidden states, with only each layer's input kept. The returned [`Checkpoints`]'
+    /// backward must run after the hidden states' own.
+    pub fn response_hidden_checkpointed<'a>(
         &'a self,
         model: &'a Llama,
         adapter: Option<usize>,
@@ -316,8 +316,7 @@ impl TrainingBatch {
             self.adapter_rows(adapter, self.prompts(), true),
             responses,
         )?;
-        let hidden = self.hidden_of(&prompt_hidden, responses);
-        Ok((self.logits_of(model, &hidden), checkpoints))
+        Ok((self.hidden_of(&prompt_hidden, responses), checkpoints))
     }
 
     /// `rows` (one value per response token of each call) laid out as the response tokens are,
@@ -365,14 +364,24 @@ impl TrainingBatch {
     /// of the predicted distributions, from [`Self::response_logits`] (in f32 whatever the
     /// model's dtype).
     pub fn token_logprobs(&self, logits: &Tensor, with_entropy: bool) -> (Tensor, Option<Tensor>) {
-        let log_probs = logits.log_softmax(-1, Kind::Float);
-        let chosen = log_probs
-            .gather(2, &self.targets.unsqueeze(-1), false)
-            .squeeze_dim(-1);
-        let entropy = with_entropy
-            .then(|| -(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, Kind::Float));
-        (chosen, entropy)
+        target_logprobs(logits, &self.targets, with_entropy)
     }
+}
+
+/// The log-probabilities of `targets` under `logits` (`[..., vocab]`, one more dimension than
+/// `targets`) and, when `with_entropy`, the entropies of the distributions, in f32.
+pub(super) fn target_logprobs(
+    logits: &Tensor,
+    targets: &Tensor,
+    with_entropy: bool,
+) -> (Tensor, Option<Tensor>) {
+    let log_probs = logits.log_softmax(-1, Kind::Float);
+    let chosen = log_probs
+        .gather(-1, &targets.unsqueeze(-1), false)
+        .squeeze_dim(-1);
+    let entropy = with_entropy
+        .then(|| -(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, Kind::Float));
+    (chosen, entropy)
 }
 
 /// `rows` right-padded with 0 to `width` columns, `[rows, width]` f32 on the CPU.

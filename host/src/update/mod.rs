@@ -5,6 +5,7 @@
 mod adamw;
 mod aggregate;
 mod batch;
+mod chunked_head;
 mod critic;
 mod fused_adamw;
 mod grad_norm;
@@ -18,6 +19,7 @@ mod value_loss;
 pub use adamw::{warmup_lr, AdamW};
 pub use aggregate::{Aggregation, BatchTotals};
 pub use batch::{prompts_run_once, TrainingBatch};
+pub use chunked_head::ChunkedHead;
 pub use critic::{Critic, CriticReport};
 pub use grad_norm::{global_norm, GradientLedger};
 pub use kl::kl_penalty;

@@ -4,7 +4,7 @@
 
 use tch::{Kind, Tensor};
 
-use super::TrainingBatch;
+use super::{ChunkedHead, TrainingBatch};
 use crate::model::error::ModelError;
 use crate::model::llama::Llama;
 
@@ -94,16 +94,14 @@ impl Mismatch {
 }
 
 /// The old log-probabilities `[B, R]` of `batch`'s responses under `model` through `adapter`:
-/// the training forward at the calls' temperatures, without dropout or gradient.
+/// the training forward at the calls' temperatures, without dropout or gradient, the LM head a
+/// chunk of positions at a time ([`ChunkedHead::logprobs_without_grad`]).
 pub fn recompute_old_logprobs(
     model: &Llama,
     batch: &TrainingBatch,
     adapter: Option<usize>,
 ) -> Result<Tensor, ModelError> {
-    tch::no_grad(|| {
-        let logits = batch.response_logits(model, adapter, false)?;
-        Ok(batch.token_logprobs(&logits, false).0)
-    })
+    ChunkedHead::logprobs_without_grad(model, batch, adapter, ChunkedHead::rows_for(model))
 }
 
 /// Truncated importance weights `[B, R]`, min(exp(old − rollout), cap), without gradient.

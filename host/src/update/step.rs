@@ -8,8 +8,8 @@ use std::time::Instant;
 use tch::{Kind, Tensor};
 
 use super::{
-    policy_loss, recompute_old_logprobs, tis_weights, AdamW, BatchTotals, GradientLedger,
-    LossInputs, LossStats, Mismatch, RolloutCorrection, TrainingBatch,
+    policy_loss, recompute_old_logprobs, tis_weights, AdamW, BatchTotals, ChunkedHead,
+    GradientLedger, LossInputs, LossStats, Mismatch, RolloutCorrection, TrainingBatch,
 };
 use crate::advantage::PerToken;
 use crate::config::LossSection;
@@ -216,23 +216,34 @@ fn accumulate(
         .as_ref()
         .zip(correction.tis_cap)
         .map(|(old, cap)| tis_weights(old, &batch.old_logprobs, cap));
-    let (logits, checkpoints) = if settings.activation_checkpointing {
-        let (logits, checkpoints) = batch.response_logits_checkpointed(model, settings.adapter)?;
-        (logits, Some(checkpoints))
+    let with_entropy = loss.entropy_coef != 0.0;
+    // With activation checkpointing the LM head runs a chunk of positions at a time too.
+    let (logprobs, entropy, head, checkpoints) = if settings.activation_checkpointing {
+        let (hidden, checkpoints) = batch.response_hidden_checkpointed(model, settings.adapter)?;
+        let rows = ChunkedHead::rows_for(model);
+        let head = ChunkedHead::forward(model, batch, &hidden, with_entropy, rows);
+        let (logprobs, entropy) = (
+            head.logprobs().shallow_clone(),
+            head.entropy().map(Tensor::shallow_clone),
+        );
+        (logprobs, entropy, Some(head), Some(checkpoints))
     } else {
-        (batch.response_logits(model, settings.adapter, true)?, None)
+        let logits = batch.response_logits(model, settings.adapter, true)?;
+        let (logprobs, entropy) = batch.token_logprobs(&logits, with_entropy);
+        (logprobs, entropy, None, None)
     };
-    let (logprobs, entropy) = batch.token_logprobs(&logits, loss.entropy_coef != 0.0);
     let reference = match reference {
         Reference::None => None,
         Reference::Model(reference) => Some(reference),
         Reference::Base => Some(model),
     };
     let ref_logprobs = match reference {
-        Some(reference) if loss.kl_coef != 0.0 => Some(tch::no_grad(|| {
-            let logits = batch.response_logits(reference, None, false)?;
-            Ok::<_, ModelError>(batch.token_logprobs(&logits, false).0)
-        })?),
+        Some(reference) if loss.kl_coef != 0.0 => Some(ChunkedHead::logprobs_without_grad(
+            reference,
+            batch,
+            None,
+            ChunkedHead::rows_for(reference),
+        )?),
         _ => None,
     };
     let (value, stats) = policy_loss(
@@ -249,8 +260,9 @@ fn accumulate(
         },
     );
     value.to_kind(Kind::Float).backward();
-    // The logits are the largest tensors of the step: gone before the layers are recomputed.
-    drop((logits, logprobs, entropy));
+    if let Some(head) = head {
+        head.backward();
+    }
     if let Some(checkpoints) = checkpoints {
         checkpoints.backward();
     }
