@@ -154,7 +154,7 @@ pub struct DevicesArgs {
     /// Tokens of each of `--generate`'s prompts.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=32768))]
     pub prompt_tokens: u16,
-    /// A model whose update step (one optimizer step over a fixed batch of two agents' calls)
+    /// A model whose update step (one optimizer step over a fixed batch of `--agents` agents' calls)
     /// to compare on `--device` in `--dtype` against the CPU in f32: policy loss, entropy and
     /// the group's and each agent's gradient norms; repeat for several. Fails when one is
     /// outside the tolerance (1e-3 relative in f32, 1e-1 in bf16/f16).
@@ -167,6 +167,11 @@ pub struct DevicesArgs {
     /// Calls in the update step's batch (every four share a prompt of 32 tokens).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(2..=1024))]
     pub calls: u16,
+    /// Agents the update step's calls alternate between. Each trains in forward and backward
+    /// passes of its own, for its own gradient norm: 1 is the step of a plain trainer, more
+    /// measure what per-agent norms cost.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub agents: u16,
     /// The longest response of the update step's batch, in tokens.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(2..=32768))]
     pub response_tokens: u16,

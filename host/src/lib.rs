@@ -132,6 +132,7 @@ pub fn devices_command(args: &cli::DevicesArgs) -> anyhow::Result<()> {
     }
     let shape = devices::UpdateShape {
         calls: usize::from(args.calls),
+        agents: usize::from(args.agents),
         response_tokens: usize::from(args.response_tokens),
         activation_checkpointing: args.activation_checkpointing,
     };

@@ -79,13 +79,15 @@ def collect(logs: Path, config: dict) -> dict:
             if out:
                 generation.append({**out, "side": f"transformers ({out['cache']} cache)",
                                    "step": name})
-        elif name == "train-drmas":
+        elif name.startswith("train-drmas"):
             for update in out.get("updates", []):
                 shape = update["shape"]
                 sequence = 32 + shape["response_tokens"]
                 seconds = update["on_device"]["seconds"]
+                agents = shape.get("agents", 2)
+                per_agent = "1 agent" if agents == 1 else f"{agents} agents, a pass and a norm each"
                 training.append({
-                    "side": "drmas (bf16, f32 masters)", "step": name,
+                    "side": f"drmas (bf16, f32 masters; {per_agent})", "step": name,
                     "calls": shape["calls"], "sequence": sequence,
                     "activation_checkpointing": shape["activation_checkpointing"],
                     "forward_tokens": update["forward_tokens"], "seconds": seconds,
@@ -160,7 +162,8 @@ def markdown(report: dict, device: str, seconds: int) -> str:
         ]
     ours = next((t for t in report["training"] if t["step"] == "train-drmas"), None)
     for t in report["training"]:
-        ratio = f"{t['seconds'] / ours['seconds']:.2f}" if ours and t is not ours else ""
+        peer = ours and not t["step"].startswith("train-drmas")
+        ratio = f"{t['seconds'] / ours['seconds']:.2f}" if peer else ""
         lines.append(
             f"| {t['side']} | {t['calls']} × {t['sequence']} | "
             f"{'yes' if t['activation_checkpointing'] else 'no'} | {t['forward_tokens']} | "
@@ -216,7 +219,8 @@ def markdown(report: dict, device: str, seconds: int) -> str:
         lines.append(f"| {step['name']} | {step['rc']} | {step['seconds']} "
                      f"| {step['gpu_memory_peak_mib']} |")
     lines += ["", "drmas's speed-up is its tokens/s over the row's (generation) and the row's "
-              "seconds over its own for the same calls (training). drmas's forward tokens count "
+              "seconds over its own one-agent step's for the same calls (training). drmas's "
+              "forward tokens count "
               "each prompt once for the calls that share it when it trains the prompts in a pass "
               "of their own (on a GPU, only when that halves the tokens); PyTorch's count every "
               f"sequence whole. MFU is against {PEAK_FLOPS / 1e12:.0f} TFLOP/s, the decode bound "

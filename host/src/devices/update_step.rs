@@ -1,5 +1,5 @@
-//! [`update_step`]: one optimizer step of a worker group on a device, over a fixed batch of two
-//! agents' calls, and optionally the same step on the CPU in f32 to compare its loss and
+//! [`update_step`]: one optimizer step of a worker group on a device, over a fixed batch of one
+//! or more agents' calls, and optionally the same step on the CPU in f32 to compare its loss and
 //! gradient norms against — the check that training on a GPU computes what it does on the CPU,
 //! and the measurement of a long-response update (with or without activation checkpointing).
 
@@ -33,8 +33,11 @@ const LEARNING_RATE: f64 = 1e-6;
 /// The batch of one [`update_step`].
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct UpdateShape {
-    /// Agent calls (half each agent's); every `RESPONSES_PER_PROMPT` share a prompt.
+    /// Agent calls, alternating between the agents; every `RESPONSES_PER_PROMPT` share a prompt.
     pub calls: usize,
+    /// Agents of the batch. Each trains in passes of its own, for its own gradient norm, so one
+    /// agent is the step a plain trainer runs, and more measure what per-agent norms cost.
+    pub agents: usize,
     /// The longest response; the others are up to a fifth shorter.
     pub response_tokens: usize,
     /// Whether the update recomputes each layer in the backward.
@@ -101,6 +104,14 @@ pub fn update_step(
     if shape.calls < 2 || shape.response_tokens < 2 {
         bail!("an update check needs at least 2 calls of at least 2 tokens");
     }
+    if shape.agents == 0 || shape.agents > shape.calls {
+        bail!(
+            "an update check of {} calls needs 1 to {} agents, not {}; change --agents",
+            shape.calls,
+            shape.calls,
+            shape.agents
+        );
+    }
     let on_device = load(model, device, kind)?;
     let config = on_device.model.config();
     let positions = PROMPT_TOKENS + shape.response_tokens;
@@ -153,7 +164,7 @@ pub fn update_step(
     })
 }
 
-/// `shape.calls` calls alternating between two agents, every [`RESPONSES_PER_PROMPT`] sharing a
+/// `shape.calls` calls alternating between `shape.agents` agents, every [`RESPONSES_PER_PROMPT`] sharing a
 /// prompt, with token ids drawn from a fixed seed below `vocab`.
 fn synthetic_calls(shape: UpdateShape, vocab: usize) -> Vec<AgentCall> {
     let mut rng = SeededRng::new(24);
@@ -172,7 +183,12 @@ fn synthetic_calls(shape: UpdateShape, vocab: usize) -> Vec<AgentCall> {
             let response = tokens(shape.response_tokens - shorter);
             AgentCall {
                 index: i % RESPONSES_PER_PROMPT,
-                ..AgentCall::synthetic(i / RESPONSES_PER_PROMPT, i % 2, prompt.clone(), response)
+                ..AgentCall::synthetic(
+                    i / RESPONSES_PER_PROMPT,
+                    i % shape.agents,
+                    prompt.clone(),
+                    response,
+                )
             }
         })
         .collect()
@@ -233,6 +249,7 @@ fn measure(
         // The sampler's logprobs here are the model's own (`set_sampler_logprobs`).
         correction: RolloutCorrection::default(),
     };
+    let agents = vec![agent; shape.agents];
     let refs: Vec<&AgentCall> = calls.iter().collect();
     let advantages = advantages(&refs);
     let step = |optimizer: &mut AdamW| -> anyhow::Result<UpdateReport> {
@@ -242,7 +259,7 @@ fn measure(
             optimizer,
             &refs,
             &advantages,
-            &[agent.clone(), agent.clone()],
+            &agents,
             1.0,
             LEARNING_RATE,
         )?)
@@ -316,6 +333,7 @@ mod tests {
     fn shape(activation_checkpointing: bool) -> UpdateShape {
         UpdateShape {
             calls: 8,
+            agents: 2,
             response_tokens: 24,
             activation_checkpointing,
         }
@@ -377,6 +395,52 @@ mod tests {
         {
             assert!((a - b).abs() <= 1e-5 * a, "{a} vs {b}");
         }
+    }
+
+    #[test]
+    fn one_agent_trains_the_calls_as_two_do_with_one_norm() {
+        let step = |agents| {
+            let shape = UpdateShape {
+                agents,
+                ..shape(false)
+            };
+            update_step(
+                &tiny("qwen2"),
+                Device::Cpu,
+                Kind::Float,
+                shape,
+                false,
+                false,
+            )
+            .expect("step")
+            .on_device
+        };
+        let (one, two) = (step(1), step(2));
+        assert_eq!(one.agent_grad_norms, [one.grad_norm]);
+        assert_eq!(two.agent_grad_norms.len(), 2);
+        // The same calls and advantages: only the passes' split and summation order differ.
+        for (a, b) in [
+            (one.policy_loss, two.policy_loss),
+            (one.entropy, two.entropy),
+            (one.grad_norm, two.grad_norm),
+        ] {
+            assert!((a - b).abs() <= 1e-5 * a.abs(), "{a} vs {b}");
+        }
+        assert!(two
+            .agent_grad_norms
+            .iter()
+            .all(|&n| n > 0.0 && n < two.grad_norm));
+    }
+
+    #[test]
+    fn agents_beyond_the_calls_are_refused_by_name() {
+        let many = UpdateShape {
+            agents: 9,
+            ..shape(false)
+        };
+        let error = update_step(&tiny("llama"), Device::Cpu, Kind::Float, many, false, false)
+            .expect_err("more agents than calls");
+        assert!(error.to_string().contains("--agents"), "{error}");
     }
 
     #[test]
