@@ -207,7 +207,8 @@ fn the_head_by_chunks_without_autograd_gives_the_plain_logprobs() {
         });
         for rows in [1, 5, 1000] {
             let chunked =
-                ChunkedHead::logprobs_without_grad(&model, &batch, Some(0), rows).expect("forward");
+                ChunkedHead::logprobs_without_grad_in_chunks(&model, &batch, Some(0), rows)
+                    .expect("forward");
             assert!(!chunked.requires_grad());
             assert_close(
                 &format!("{rows} rows a chunk: the logprobs"),

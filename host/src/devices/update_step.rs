@@ -212,9 +212,7 @@ fn advantages(calls: &[&AgentCall]) -> PerToken {
 fn set_sampler_logprobs(model: &Llama, calls: &mut [AgentCall]) -> anyhow::Result<()> {
     let refs: Vec<&AgentCall> = calls.iter().collect();
     let batch = TrainingBatch::new(&refs, &advantages(&refs), model.device());
-    let logprobs =
-        ChunkedHead::logprobs_without_grad(model, &batch, None, ChunkedHead::rows_for(model))?
-            .to_device(Device::Cpu);
+    let logprobs = ChunkedHead::logprobs_without_grad(model, &batch, None)?.to_device(Device::Cpu);
     let values = Vec::<f32>::try_from(logprobs.flatten(0, -1)).context("logprobs")?;
     let width = batch.response_len as usize;
     for (row, call) in calls.iter_mut().enumerate() {

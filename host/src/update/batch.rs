@@ -356,8 +356,13 @@ impl TrainingBatch {
 
     /// The logits of `hidden` at each call's temperature (see [`Self::response_logits`]).
     fn logits_of(&self, model: &Llama, hidden: &Tensor) -> Tensor {
-        let temperatures = self.temperatures.to_kind(hidden.kind());
-        model.logits(&(hidden / temperatures))
+        model.logits(&self.at_temperatures(hidden))
+    }
+
+    /// `hidden` `[B, R, hidden]` divided by each call's sampling temperature: what the LM head
+    /// turns into the logits the sampler drew from.
+    pub(crate) fn at_temperatures(&self, hidden: &Tensor) -> Tensor {
+        hidden / self.temperatures.to_kind(hidden.kind())
     }
 
     /// Log-probabilities `[B, R]` of the targets and, when `with_entropy`, the entropy `[B, R]`

@@ -61,7 +61,7 @@ impl<'a> ChunkedHead<'a> {
         rows: i64,
     ) -> Self {
         let size = hidden.size();
-        let scaled = at_temperatures(batch, hidden);
+        let scaled = flat(&batch.at_temperatures(hidden));
         let targets = batch.targets.reshape([-1]);
         let (logprobs, entropy) = by_chunks(model, &scaled, &targets, with_entropy, rows);
         let leaf = |values: Tensor| values.view([size[0], size[1]]).set_requires_grad(true);
@@ -77,8 +77,18 @@ impl<'a> ChunkedHead<'a> {
 
     /// The log-probabilities `[B, R]` of `batch`'s response tokens under `model` through LoRA
     /// adapter `adapter` (`None`: the base), without autograd and without dropout, the LM head
-    /// `rows` positions at a time: the sampler's log-probabilities recomputed, or a reference's.
+    /// [`Self::rows_for`] positions at a time: the sampler's log-probabilities recomputed, or a
+    /// reference's.
     pub fn logprobs_without_grad(
+        model: &Llama,
+        batch: &TrainingBatch,
+        adapter: Option<usize>,
+    ) -> Result<Tensor, ModelError> {
+        Self::logprobs_without_grad_in_chunks(model, batch, adapter, Self::rows_for(model))
+    }
+
+    /// [`Self::logprobs_without_grad`], the LM head `rows` positions at a time.
+    pub fn logprobs_without_grad_in_chunks(
         model: &Llama,
         batch: &TrainingBatch,
         adapter: Option<usize>,
@@ -86,7 +96,7 @@ impl<'a> ChunkedHead<'a> {
     ) -> Result<Tensor, ModelError> {
         tch::no_grad(|| {
             let hidden = batch.response_hidden(model, adapter, false)?;
-            let scaled = at_temperatures(batch, &hidden);
+            let scaled = flat(&batch.at_temperatures(&hidden));
             let targets = batch.targets.reshape([-1]);
             let (logprobs, _) = by_chunks(model, &scaled, &targets, false, rows);
             Ok(logprobs.view_as(&batch.targets))
@@ -151,10 +161,9 @@ impl<'a> ChunkedHead<'a> {
     }
 }
 
-/// `hidden` `[B, R, hidden]` divided by each call's sampling temperature, as `[B·R, hidden]`.
-fn at_temperatures(batch: &TrainingBatch, hidden: &Tensor) -> Tensor {
-    let temperatures = batch.temperatures.to_kind(hidden.kind());
-    (hidden / temperatures).reshape([-1, hidden.size()[2]])
+/// `[B, R, hidden]` as `[B·R, hidden]`, a position a row.
+fn flat(hidden: &Tensor) -> Tensor {
+    hidden.reshape([-1, hidden.size()[2]])
 }
 
 /// The log-probabilities `[N]` of `targets` `[N]` (and their entropies) from `hidden`

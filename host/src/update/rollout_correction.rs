@@ -101,7 +101,7 @@ pub fn recompute_old_logprobs(
     batch: &TrainingBatch,
     adapter: Option<usize>,
 ) -> Result<Tensor, ModelError> {
-    ChunkedHead::logprobs_without_grad(model, batch, adapter, ChunkedHead::rows_for(model))
+    ChunkedHead::logprobs_without_grad(model, batch, adapter)
 }
 
 /// Truncated importance weights `[B, R]`, min(exp(old − rollout), cap), without gradient.

@@ -238,12 +238,9 @@ fn accumulate(
         Reference::Base => Some(model),
     };
     let ref_logprobs = match reference {
-        Some(reference) if loss.kl_coef != 0.0 => Some(ChunkedHead::logprobs_without_grad(
-            reference,
-            batch,
-            None,
-            ChunkedHead::rows_for(reference),
-        )?),
+        Some(reference) if loss.kl_coef != 0.0 => {
+            Some(ChunkedHead::logprobs_without_grad(reference, batch, None)?)
+        }
         _ => None,
     };
     let (value, stats) = policy_loss(
