@@ -2,7 +2,8 @@
 # The GPU check, run on the GPU machine from the bundle folder (scripts/gpu/bundle.sh) in one
 # call of at most 9 minutes. Each step records its outcome and the next one runs anyway. Three
 # files go to $OUT (default ./check-out): report.md, report.json (every step's outcome and JSON
-# output) and logs.tar.gz (every step's output and log).
+# output) and logs.tar.gz (every step's output and log), rewritten after every step, so a call
+# cut off by its time limit still brings back the steps it finished.
 #
 # Steps: the GPU as nvidia-smi sees it; `drmas-host devices` (CUDA available, device names);
 # logits and greedy generations on the device against the CPU in f32 (`devices --compare`) for
@@ -29,6 +30,9 @@ set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 device="${DRMAS_CHECK_DEVICE:-cuda:0}"
 source "$here/steps.sh" check
+report() {
+  "$python" "$here/report.py" "$logs" "$out" "$device" "$((SECONDS - began))"
+}
 
 fixtures="$here/fixtures/hf"
 smollm2="$work/smollm2-135m-random"
@@ -96,7 +100,5 @@ for checkpointing in "" --activation-checkpointing; do
     "${DRMAS_CHECK_LONG_TOKENS:-2048}" $checkpointing
 done
 
-log "writing the report"
-tar -czf "$out/logs.tar.gz" -C "$work" logs
-"$python" "$here/report.py" "$logs" "$out" "$device" "$((SECONDS - began))" || log "report.py failed"
+write_report
 log "done in $((SECONDS - began)) s: $out/report.md"

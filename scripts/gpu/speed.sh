@@ -3,7 +3,8 @@
 # one call of at most 9 minutes per architecture: drmas against the device's own PyTorch and
 # transformers on the same random-initialised model of a real architecture (make_model.py, bf16).
 # Each step records its outcome and the next one runs anyway. Three files go to $OUT (default
-# ./speed-out): speed.md, speed.json and logs.tar.gz.
+# ./speed-out): speed.md, speed.json and logs.tar.gz, rewritten after every step, so a call cut
+# off by its time limit still brings back the steps it finished.
 #
 # Steps, per architecture:
 #   qwen2.5-1.5b (default): sampled generation of 64 and 256 random 64-token prompts continued
@@ -73,12 +74,16 @@ new_tokens="${DRMAS_SPEED_NEW_TOKENS:-512}"
 init_device=cpu
 [[ "$device" == cuda* ]] && init_device="$device"
 
+model="${DRMAS_SPEED_MODEL:-$work/$arch-random}"
+report() {
+  "$python" "$here/speed_report.py" "$logs" "$out" "$device" "$model" "$((SECONDS - began))"
+}
+
 if [[ -n "$heads" ]]; then
   read -r query_heads kv_heads head_dim <<<"$heads"
   step attention-probe 120 "$python" "$here/attention_probe.py" --device "$device" \
     --heads "$query_heads" --kv-heads "$kv_heads" --head-dim "$head_dim"
 fi
-model="${DRMAS_SPEED_MODEL:-$work/$arch-random}"
 if [[ -z "${DRMAS_SPEED_MODEL:-}" ]]; then
   step "make-$arch" 240 "$python" "$here/make_model.py" "$model" --arch "$arch" --dtype bf16 \
     --device "$init_device" --tokenizer "$here/fixtures/hf/qwen2"
@@ -180,8 +185,5 @@ if [[ "$grpo" != none ]]; then
   train grpo-drmas "$model" bf16 shared "" "$prompts" "$group_size" "$tokens" 300
 fi
 
-log "writing the report"
-tar -czf "$out/logs.tar.gz" -C "$work" logs
-"$python" "$here/speed_report.py" "$logs" "$out" "$device" "$model" "$((SECONDS - began))" \
-  || log "speed_report.py failed"
+write_report
 log "done in $((SECONDS - began)) s: $out/speed.md"

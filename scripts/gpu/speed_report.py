@@ -302,7 +302,10 @@ def attention(report: dict) -> list:
 def main() -> None:
     logs, out, device, model, seconds = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], \
         Path(sys.argv[4]), int(sys.argv[5])
-    config = json.loads((model / "config.json").read_text())
+    # Before the model is made (the report is rewritten after every step) there is no config,
+    # and no training row to need it.
+    config_file = model / "config.json"
+    config = json.loads(config_file.read_text()) if config_file.exists() else {}
     report = collect(logs, config)
     report["architecture"] = model.name
     report["device"] = device

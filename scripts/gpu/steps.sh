@@ -2,7 +2,8 @@
 # the check with a time limit, samples the GPU's memory while it runs and records its outcome.
 #
 # Usage: source steps.sh NAME (NAME: the script's, for its log lines and default report folder).
-# Expects: $here (the bundle folder), $device. Defines `step`, and `run_file` and `train` for
+# Expects: $here (the bundle folder), $device, and a function `report` that writes the script's
+# report from $logs into $out. Defines `step`, `write_report`, and `run_file` and `train` for
 # one-iteration math runs. Sets: $out (where the report goes: $OUT, default
 # $here/NAME-out), $python, $work (a temporary folder removed on exit), $logs, $steps, $began,
 # and exports DRMAS_PYTHON.
@@ -20,6 +21,13 @@ steps="$logs/steps.jsonl"
 began=$SECONDS
 
 log() { echo "[$script_name $((SECONDS - began))s] $*" >&2; }
+
+# The report and logs.tar.gz of the steps so far. `step` calls it after every step, so a call cut
+# off by the device's time limit still brings back every step it finished.
+write_report() {
+  tar -czf "$out/logs.tar.gz" -C "$work" logs
+  report >/dev/null 2>>"$logs/report.log" || log "the report failed: see report.log in logs.tar.gz"
+}
 
 # Samples the GPU's used memory (MiB) every 100 ms into $1 until stop_sampling.
 start_sampling() {
@@ -56,6 +64,7 @@ step() {
   printf '{"name":"%s","rc":%d,"seconds":%d,"gpu_memory_baseline_mib":%d,"gpu_memory_peak_mib":%d}\n' \
     "$name" "$rc" "$((SECONDS - start))" "${baseline:-0}" "${peak:-0}" >>"$steps"
   log "$name: rc=$rc in $((SECONDS - start)) s"
+  write_report
   return 0
 }
 
