@@ -6,9 +6,10 @@
 //! which `drmas-host devices` reports.
 //!
 //! It also compiles the crate's C++ shims over libtorch operators that tch does not bind
-//! (`src/devices/profiler.cpp`: the profiler; `src/update/fused_adamw.cpp`: the multi-tensor
-//! AdamW kernel and list copy; `src/update/gradient_lists.cpp`: norms and scaling of gradient
-//! lists) against the same libtorch's headers.
+//! (`src/devices/profiler.cpp`: the profiler; `src/model/cudnn_attention.cpp`: whether attention
+//! may use cuDNN; `src/update/fused_adamw.cpp`: the multi-tensor AdamW kernel and list copy;
+//! `src/update/gradient_lists.cpp`: norms and scaling of gradient lists) against the same
+//! libtorch's headers.
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
@@ -29,6 +30,7 @@ fn main() {
     if std::env::var("CARGO_PKG_NAME").as_deref() == Ok("drmas-host") {
         let shims = [
             "src/devices/profiler.cpp",
+            "src/model/cudnn_attention.cpp",
             "src/update/fused_adamw.cpp",
             "src/update/gradient_lists.cpp",
         ];

@@ -92,6 +92,8 @@ def markdown(report: dict) -> str:
         lines.append(
             f"- drmas-host: libtorch {found.get('libtorch')}, CUDA available: "
             f"{found.get('cuda_available')}, cuDNN: {found.get('cudnn_available')}, "
+            f"attention: {found.get('cuda_attention')} (cuDNN's allowed: "
+            f"{found.get('cudnn_attention_allowed')}), "
             f"devices: {names or 'none'}"
         )
     if report["build"]:

@@ -11,8 +11,9 @@
 #     by 512 tokens (`devices --generate` against HF `generate`, dynamic cache, and for batch 64
 #     also the static cache); one training step of 16 calls of 32 + 480 tokens (`devices
 #     --update`, bf16 weights with f32 masters) against PyTorch eager with autocast (f32 weights)
-#     and in bf16, drmas's with the calls of one agent (the peer's step) and of two (a pass and
-#     a gradient norm per agent); one GRPO iteration of `drmas-host train` (math Solver and Verifier sharing the
+#     and in bf16, drmas's with the calls of one agent (the peer's step), of two (a pass and a
+#     gradient norm per agent), and of one with DRMAS_CUDA_ATTENTION=libtorch (libtorch's own
+#     choice of attention kernel); one GRPO iteration of `drmas-host train` (math Solver and Verifier sharing the
 #     model, 16 prompts × 8 samples, responses of at most 256 tokens), its rollout and update
 #     seconds.
 #   drmas's generation and training steps each run once more under libtorch's profiler
@@ -53,16 +54,16 @@ case "$arch" in
     batches="${DRMAS_SPEED_BATCHES:-64 256}" calls="${DRMAS_SPEED_CALLS:-16}"
     response="${DRMAS_SPEED_RESPONSE_TOKENS:-480}" checkpointing=""
     precisions="autocast bf16" grpo="${DRMAS_SPEED_GRPO:-16 8 256}" trl_grpo=none
-    heads="12 2 128" more_agents=2
+    heads="12 2 128" more_agents=2 attention_row=yes
     ;;
   qwen2.5-7b)
     batches="${DRMAS_SPEED_BATCHES:-64}" calls="${DRMAS_SPEED_CALLS:-8}"
     response="${DRMAS_SPEED_RESPONSE_TOKENS:-2048}" checkpointing="--activation-checkpointing"
     precisions="bf16" grpo="${DRMAS_SPEED_GRPO:-none}" trl_grpo=none
-    heads="28 4 128" more_agents=""
+    heads="28 4 128" more_agents="" attention_row=no
     ;;
   grpo)
-    arch=qwen2.5-1.5b batches="" calls="" precisions="" grpo=none more_agents=""
+    arch=qwen2.5-1.5b batches="" calls="" precisions="" grpo=none more_agents="" attention_row=no
     trl_grpo="${DRMAS_SPEED_GRPO:-16 8 256}" heads=""
     ;;
   *)
@@ -174,6 +175,12 @@ if [[ -n "$calls" ]]; then
       --dtype bf16 --update "$model" --calls "$calls" --agents "$agents" \
       --response-tokens "$response" $checkpointing
   done
+  # The attention libtorch would choose itself (cuDNN on Hopper), against drmas's default.
+  if [[ "$attention_row" == yes ]]; then
+    step train-drmas-libtorch-attention 300 env DRMAS_CUDA_ATTENTION=libtorch "$here/run.sh" \
+      devices --device "$device" --dtype bf16 --update "$model" --calls "$calls" --agents 1 \
+      --response-tokens "$response" $checkpointing
+  fi
 fi
 for precision in $precisions; do
   step "train-pytorch-$precision" 300 "$python" "$here/peer_speed.py" train "$model" \

@@ -86,6 +86,8 @@ def collect(logs: Path, config: dict) -> dict:
                 seconds = update["on_device"]["seconds"]
                 agents = shape.get("agents", 2)
                 per_agent = "1 agent" if agents == 1 else f"{agents} agents, a pass and a norm each"
+                if name.endswith("-libtorch-attention"):
+                    per_agent += "; grouped heads, libtorch's attention kernel"
                 training.append({
                     "side": f"drmas (bf16, f32 masters; {per_agent})", "step": name,
                     "calls": shape["calls"], "sequence": sequence,

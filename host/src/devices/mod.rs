@@ -14,6 +14,7 @@ mod update_step;
 use serde::Serialize;
 
 use crate::config::Device;
+use crate::model::cuda_attention::{cudnn_attention_allowed, CudaAttention};
 
 pub use compare::{compare, Comparison, Tolerance};
 pub use generation_speed::{generation_speed, GenerationShape, GenerationSpeed, PROFILED_TOKENS};
@@ -32,6 +33,11 @@ pub struct DeviceReport {
     pub cuda_available: bool,
     /// Whether cuDNN is available.
     pub cudnn_available: bool,
+    /// How prompts and training sequences attend on this process's CUDA devices (`None`
+    /// without one, or when `DRMAS_CUDA_ATTENTION` names no choice).
+    pub cuda_attention: Option<CudaAttention>,
+    /// Whether libtorch may choose cuDNN's attention kernel.
+    pub cudnn_attention_allowed: bool,
     /// Every CUDA device, by index.
     pub cuda_devices: Vec<CudaDevice>,
 }
@@ -59,6 +65,10 @@ impl DeviceReport {
             libtorch_has_cuda: cuda_driver::libtorch_cuda_loaded(),
             cuda_available,
             cudnn_available: cuda_available && tch::Cuda::cudnn_is_available(),
+            cuda_attention: cuda_available
+                .then(|| CudaAttention::for_process().ok())
+                .flatten(),
+            cudnn_attention_allowed: cudnn_attention_allowed(),
             cuda_devices: (0..count)
                 .map(|index| CudaDevice {
                     index,

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use tch::{Device, Tensor};
 
+use super::cuda_attention::{attention_with_repeated_heads, CudaAttention};
 use super::eager_attention::eager_decode_attention;
 use super::layers::fused_rms_norm;
 
@@ -38,6 +39,13 @@ pub trait Backend: Debug + Send + Sync {
         _v: &Tensor,
         _mask: &Tensor,
     ) -> Option<Tensor> {
+        None
+    }
+
+    /// `softmax(q kᵀ / √d + mask) v` of several new tokens per row (prompts, training
+    /// sequences): `q` `[B, H, T, D]`, `k`, `v` `[B, H_kv, S, D]` (`H_kv` divides `H`), `mask`
+    /// `[B, 1, T, S]` bool (true = attend).
+    fn attention(&self, _q: &Tensor, _k: &Tensor, _v: &Tensor, _mask: &Tensor) -> Option<Tensor> {
         None
     }
 
@@ -76,7 +84,8 @@ pub trait Backend: Debug + Send + Sync {
 /// accelerator, where every operator is a kernel launch, a decode step's attention is
 /// [`eager_decode_attention`] rather than `scaled_dot_product_attention`, whose fused kernels
 /// set up per shape (see there), and RMSNorm is libtorch's fused operator
-/// ([`fused_rms_norm`]); on the CPU the layers' own formulas stay.
+/// ([`fused_rms_norm`]); on a CUDA device, prompts and training sequences attend as
+/// [`CudaAttention`] says; on the CPU the layers' own formulas stay.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Libtorch;
 
@@ -94,6 +103,12 @@ impl Backend for Libtorch {
     ) -> Option<Tensor> {
         let one_token = q.size().get(2) == Some(&1);
         (one_token && q.device() != Device::Cpu).then(|| eager_decode_attention(q, k, v, mask))
+    }
+
+    fn attention(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> Option<Tensor> {
+        let repeated =
+            q.device().is_cuda() && CudaAttention::current() == CudaAttention::RepeatedHeads;
+        repeated.then(|| attention_with_repeated_heads(q, k, v, mask))
     }
 
     fn rms_norm(&self, x: &Tensor, weight: &Tensor, eps: f64) -> Option<Tensor> {

@@ -7,6 +7,7 @@ pub mod chat_codec;
 pub mod chat_template;
 pub mod config;
 pub mod config_fit;
+pub mod cuda_attention;
 pub mod eager_attention;
 pub mod error;
 pub mod gguf;

@@ -14,6 +14,7 @@ use super::rms_norm::rms_norm;
 use super::rotary::rotate;
 use super::swiglu::silu_mul;
 use crate::model::backend::{self, Backend};
+use crate::model::cuda_attention::CudaAttention;
 use crate::model::error::ModelError;
 
 /// The environment variable that forces the CPU kernels' version: `avx512`, `avx2`,
@@ -22,10 +23,14 @@ pub const KERNELS_VAR: &str = "DRMAS_CPU_KERNELS";
 
 /// The backend for a model on `device`: on the CPU, [`CpuKernels::fastest`] by default, or
 /// the kernels of the version [`KERNELS_VAR`] names on the products where they beat libtorch
-/// ([`Routes::for_this_cpu`]); libtorch elsewhere. Fails when the variable names no version,
-/// or one this CPU does not run.
+/// ([`Routes::for_this_cpu`]); libtorch elsewhere, on a CUDA device after
+/// [`CudaAttention::for_process`]. Fails when a variable names no choice, or a version this CPU
+/// does not run.
 pub fn backend_for(device: Device) -> Result<Arc<dyn Backend>, ModelError> {
     if device != Device::Cpu {
+        if device.is_cuda() {
+            CudaAttention::for_process()?;
+        }
         return Ok(backend::libtorch());
     }
     let choice = std::env::var(KERNELS_VAR).unwrap_or_default();

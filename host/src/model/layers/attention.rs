@@ -120,6 +120,7 @@ impl Attention {
         let (k, v) = past.keys_values(layer, context.offset, k, v);
         let y = backend
             .decode_attention(&q, &k, &v, &context.mask)
+            .or_else(|| backend.attention(&q, &k, &v, &context.mask))
             .unwrap_or_else(|| {
                 Tensor::scaled_dot_product_attention(
                     &q,
