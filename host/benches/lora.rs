@@ -27,7 +27,9 @@ use drmas_host::model::lora::{LoraSettings, TARGET_MODULES};
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rng::SeededRng;
 use drmas_host::rollout::AgentCall;
-use drmas_host::update::{update_group, AdamW, AgentTraining, Reference, RolloutCorrection};
+use drmas_host::update::{
+    update_group, AdamW, AgentTraining, MicroBatch, Reference, RolloutCorrection,
+};
 use settings::setting;
 use tch::{Device, Kind, Tensor};
 
@@ -143,7 +145,7 @@ fn measure(side: &str, steps: usize) {
     let advantages = PerToken::broadcast(&per_call, &lengths);
     let agents = [AgentTraining {
         loss: LossSection::default(),
-        micro_batch_size: CALLS,
+        micro_batch: MicroBatch::Calls(CALLS),
         adapter: lora.then_some(0),
         activation_checkpointing: false,
         correction: RolloutCorrection::default(),

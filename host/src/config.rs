@@ -158,6 +158,9 @@ pub struct AgentSection {
     pub learning_rate: Option<f64>,
     /// Overrides the group's micro-batch size for this agent's samples.
     pub micro_batch_size: Option<usize>,
+    /// Overrides the group's micro-batch size for this agent's samples with a budget of padded
+    /// tokens (see [`WorkerGroupSection::micro_batch_tokens`]).
+    pub micro_batch_tokens: Option<usize>,
     /// Overrides the rollout temperature for this agent's calls.
     pub temperature: Option<f64>,
     /// Overrides the rollout top-p for this agent's calls.
@@ -195,6 +198,10 @@ pub struct WorkerGroupSection {
     /// Samples per forward/backward pass (gradients accumulate over micro-batches).
     #[serde(default = "defaults::micro_batch_size")]
     pub micro_batch_size: usize,
+    /// Padded tokens per forward/backward pass, in place of `micro_batch_size` when set: each
+    /// micro-batch takes as many calls as keep `calls × (longest prompt + longest response)`
+    /// within it, and at least one (verl's dynamic batch size).
+    pub micro_batch_tokens: Option<usize>,
     /// Frozen reference model for the KL term; none means no KL.
     pub reference_model: Option<String>,
     /// Move weights and optimizer state to CPU while the group is idle.

@@ -1,8 +1,8 @@
 //! One optimizer step does not depend on how its calls are split into micro-batches: every
 //! micro-batch divides its sums by the whole step's call and token counts, so under each loss
 //! aggregation the loss, the gradient norm and each agent's gradient norm are those of one batch
-//! of every call — for micro-batch sizes 1, 3 and all (each agent's calls are micro-batched on
-//! their own), on the tiny Llama fixture.
+//! of every call — for micro-batches of 1, 3 and all calls, and of 8 and 20 padded tokens
+//! (each agent's calls are micro-batched on their own), on the tiny Llama fixture.
 
 use std::path::Path;
 
@@ -12,7 +12,7 @@ use drmas_host::model::llama::Llama;
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rollout::AgentCall;
 use drmas_host::update::{
-    update_group, AdamW, AgentTraining, Reference, RolloutCorrection, TrainingBatch,
+    update_group, AdamW, AgentTraining, MicroBatch, Reference, RolloutCorrection, TrainingBatch,
 };
 use tch::{Device, Kind};
 
@@ -59,8 +59,8 @@ fn calls(model: &Llama) -> Vec<AgentCall> {
 }
 
 /// (policy loss, gradient norm, agent 0's norm, agent 1's norm) of one step with micro-batches
-/// of `micro` calls.
-fn step(aggregation: LossAggregation, micro: usize) -> [f64; 4] {
+/// of size `micro`.
+fn step(aggregation: LossAggregation, micro: MicroBatch) -> [f64; 4] {
     let model = fixture();
     let calls = calls(&model);
     let refs: Vec<&AgentCall> = calls.iter().collect();
@@ -76,7 +76,7 @@ fn step(aggregation: LossAggregation, micro: usize) -> [f64; 4] {
     };
     let agent = AgentTraining {
         loss,
-        micro_batch_size: micro,
+        micro_batch: micro,
         adapter: None,
         activation_checkpointing: false,
         correction: RolloutCorrection::default(),
@@ -94,7 +94,7 @@ fn step(aggregation: LossAggregation, micro: usize) -> [f64; 4] {
     .expect("update");
     assert!(
         report.skipped.is_none(),
-        "{aggregation:?}, micro {micro}: finite step"
+        "{aggregation:?}, {micro:?}: finite step"
     );
     [
         report.stats.policy_loss,
@@ -112,9 +112,17 @@ fn the_step_is_the_same_for_every_micro_batch_size() {
         LossAggregation::SeqMeanTokenMean,
         LossAggregation::SeqMeanTokenSumNorm,
     ] {
-        let whole = step(aggregation, 4);
+        let whole = step(aggregation, MicroBatch::Calls(4));
         assert!(whole[1] > 0.0, "{aggregation:?}: a gradient");
-        for micro in [1, 3] {
+        // The prompts are 5 and 3 tokens, the responses 1 to 6: 8 tokens hold one call or two
+        // of the shortest, 20 two or three.
+        let sizes = [
+            MicroBatch::Calls(1),
+            MicroBatch::Calls(3),
+            MicroBatch::Tokens(8),
+            MicroBatch::Tokens(20),
+        ];
+        for micro in sizes {
             let split = step(aggregation, micro);
             for (what, (a, b)) in ["loss", "grad norm", "agent 0 norm", "agent 1 norm"]
                 .iter()
@@ -122,7 +130,7 @@ fn the_step_is_the_same_for_every_micro_batch_size() {
             {
                 assert!(
                     (a - b).abs() <= 1e-5 * b.abs().max(1e-3),
-                    "{aggregation:?}, micro {micro}: {what} {a} vs {b} with every call at once"
+                    "{aggregation:?}, {micro:?}: {what} {a} vs {b} with every call at once"
                 );
             }
         }

@@ -14,8 +14,8 @@ use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rng::SeededRng;
 use drmas_host::rollout::AgentCall;
 use drmas_host::update::{
-    recompute_old_logprobs, update_group, AdamW, AgentTraining, Reference, RolloutCorrection,
-    TrainingBatch, UpdateReport,
+    recompute_old_logprobs, update_group, AdamW, AgentTraining, MicroBatch, Reference,
+    RolloutCorrection, TrainingBatch, UpdateReport,
 };
 use tch::{Device, Kind};
 
@@ -88,7 +88,7 @@ fn update(pretrained: &Pretrained, calls: &[AgentCall], tis_cap: Option<f64>) ->
     let mut optimizer = AdamW::new(params, 0.0);
     let agent = AgentTraining {
         loss: LossSection::default(),
-        micro_batch_size: 4,
+        micro_batch: MicroBatch::Calls(4),
         adapter: None,
         activation_checkpointing: false,
         correction: RolloutCorrection {

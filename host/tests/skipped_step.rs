@@ -8,7 +8,7 @@ use drmas_host::config::LossSection;
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rollout::AgentCall;
 use drmas_host::update::{
-    update_group, AdamW, AgentTraining, NonFinite, Reference, RolloutCorrection,
+    update_group, AdamW, AgentTraining, MicroBatch, NonFinite, Reference, RolloutCorrection,
 };
 use tch::{Device, Kind};
 
@@ -32,7 +32,7 @@ fn a_nan_advantage_skips_the_step_naming_the_agent_and_keeps_the_weights() {
     let refs: Vec<&AgentCall> = calls.iter().collect();
     let training = AgentTraining {
         loss: LossSection::default(),
-        micro_batch_size: 4,
+        micro_batch: MicroBatch::Calls(4),
         adapter: None,
         activation_checkpointing: false,
         correction: RolloutCorrection::default(),

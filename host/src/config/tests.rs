@@ -311,3 +311,40 @@ fn the_tis_cap_is_checked_where_it_is_written() {
         "{message}"
     );
 }
+
+#[test]
+fn micro_batch_tokens_are_read_per_group_and_per_agent_but_once_per_agent() {
+    let text = VALID
+        .replace(
+            "dtype = \"bf16\"",
+            "dtype = \"bf16\"\nmicro_batch_tokens = 4096",
+        )
+        .replace(
+            "temperature = 0.7",
+            "temperature = 0.7\nmicro_batch_size = 2",
+        );
+    let config = parse(&text).expect("valid config");
+    assert_eq!(
+        config.worker_groups["shared"].micro_batch_tokens,
+        Some(4096)
+    );
+    assert_eq!(config.agents[1].micro_batch_size, Some(2));
+
+    let both = text.replace(
+        "micro_batch_size = 2",
+        "micro_batch_size = 2\nmicro_batch_tokens = 512",
+    );
+    let message = error(&both);
+    assert!(
+        message.contains(
+            "micro_batch_tokens = 512 must be left out when the agent sets micro_batch_size"
+        ),
+        "{message}"
+    );
+    let zero = text.replace("micro_batch_tokens = 4096", "micro_batch_tokens = 0");
+    let message = error(&zero);
+    assert!(
+        message.contains("[worker_groups.shared] micro_batch_tokens = 0 must be an integer ≥ 1"),
+        "{message}"
+    );
+}

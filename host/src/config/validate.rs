@@ -104,6 +104,16 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
         if let Some(size) = agent.micro_batch_size {
             s.size("micro_batch_size", size as u64, 1, u64::MAX);
         }
+        if let Some(tokens) = agent.micro_batch_tokens {
+            s.size("micro_batch_tokens", tokens as u64, 1, u64::MAX);
+            if agent.micro_batch_size.is_some() {
+                s.report(
+                    "micro_batch_tokens",
+                    tokens,
+                    "left out when the agent sets micro_batch_size (one size, by calls or by tokens)",
+                );
+            }
+        }
         if let Some(tokens) = agent.max_new_tokens {
             s.size("max_new_tokens", tokens as u64, 1, u64::MAX);
         }
@@ -120,6 +130,9 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
             1,
             u64::MAX,
         );
+        if let Some(tokens) = group.micro_batch_tokens {
+            s.size("micro_batch_tokens", tokens as u64, 1, u64::MAX);
+        }
         if let Some(lora) = &group.lora {
             let mut s = problems.section(
                 format!("[worker_groups.{name}.lora]"),

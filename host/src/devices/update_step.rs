@@ -19,8 +19,8 @@ use crate::model::llama::Llama;
 use crate::rng::SeededRng;
 use crate::rollout::AgentCall;
 use crate::update::{
-    update_group, AdamW, AgentTraining, ChunkedHead, Reference, RolloutCorrection, TrainingBatch,
-    UpdateReport,
+    update_group, AdamW, AgentTraining, ChunkedHead, MicroBatch, Reference, RolloutCorrection,
+    TrainingBatch, UpdateReport,
 };
 
 /// Tokens of each prompt of the batch.
@@ -241,7 +241,7 @@ fn measure(
     };
     let agent = AgentTraining {
         loss,
-        micro_batch_size: shape.calls,
+        micro_batch: MicroBatch::Calls(shape.calls),
         adapter: None,
         activation_checkpointing: shape.activation_checkpointing,
         // The sampler's logprobs here are the model's own (`set_sampler_logprobs`).

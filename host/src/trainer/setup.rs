@@ -4,11 +4,11 @@
 
 use anyhow::bail;
 
-use crate::config::{AgentSection, OldLogprobs, RunConfig};
+use crate::config::{AgentSection, OldLogprobs, RunConfig, WorkerGroupSection};
 use crate::engine::SamplingParams;
 use crate::preflight::Plan;
 use crate::rollout::TeamMember;
-use crate::update::{AgentTraining, RolloutCorrection};
+use crate::update::{AgentTraining, MicroBatch, RolloutCorrection};
 
 /// How rollouts sample: training (`[rollout]`) or evaluation (`[eval]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,7 +163,7 @@ pub fn agent_training(config: &RunConfig) -> Vec<AgentTraining> {
             let old_logprobs = OldLogprobs::for_group(config.algorithm.old_logprobs, group);
             AgentTraining {
                 loss,
-                micro_batch_size: section.micro_batch_size.unwrap_or(group.micro_batch_size),
+                micro_batch: micro_batch(section, group),
                 adapter,
                 activation_checkpointing: group.activation_checkpointing,
                 correction: RolloutCorrection {
@@ -173,6 +173,19 @@ pub fn agent_training(config: &RunConfig) -> Vec<AgentTraining> {
             }
         })
         .collect()
+}
+
+/// The size of an agent's micro-batches: its own setting (by tokens or by calls), else its
+/// worker group's (by tokens when set, else by calls).
+fn micro_batch(agent: &AgentSection, group: &WorkerGroupSection) -> MicroBatch {
+    match (agent.micro_batch_tokens, agent.micro_batch_size) {
+        (Some(tokens), _) => MicroBatch::Tokens(tokens),
+        (None, Some(calls)) => MicroBatch::Calls(calls),
+        (None, None) => group.micro_batch_tokens.map_or(
+            MicroBatch::Calls(group.micro_batch_size),
+            MicroBatch::Tokens,
+        ),
+    }
 }
 
 /// The learning rate of each worker group (in name order): the group's, or the one its agents
@@ -208,4 +221,64 @@ pub fn group_learning_rates(config: &RunConfig, origin: &str) -> anyhow::Result<
         rates.push(chosen.map_or(group.learning_rate, |(rate, _)| rate));
     }
     Ok(rates)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::config::RunFile;
+
+    /// A run of a solver and a verifier sharing one group, with `group_keys` in the group's
+    /// table and `verifier_keys` (each `, key = value`) in the verifier's.
+    fn run(group_keys: &str, verifier_keys: &str) -> RunConfig {
+        let text = format!(
+            r#"
+agents = [
+  {{ role = "solver", agent = "Solver Agent", worker_group = "shared" }},
+  {{ role = "verifier", agent = "Verifier Agent", worker_group = "shared"{verifier_keys} }},
+]
+
+[run]
+output_dir = "runs/test"
+iterations = 1
+
+[environment]
+name = "math"
+train_data = {{ path = "builtin:arithmetic", split = "train" }}
+
+[orchestra]
+name = "math"
+
+[worker_groups.shared]
+model = "builtin:smollm2-135m"
+{group_keys}
+"#
+        );
+        RunConfig::parse(&RunFile::from_text("run.toml", text, PathBuf::from("."))).expect("valid")
+    }
+
+    #[test]
+    fn an_agents_own_micro_batch_size_wins_over_its_groups_and_tokens_over_calls() {
+        let sizes = |group: &str, verifier: &str| -> Vec<MicroBatch> {
+            agent_training(&run(group, verifier))
+                .into_iter()
+                .map(|agent| agent.micro_batch)
+                .collect()
+        };
+        assert_eq!(sizes("", ""), [MicroBatch::Calls(8), MicroBatch::Calls(8)]);
+        assert_eq!(
+            sizes("micro_batch_size = 4\nmicro_batch_tokens = 2048", ""),
+            [MicroBatch::Tokens(2048), MicroBatch::Tokens(2048)]
+        );
+        assert_eq!(
+            sizes("micro_batch_tokens = 2048", ", micro_batch_size = 2"),
+            [MicroBatch::Tokens(2048), MicroBatch::Calls(2)]
+        );
+        assert_eq!(
+            sizes("micro_batch_size = 4", ", micro_batch_tokens = 512"),
+            [MicroBatch::Calls(4), MicroBatch::Tokens(512)]
+        );
+    }
 }

@@ -12,6 +12,7 @@ mod grad_norm;
 mod gradient_lists;
 mod kl;
 mod loss;
+mod micro_batch;
 mod rollout_correction;
 mod step;
 mod value_loss;
@@ -24,6 +25,7 @@ pub use critic::{Critic, CriticReport};
 pub use grad_norm::{global_norm, GradientLedger};
 pub use kl::kl_penalty;
 pub use loss::{policy_loss, LossInputs, LossStats};
+pub use micro_batch::MicroBatch;
 pub use rollout_correction::{
     recompute_old_logprobs, tis_weights, Mismatch, RolloutCorrection, MISMATCH_THRESHOLD,
 };

@@ -9,7 +9,7 @@ use tch::{Kind, Tensor};
 
 use super::{
     policy_loss, recompute_old_logprobs, tis_weights, AdamW, BatchTotals, ChunkedHead,
-    GradientLedger, LossInputs, LossStats, Mismatch, RolloutCorrection, TrainingBatch,
+    GradientLedger, LossInputs, LossStats, MicroBatch, Mismatch, RolloutCorrection, TrainingBatch,
 };
 use crate::advantage::PerToken;
 use crate::config::LossSection;
@@ -22,8 +22,8 @@ use crate::rollout::AgentCall;
 pub struct AgentTraining {
     /// Its loss settings.
     pub loss: LossSection,
-    /// Calls per forward/backward pass.
-    pub micro_batch_size: usize,
+    /// The size of its forward/backward passes.
+    pub micro_batch: MicroBatch,
     /// Its LoRA adapter in the worker group's model (`None`: the model's own weights).
     pub adapter: Option<usize>,
     /// Keep only each layer's input in the forward and recompute the layer in the backward
@@ -132,7 +132,7 @@ pub fn update_group(
         if after_others {
             ledger.mark()?;
         }
-        for chunk in indices.chunks(settings.micro_batch_size.max(1)) {
+        for chunk in settings.micro_batch.cut(indices, calls) {
             let micro: Vec<&AgentCall> = chunk.iter().map(|&i| calls[i]).collect();
             let micro_advantages = advantages.select(chunk);
             let batch = TrainingBatch::new(&micro, &micro_advantages, device);
