@@ -13,9 +13,9 @@
 #     --update`, bf16 weights with f32 masters) against PyTorch eager with autocast (f32 weights)
 #     and in bf16, drmas's with the calls of one agent (the peer's step), of two (a pass and a
 #     gradient norm per agent), and of one with DRMAS_CUDA_ATTENTION=libtorch (libtorch's own
-#     choice of attention kernel); one GRPO iteration of `drmas-host train` (math Solver and Verifier sharing the
-#     model, 16 prompts × 8 samples, responses of at most 256 tokens), its rollout and update
-#     seconds.
+#     choice of attention kernel); one GRPO iteration of `drmas-host train` (math Solver and
+#     Verifier sharing the model, 16 prompts × 8 samples, responses of at most 256 tokens), its
+#     rollout and update seconds.
 #   drmas's generation and training steps each run once more under libtorch's profiler
 #     (`--profile`): the report lists their busiest kernels and host operators.
 #   attention_probe.py first, with the architecture's heads: which attention kernels libtorch

@@ -25,8 +25,8 @@ log() { echo "[$script_name $((SECONDS - began))s] $*" >&2; }
 # The report and logs.tar.gz of the steps so far. `step` calls it after every step, so a call cut
 # off by the device's time limit still brings back every step it finished.
 write_report() {
-  tar -czf "$out/logs.tar.gz" -C "$work" logs
   report >/dev/null 2>>"$logs/report.log" || log "the report failed: see report.log in logs.tar.gz"
+  tar -czf "$out/logs.tar.gz" -C "$work" logs
 }
 
 # Samples the GPU's used memory (MiB) every 100 ms into $1 until stop_sampling.
