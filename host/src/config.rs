@@ -371,6 +371,9 @@ pub struct CriticSection {
     pub grad_clip: f64,
     /// Calls per critic forward/backward pass.
     pub micro_batch_size: usize,
+    /// Padded tokens per critic forward/backward pass, in place of `micro_batch_size` when set
+    /// (as [`WorkerGroupSection::micro_batch_tokens`]).
+    pub micro_batch_tokens: Option<usize>,
     /// Iterations at the start in which only the critic trains and the policy waits (verl's
     /// `critic_warmup`).
     pub warmup_iterations: u32,
@@ -384,6 +387,7 @@ impl Default for CriticSection {
             cliprange_value: 0.5,
             grad_clip: 1.0,
             micro_batch_size: 4,
+            micro_batch_tokens: None,
             warmup_iterations: 0,
         }
     }

@@ -8,7 +8,7 @@ use drmas_host::config::CriticSection;
 use drmas_host::model::llama::Llama;
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rollout::AgentCall;
-use drmas_host::update::Critic;
+use drmas_host::update::{Critic, MicroBatch};
 use tch::{Device, Kind, Tensor};
 
 fn fixture() -> Llama {
@@ -55,6 +55,7 @@ fn settings(micro_batch_size: usize) -> CriticSection {
         cliprange_value: 10.0,
         grad_clip: 0.0,
         micro_batch_size,
+        micro_batch_tokens: None,
         warmup_iterations: 0,
     }
 }
@@ -65,7 +66,7 @@ fn a_new_critic_copies_the_policy_and_values_every_state_at_zero() {
     let critic = Critic::new(&policy, 0.0).expect("critic");
     let calls = calls();
     let refs: Vec<&AgentCall> = calls.iter().collect();
-    let values = critic.values(&refs, 2).expect("values");
+    let values = critic.values(&refs, MicroBatch::Calls(2)).expect("values");
     assert_eq!(values.lengths(), vec![4, 1, 3, 5, 2, 1]);
     assert!(values.values().iter().all(|&v| v == 0.0));
     let policy_weights = policy.var_store().variables();
@@ -91,7 +92,7 @@ fn updates_learn_the_returns_and_values_do_not_depend_on_batching() {
     let mut critic = Critic::new(&fixture(), 0.0).expect("critic");
     let mut losses = Vec::new();
     for _ in 0..15 {
-        let old = critic.values(&refs, 6).expect("values");
+        let old = critic.values(&refs, MicroBatch::Calls(6)).expect("values");
         let report = critic
             .update(&refs, &targets, &old, &settings(4))
             .expect("update");
@@ -104,8 +105,8 @@ fn updates_learn_the_returns_and_values_do_not_depend_on_batching() {
         *losses.last().expect("losses") < 0.25 * losses[0],
         "the value loss did not fall: {losses:?}"
     );
-    let together = critic.values(&refs, 6).expect("values");
-    let alone = critic.values(&refs, 1).expect("values");
+    let together = critic.values(&refs, MicroBatch::Calls(6)).expect("values");
+    let alone = critic.values(&refs, MicroBatch::Calls(1)).expect("values");
     for (a, b) in together.values().iter().zip(alone.values()) {
         assert!((a - b).abs() < 1e-5, "batched {a} vs alone {b}");
     }
@@ -116,29 +117,41 @@ fn the_step_is_the_same_for_every_micro_batch_size() {
     let calls = calls();
     let refs: Vec<&AgentCall> = calls.iter().collect();
     let targets = returns(&refs);
-    let step = |micro: usize| {
+    let step = |micro: MicroBatch| {
         let mut critic = Critic::new(&fixture(), 0.0).expect("critic");
-        let old = critic.values(&refs, 6).expect("values");
+        let old = critic.values(&refs, MicroBatch::Calls(6)).expect("values");
         // A first step so the head is not zero and gradients reach the whole model.
         critic
             .update(&refs, &targets, &old, &settings(6))
             .expect("update");
-        let old = critic.values(&refs, 6).expect("values");
+        let old = critic.values(&refs, micro).expect("values");
+        let settings = match micro {
+            MicroBatch::Calls(size) => settings(size),
+            MicroBatch::Tokens(tokens) => CriticSection {
+                micro_batch_tokens: Some(tokens),
+                ..settings(6)
+            },
+        };
         let report = critic
-            .update(&refs, &targets, &old, &settings(micro))
+            .update(&refs, &targets, &old, &settings)
             .expect("update");
         (report.stats.loss, report.grad_norm)
     };
-    let (loss, norm) = step(6);
-    for micro in [1, 4] {
+    let (loss, norm) = step(MicroBatch::Calls(6));
+    // Prompts of 5 and 3 tokens, responses of 1 to 5: 16 tokens hold one to three calls.
+    for micro in [
+        MicroBatch::Calls(1),
+        MicroBatch::Calls(4),
+        MicroBatch::Tokens(16),
+    ] {
         let (other_loss, other_norm) = step(micro);
         assert!(
             (loss - other_loss).abs() <= 1e-5 * loss.abs(),
-            "{micro}: loss {other_loss} vs {loss}"
+            "{micro:?}: loss {other_loss} vs {loss}"
         );
         assert!(
             (norm - other_norm).abs() <= 1e-4 * norm,
-            "{micro}: norm {other_norm} vs {norm}"
+            "{micro:?}: norm {other_norm} vs {norm}"
         );
     }
 }
@@ -149,7 +162,7 @@ fn weights_survive_a_checkpoint_bit_for_bit() {
     let refs: Vec<&AgentCall> = calls.iter().collect();
     let targets = returns(&refs);
     let mut trained = Critic::new(&fixture(), 0.0).expect("critic");
-    let old = trained.values(&refs, 6).expect("values");
+    let old = trained.values(&refs, MicroBatch::Calls(6)).expect("values");
     trained
         .update(&refs, &targets, &old, &settings(6))
         .expect("update");
@@ -164,8 +177,10 @@ fn weights_survive_a_checkpoint_bit_for_bit() {
     restored
         .load_weights(&Tensor::read_safetensors(&file).expect("read"))
         .expect("load");
-    let before = trained.values(&refs, 6).expect("values");
-    let after = restored.values(&refs, 6).expect("values");
+    let before = trained.values(&refs, MicroBatch::Calls(6)).expect("values");
+    let after = restored
+        .values(&refs, MicroBatch::Calls(6))
+        .expect("values");
     assert_eq!(before, after);
     assert!(
         before.values().iter().any(|&v| v != 0.0),

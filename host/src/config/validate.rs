@@ -199,6 +199,9 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
         1,
         u64::MAX,
     );
+    if let Some(tokens) = critic.micro_batch_tokens {
+        s.size("micro_batch_tokens", tokens as u64, 1, u64::MAX);
+    }
     if let Some(cap) = algorithm.rollout_correction.tis_cap {
         problems
             .section(

@@ -45,7 +45,9 @@ use crate::plugins::Hosted;
 use crate::preflight::{resolve_model, Plan};
 use crate::rng::SeededRng;
 use crate::rollout::{self, AgentCall, Rollout, RolloutLimits, TeamMember};
-use crate::update::{update_group, warmup_lr, AgentTraining, NonFinite, Reference, UpdateReport};
+use crate::update::{
+    update_group, warmup_lr, AgentTraining, MicroBatch, NonFinite, Reference, UpdateReport,
+};
 
 /// Sequences in one generation batch at most (bounds KV-cache memory).
 const MAX_GENERATION_BATCH: usize = 64;
@@ -687,7 +689,7 @@ impl Trainer {
             let values = critic
                 .values(
                     &calls,
-                    self.config.algorithm.critic_settings().micro_batch_size,
+                    MicroBatch::for_critic(&self.config.algorithm.critic_settings()),
                 )
                 .with_context(|| format!("worker group `{}`: the critic's values", group.name))?;
             for (&i, row) in own.iter().zip(values.rows()) {

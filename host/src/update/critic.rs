@@ -6,7 +6,7 @@ use tch::{Kind, Tensor};
 
 use super::step::batching_order;
 use super::value_loss::{value_loss, ValueLossStats};
-use super::{AdamW, BatchTotals, GradientLedger, TrainingBatch};
+use super::{AdamW, BatchTotals, GradientLedger, MicroBatch, TrainingBatch};
 use crate::advantage::PerToken;
 use crate::config::CriticSection;
 use crate::model::error::ModelError;
@@ -65,16 +65,16 @@ impl Critic {
     }
 
     /// The value of each response token's state of `calls`, computed without gradients in
-    /// micro-batches of `micro_batch_size` calls.
+    /// micro-batches of size `micro_batch`.
     pub fn values(
         &self,
         calls: &[&AgentCall],
-        micro_batch_size: usize,
+        micro_batch: MicroBatch,
     ) -> Result<PerToken, ModelError> {
         let mut rows: Vec<Vec<f64>> = vec![Vec::new(); calls.len()];
         let order = batching_order((0..calls.len()).collect(), calls);
         tch::no_grad(|| {
-            for chunk in order.chunks(micro_batch_size.max(1)) {
+            for chunk in micro_batch.cut(&order, calls) {
                 let micro: Vec<&AgentCall> = chunk.iter().map(|&i| calls[i]).collect();
                 let batch = self.batch(&micro);
                 // One copy to the host per micro-batch, then each call's row.
@@ -113,7 +113,7 @@ impl Critic {
         let ledger =
             GradientLedger::new(self.optimizer.params().map(Tensor::shallow_clone).collect());
         let order = batching_order((0..calls.len()).collect(), calls);
-        for chunk in order.chunks(settings.micro_batch_size.max(1)) {
+        for chunk in MicroBatch::for_critic(settings).cut(&order, calls) {
             let micro: Vec<&AgentCall> = chunk.iter().map(|&i| calls[i]).collect();
             let batch = self.batch(&micro);
             let predictions = self.predict(&batch, true)?;

@@ -4,6 +4,7 @@
 //! verdicts, train in far fewer passes by tokens than by calls; long ones still stay within
 //! the memory the budget was set for.
 
+use crate::config::CriticSection;
 use crate::rollout::AgentCall;
 
 /// The size of an agent's micro-batches.
@@ -17,6 +18,13 @@ pub enum MicroBatch {
 }
 
 impl MicroBatch {
+    /// The critic's micro-batches: by tokens when `[algorithm.critic]` sets them, else by calls.
+    pub fn for_critic(settings: &CriticSection) -> Self {
+        settings
+            .micro_batch_tokens
+            .map_or(Self::Calls(settings.micro_batch_size), Self::Tokens)
+    }
+
     /// `order` (indices into `calls`, in the order they train: similar lengths side by side)
     /// cut into micro-batches, in that order.
     pub fn cut<'a>(self, order: &'a [usize], calls: &[&AgentCall]) -> Vec<&'a [usize]> {
