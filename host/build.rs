@@ -6,10 +6,11 @@
 //! which `drmas-host devices` reports.
 //!
 //! It also compiles the crate's C++ shims over libtorch operators that tch does not bind
-//! (`src/devices/profiler.cpp`: the profiler; `src/model/cudnn_attention.cpp`: whether attention
-//! may use cuDNN; `src/update/fused_adamw.cpp`: the multi-tensor AdamW kernel and list copy;
-//! `src/update/gradient_lists.cpp`: norms and scaling of gradient lists) against the same
-//! libtorch's headers.
+//! (`src/devices/profiler.cpp`: the profiler; `src/engine/cuda_graph.cpp`: CUDA graphs, with
+//! CUDA where libtorch has it and the CUDA runtime's headers are found;
+//! `src/model/cudnn_attention.cpp`: whether attention may use cuDNN; `src/update/fused_adamw.cpp`:
+//! the multi-tensor AdamW kernel and list copy; `src/update/gradient_lists.cpp`: norms and
+//! scaling of gradient lists) against the same libtorch's headers.
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
@@ -30,6 +31,7 @@ fn main() {
     if std::env::var("CARGO_PKG_NAME").as_deref() == Ok("drmas-host") {
         let shims = [
             "src/devices/profiler.cpp",
+            "src/engine/cuda_graph.cpp",
             "src/model/cudnn_attention.cpp",
             "src/update/fused_adamw.cpp",
             "src/update/gradient_lists.cpp",
@@ -40,22 +42,68 @@ fn main() {
         {
             println!("cargo:rerun-if-changed={shim}");
         }
-        compile_shims(&root.join("include"), &shims);
+        let cuda = cuda_runtime_headers(std::path::Path::new(&lib), &root);
+        compile_shims(&root.join("include"), cuda.as_deref(), &shims);
+        if cuda.is_some() {
+            // The graph shim calls c10's CUDA streams; torch-sys links libtorch_cuda only.
+            println!("cargo:rustc-link-lib=dylib=c10_cuda");
+        }
     }
 }
 
-/// Compiles the C++ `shims` against libtorch's headers in `include` into one static library.
-fn compile_shims(include: &std::path::Path, shims: &[&str]) {
+/// The CUDA runtime's headers, when libtorch is a CUDA build: `DRMAS_CUDA_INCLUDE`, else the
+/// `cuda-include` folder scripts/gpu/install-libtorch.sh lays out beside libtorch's, else a
+/// CUDA toolkit's (`CUDA_HOME`, `CUDA_PATH`, /usr/local/cuda). Without them the CUDA graph shim
+/// (`src/engine/cuda_graph.cpp`) is built without CUDA and refuses graphs at run time.
+fn cuda_runtime_headers(
+    lib: &std::path::Path,
+    root: &std::path::Path,
+) -> Option<std::path::PathBuf> {
+    for var in ["DRMAS_CUDA_INCLUDE", "CUDA_HOME", "CUDA_PATH"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    if !lib.join("libtorch_cuda.so").exists() {
+        return None;
+    }
+    let toolkit =
+        |var: &str| std::env::var_os(var).map(|p| std::path::Path::new(&p).join("include"));
+    let candidates = [
+        std::env::var_os("DRMAS_CUDA_INCLUDE").map(std::path::PathBuf::from),
+        Some(root.join("cuda-include")),
+        toolkit("CUDA_HOME"),
+        toolkit("CUDA_PATH"),
+        Some(std::path::PathBuf::from("/usr/local/cuda/include")),
+    ];
+    let found = candidates.into_iter().flatten().find(|dir| {
+        dir.join("cuda_runtime_api.h").exists() && dir.join("crt/host_config.h").exists()
+    });
+    if found.is_none() {
+        println!(
+            "cargo:warning=libtorch has CUDA but the CUDA runtime's headers were not found \
+             (DRMAS_CUDA_INCLUDE, CUDA_HOME, /usr/local/cuda/include): this build cannot run \
+             decode steps as CUDA graphs"
+        );
+    }
+    found
+}
+
+/// Compiles the C++ `shims` against libtorch's headers in `include` into one static library,
+/// with CUDA where `cuda` holds the CUDA runtime's headers.
+fn compile_shims(include: &std::path::Path, cuda: Option<&std::path::Path>, shims: &[&str]) {
     // torch-sys compiles its own glue with the same ABI setting (default: the C++11 ABI, which
     // every libtorch 2.x from PyPI uses).
     let abi = std::env::var("LIBTORCH_CXX11_ABI").unwrap_or_else(|_| "1".to_owned());
-    cc::Build::new()
+    let mut build = cc::Build::new();
+    build
         .cpp(true)
         .files(shims)
         .include(include)
         .flag("-std=c++17")
         .define("_GLIBCXX_USE_CXX11_ABI", abi.as_str())
         .warnings(false)
-        .flag("-w")
-        .compile("drmas_shims");
+        .flag("-w");
+    if let Some(cuda) = cuda {
+        build.include(cuda).define("DRMAS_WITH_CUDA", None);
+    }
+    build.compile("drmas_shims");
 }

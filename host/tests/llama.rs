@@ -133,6 +133,69 @@ fn cached_decoding_matches_full_recompute() {
     });
 }
 
+/// What a CUDA graph of a decode step needs from the model (`engine::decode_steps`): with the
+/// cache's next slot held on the device and every slot attended to through the mask, decode
+/// steps of a left-padded batch give the logits of steps over the slots filled so far, on
+/// libtorch and on the CPU kernels; several tokens per row are refused in that mode.
+#[test]
+fn decode_steps_at_a_slot_held_on_the_device_match_steps_at_the_host_slot() {
+    with_model(|gguf, llama| {
+        let long = encode(gguf, &chatml("What is the capital of France?"));
+        let short = encode(gguf, &chatml("Hi"));
+        let width = long.len();
+        let mut padded = vec![0; width - short.len()];
+        padded.extend(&short);
+        let prompts = Tensor::cat(&[ids(&long), ids(&padded)], 0);
+        let mask = Tensor::ones([2, width as i64], (Kind::Int64, Device::Cpu));
+        let _ = mask
+            .get(1)
+            .narrow(0, 0, (width - short.len()) as i64)
+            .fill_(0i64);
+        let steps = 6;
+        for kernels in [false, true] {
+            if kernels {
+                llama.set_backend(backend_for(Device::Cpu).expect("the CPU kernels"));
+            } else {
+                llama.set_backend(backend::libtorch());
+            }
+            let max_len = (width + steps + 3) as i64;
+            let mut host = llama.new_cache(2, max_len).expect("a cache");
+            let mut held = llama.new_cache(2, max_len).expect("a cache");
+            let prefill = |cache: &mut _| {
+                tch::no_grad(|| llama.forward_last(&prompts, Some(&mask), Some(cache)))
+                    .expect("the prefill")
+            };
+            let mut want = prefill(&mut host);
+            let mut got = prefill(&mut held);
+            held.hold_slot_on_device();
+            let mut largest = 0f64;
+            for step in 0..steps {
+                // Rounding only: attention sums over more (masked) slots.
+                let diff = max_abs_diff(&want, &got);
+                largest = largest.max(diff);
+                assert!(
+                    diff < 1e-4,
+                    "kernels {kernels}, step {step}: logits differ by {diff}"
+                );
+                let next = want.select(1, -1).argmax(-1, true);
+                let forward = |cache: &mut _| {
+                    tch::no_grad(|| llama.forward_last(&next, None, Some(cache))).expect("a step")
+                };
+                want = forward(&mut host);
+                got = forward(&mut held);
+                assert_eq!(held.len(), host.len());
+            }
+            println!("kernels {kernels}: held-slot steps within {largest:e} of host-slot steps");
+            let two = Tensor::zeros([2, 2], (Kind::Int64, Device::Cpu));
+            let error = tch::no_grad(|| llama.forward_last(&two, None, Some(&mut held)))
+                .expect_err("two tokens per row")
+                .to_string();
+            assert!(error.contains("one at a time"), "{error}");
+        }
+        llama.set_backend(backend_for(Device::Cpu).expect("the CPU kernels"));
+    });
+}
+
 #[test]
 fn left_padding_does_not_change_a_sequence() {
     with_model(|gguf, llama| {

@@ -78,6 +78,8 @@ log "built in $((SECONDS - started)) s"
 host="$build/release/drmas-host"
 readelf -d "$host" | grep -q 'NEEDED.*\[libtorch_cuda.so\]' \
   || { log "$host does not need libtorch_cuda.so: CUDA would never be available"; exit 1; }
+readelf -d "$host" | grep -q 'NEEDED.*\[libc10_cuda.so\]' \
+  || { log "$host was built without CUDA graphs (no CUDA runtime headers in $libtorch/cuda-include?)"; exit 1; }
 
 log "assembling $out"
 rm -rf "$out"

@@ -5,18 +5,19 @@
 # output) and logs.tar.gz (every step's output and log), rewritten after every step, so a call
 # cut off by its time limit still brings back the steps it finished.
 #
-# Steps: the GPU as nvidia-smi sees it; `drmas-host devices` (CUDA available, device names);
-# logits and greedy generations on the device against the CPU in f32 (`devices --compare`) for
-# the tiny Llama/Qwen2/Qwen3 fixtures and a random SmolLM2-135M-shaped model (make_model.py),
-# in f32 and bf16; one update step (a fixed batch of two agents' calls) on the device against
-# the CPU in f32 (`devices --compare-update`: loss and per-agent gradient norms) for the same
-# models and dtypes; one training iteration of a tiny run on the device in f32 and bf16, of a
-# tiny LoRA run in bf16, and of the SmolLM2-shaped model in bf16, each with its seconds and peak
-# GPU memory; two SmolLM2-shaped groups sharing the device, with and without `offload = true`
-# (peak GPU memory, the moves' seconds); one iteration of the SmolLM2-shaped model with its
-# rollouts on two `drmas-host serve` workers on the device (rollout and weight-sync seconds, the
-# sampler-trainer log-ratio); and a long-response update step (8 × 2048 tokens) of the
-# SmolLM2-shaped model with and without activation checkpointing (peak GPU memory, seconds).
+# Steps: the GPU as nvidia-smi sees it; `drmas-host devices` (CUDA available, device names); logits
+# and greedy generations on the device against the CPU in f32 (`devices --compare`) for the tiny
+# Llama/Qwen2/Qwen3 fixtures and a random SmolLM2-135M-shaped model (make_model.py), in f32 and
+# bf16, on a CUDA device also with the decode steps replayed as CUDA graphs; one update step (a
+# fixed batch of two agents' calls) on the device against the CPU in f32 (`devices
+# --compare-update`: loss and per-agent gradient norms) for the same models and dtypes; one training
+# iteration of a tiny run on the device in f32 and bf16, of a tiny LoRA run in bf16, and of the
+# SmolLM2-shaped model in bf16 (also with CUDA graphs), each with its seconds and peak GPU memory;
+# two SmolLM2-shaped groups sharing the device, with and without `offload = true` (peak GPU memory,
+# the moves' seconds); one iteration of the SmolLM2-shaped model with its rollouts on two
+# `drmas-host serve` workers on the device (rollout and weight-sync seconds, the sampler-trainer
+# log-ratio); and a long-response update step (8 × 2048 tokens) of the SmolLM2-shaped model with and
+# without activation checkpointing (peak GPU memory, seconds).
 #
 # Usage: ./check.sh
 # Environment:
@@ -48,6 +49,16 @@ for dtype in f32 bf16; do
   step "compare-smollm2-$dtype" 150 "$here/run.sh" devices --device "$device" --dtype "$dtype" \
     --compare "$smollm2"
 done
+# The same comparisons with the decode steps replayed as CUDA graphs (DRMAS_CUDA_DECODE=graphs).
+if [[ "$device" == cuda* ]]; then
+  for dtype in f32 bf16; do
+    step "compare-fixtures-$dtype-graphs" 120 env DRMAS_CUDA_DECODE=graphs "$here/run.sh" devices \
+      --device "$device" --dtype "$dtype" --compare "$fixtures/llama" --compare "$fixtures/qwen2" \
+      --compare "$fixtures/qwen3"
+    step "compare-smollm2-$dtype-graphs" 150 env DRMAS_CUDA_DECODE=graphs "$here/run.sh" devices \
+      --device "$device" --dtype "$dtype" --compare "$smollm2"
+  done
+fi
 for dtype in f32 bf16; do
   step "update-fixtures-$dtype" 180 "$here/run.sh" devices --device "$device" --dtype "$dtype" \
     --compare-update "$fixtures/llama" --compare-update "$fixtures/qwen2" \
@@ -60,6 +71,9 @@ train train-tiny-bf16 "$fixtures/llama" bf16
 train train-tiny-lora-bf16 "$fixtures/llama" bf16 shared \
   '[worker_groups.shared.lora]\nrank = 8\nalpha = 16\nper_agent = true'
 train train-smollm2-bf16 "$smollm2" bf16
+if [[ "$device" == cuda* ]]; then
+  DRMAS_CUDA_DECODE=graphs train train-smollm2-bf16-graphs "$smollm2" bf16
+fi
 train train-smollm2-two-groups-bf16 "$smollm2" bf16 two
 train train-smollm2-two-groups-offload-bf16 "$smollm2" bf16 two 'offload = true'
 # Two `drmas-host serve` workers on the device serving the SmolLM2-shaped model in bf16, and the

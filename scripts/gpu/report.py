@@ -93,8 +93,8 @@ def markdown(report: dict) -> str:
             f"- drmas-host: libtorch {found.get('libtorch')}, CUDA available: "
             f"{found.get('cuda_available')}, cuDNN: {found.get('cudnn_available')}, "
             f"attention: {found.get('cuda_attention')} (cuDNN's allowed: "
-            f"{found.get('cudnn_attention_allowed')}), "
-            f"devices: {names or 'none'}"
+            f"{found.get('cudnn_attention_allowed')}), decode steps: "
+            f"{found.get('cuda_decode')}, devices: {names or 'none'}"
         )
     if report["build"]:
         lines.append(f"- bundle: {'; '.join(report['build'].splitlines())}")
@@ -107,15 +107,16 @@ def markdown(report: dict) -> str:
         lines.append(f"| {step['name']} | {step['rc']} | {step['seconds']} | {memory} |")
 
     lines += ["", "## Logits and greedy generation against the CPU in f32", "",
-              "| model | dtype | max abs diff / max abs logit (tolerance) | top-1 agreement "
-              "| greedy identical + ties / prompts | device s | CPU s | pass |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| step | model | dtype | max abs diff / max abs logit (tolerance) "
+              "| top-1 agreement | greedy identical + ties / prompts | device s | CPU s | pass |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for step in steps:
         output = step.get("output") or {}
         for c in output.get("comparisons", []):
             logits, greedy = c["logits"], c["greedy"]
             lines.append(
-                f"| {Path(c['model']).name} | {c['dtype']} | {fmt(logits['relative'])} "
+                f"| {step['name']} | {Path(c['model']).name} | {c['dtype']} "
+                f"| {fmt(logits['relative'])} "
                 f"({fmt(c['tolerance']['logits_relative'])}) | {fmt(logits['top1_agreement'])} "
                 f"| {greedy['identical']} + {greedy['ties']} / {greedy['prompts']} "
                 f"| {fmt(logits['device_seconds'] + greedy['device_seconds'])} "

@@ -8,8 +8,9 @@
 #
 # Steps, per architecture:
 #   qwen2.5-1.5b (default): sampled generation of 64 and 256 random 64-token prompts continued
-#     by 512 tokens (`devices --generate` against HF `generate`, dynamic cache, and for batch 64
-#     also the static cache); one training step of 16 calls of 32 + 480 tokens (`devices
+#     by 512 tokens (`devices --generate`, its decode steps eager and on a CUDA device also
+#     replayed as CUDA graphs, against HF `generate`, dynamic cache, and for batch 64 also the
+#     static cache); one training step of 16 calls of 32 + 480 tokens (`devices
 #     --update`, bf16 weights with f32 masters) against PyTorch eager with autocast (f32 weights)
 #     and in bf16, drmas's with the calls of one agent (the peer's step), of two (a pass and a
 #     gradient norm per agent), and of one with DRMAS_CUDA_ATTENTION=libtorch (libtorch's own
@@ -157,6 +158,11 @@ fi
 for batch in $batches; do
   step "generate-drmas-b$batch" 300 "$here/run.sh" devices --device "$device" --dtype bf16 \
     --generate "$model" --batch "$batch" --prompt-tokens 64 --new-tokens "$new_tokens" --profile
+  if [[ "$device" == cuda* ]]; then
+    step "generate-drmas-graphs-b$batch" 300 env DRMAS_CUDA_DECODE=graphs "$here/run.sh" devices \
+      --device "$device" --dtype bf16 --generate "$model" --batch "$batch" --prompt-tokens 64 \
+      --new-tokens "$new_tokens" --profile
+  fi
   caches=dynamic
   [[ "$batch" == 64 ]] && caches="${DRMAS_SPEED_CACHES:-dynamic static}"
   for cache in $caches; do

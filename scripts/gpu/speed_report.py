@@ -71,9 +71,10 @@ def collect(logs: Path, config: dict) -> dict:
     for name, step in steps.items():
         out = step["output"] or {}
         if name.startswith("generate-drmas-"):
+            side = "drmas (CUDA graphs)" if name.startswith("generate-drmas-graphs-") else "drmas"
             for figures in out.get("generations", []):
                 bound = (figures["weight_bytes"] + figures["kv_cache_bytes_per_step"]) / BANDWIDTH
-                generation.append({"side": "drmas", "step": name, **figures,
+                generation.append({"side": side, "step": name, **figures,
                                    "decode_bound_ms": bound * 1e3})
         elif name.startswith("generate-transformers-"):
             if out:
@@ -138,16 +139,20 @@ def markdown(report: dict, device: str, seconds: int) -> str:
             "",
             "## Generation (sampled, temperature 1, 64-token random prompts)",
             "",
-            "| side | batch | new tokens | tokens | tokens/s | drmas's speed-up | decode step (ms) "
-            "| bound (ms) | prefill (s) |",
+            "| side | batch | new tokens | tokens | tokens/s | drmas's speed-up (eager / CUDA "
+            "graphs) | decode step (ms) | bound (ms) | prefill (s) |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
-    drmas = {g["shape"]["batch"]: g for g in report["generation"] if g["side"] == "drmas"}
+    drmas = {}
+    for g in report["generation"]:
+        if g["side"].startswith("drmas"):
+            drmas.setdefault(g["shape"]["batch"], {})[g["side"]] = g
     for g in report["generation"]:
         batch = g["shape"]["batch"] if "shape" in g else g["batch"]
         new_tokens = g["shape"]["new_tokens"] if "shape" in g else g["new_tokens"]
-        ours = drmas.get(batch)
-        ratio = f"{ours['tokens_per_s'] / g['tokens_per_s']:.2f}" if ours and g is not ours else ""
+        ours = [drmas.get(batch, {}).get(side) for side in ("drmas", "drmas (CUDA graphs)")]
+        ratio = "" if g["side"].startswith("drmas") else " / ".join(
+            f"{row['tokens_per_s'] / g['tokens_per_s']:.2f}" if row else "–" for row in ours)
         bound = f"{g['decode_bound_ms']:.2f}" if "decode_bound_ms" in g else ""
         lines.append(
             f"| {g['side']} | {batch} | {new_tokens} | {g['tokens']} | {g['tokens_per_s']:.0f} "

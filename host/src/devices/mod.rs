@@ -14,6 +14,7 @@ mod update_step;
 use serde::Serialize;
 
 use crate::config::Device;
+use crate::engine::decode_steps::CudaDecode;
 use crate::model::cuda_attention::{cudnn_attention_allowed, CudaAttention};
 
 pub use compare::{compare, Comparison, Tolerance};
@@ -38,6 +39,9 @@ pub struct DeviceReport {
     pub cuda_attention: Option<CudaAttention>,
     /// Whether libtorch may choose cuDNN's attention kernel.
     pub cudnn_attention_allowed: bool,
+    /// How decode steps run on this process's CUDA devices (`None` without one, or when
+    /// `DRMAS_CUDA_DECODE` names no choice).
+    pub cuda_decode: Option<CudaDecode>,
     /// Every CUDA device, by index.
     pub cuda_devices: Vec<CudaDevice>,
 }
@@ -69,6 +73,9 @@ impl DeviceReport {
                 .then(|| CudaAttention::for_process().ok())
                 .flatten(),
             cudnn_attention_allowed: cudnn_attention_allowed(),
+            cuda_decode: cuda_available
+                .then(|| CudaDecode::for_process().ok())
+                .flatten(),
             cuda_devices: (0..count)
                 .map(|index| CudaDevice {
                     index,

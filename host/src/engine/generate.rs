@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use tch::{Device, Tensor};
 use tokenizers::Tokenizer;
 
+use super::decode_steps::DecodeSteps;
 use super::sampling::{Sampler, SamplingParams};
 use super::stop::StopStrings;
 use crate::model::error::ModelError;
@@ -85,7 +86,8 @@ const COMPACT_AFTER: f64 = 0.5;
 /// Continues every request, all in one batch: prompts are left-padded and prefilled in one
 /// pass into a KV cache allocated once, then each step samples one token per unfinished
 /// sequence (see [`Sampler`]). A sequence stops at any of the model's EOS tokens, at a stop
-/// string or after `max_new_tokens`; finished sequences are dropped from the batch. Requests
+/// string or after `max_new_tokens`; finished sequences are dropped from the batch (unless the
+/// steps are a CUDA graph's replays: see [`DecodeSteps`]). Requests
 /// with different LoRA adapters share the batch, each row through its own adapter.
 ///
 /// Outputs are in the order of `requests`. Random numbers come from `rng`, one per sampled
@@ -157,6 +159,7 @@ pub fn generate(
         adapters = adapters.select(&prompt_of);
         logits = logits.index_select(0, &index);
     }
+    let mut steps = DecodeSteps::for_device(device)?;
     let mut live: Vec<bool> = vec![true; rows.len()];
     let mut tokens_host: Vec<i64> = Vec::with_capacity(rows.len());
     let mut logprobs_host: Vec<f32> = Vec::with_capacity(rows.len());
@@ -199,7 +202,7 @@ pub fn generate(
         let dead = rows.len() - alive;
         dead_steps += dead as f64;
         let mut next = tokens;
-        if dead > 0 && dead_steps >= COMPACT_AFTER * alive as f64 {
+        if steps.may_compact() && dead > 0 && dead_steps >= COMPACT_AFTER * alive as f64 {
             let keep: Vec<usize> = (0..rows.len()).filter(|&r| live[r]).collect();
             let index = Tensor::from_slice(&keep.iter().map(|&r| r as i64).collect::<Vec<_>>())
                 .to_device(device);
@@ -212,7 +215,7 @@ pub fn generate(
             live.fill(true);
             dead_steps = 0.0;
         }
-        logits = tch::no_grad(|| model.forward_last_sampled(&next, &mut cache, &adapters))?;
+        logits = steps.step(model, &next, &mut cache, &adapters)?;
     }
     Ok(outputs)
 }

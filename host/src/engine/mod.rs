@@ -4,6 +4,8 @@
 //! generates through.
 
 pub mod cpu;
+pub mod cuda_graph;
+pub mod decode_steps;
 pub mod generate;
 pub mod generator;
 pub mod remote;

@@ -371,8 +371,18 @@ impl Llama {
             )));
         }
         let offset = cache.len();
+        let held = cache.holds_slot_on_device();
+        if held && t != 1 {
+            return Err(ModelError::Input(format!(
+                "{t} tokens per sequence: a cache whose slot the device holds takes one at a time"
+            )));
+        }
         let (key_valid, seen) = cache.reserve(&valid);
-        let context = AttentionContext::new(&key_valid, &seen, &valid, offset);
+        let context = if held {
+            AttentionContext::at_held_slot(&key_valid, &seen)
+        } else {
+            AttentionContext::new(&key_valid, &seen, &valid, offset)
+        };
         let hidden = self.run(input_ids, &context, &mut Past::Cache(cache), rows);
         cache.advance(&valid);
         Ok(hidden)

@@ -13,6 +13,7 @@ use super::matmul::{matmul, Weights, DECODE_ROWS};
 use super::rms_norm::rms_norm;
 use super::rotary::rotate;
 use super::swiglu::silu_mul;
+use crate::engine::decode_steps::CudaDecode;
 use crate::model::backend::{self, Backend};
 use crate::model::cuda_attention::CudaAttention;
 use crate::model::error::ModelError;
@@ -24,12 +25,13 @@ pub const KERNELS_VAR: &str = "DRMAS_CPU_KERNELS";
 /// The backend for a model on `device`: on the CPU, [`CpuKernels::fastest`] by default, or
 /// the kernels of the version [`KERNELS_VAR`] names on the products where they beat libtorch
 /// ([`Routes::for_this_cpu`]); libtorch elsewhere, on a CUDA device after
-/// [`CudaAttention::for_process`]. Fails when a variable names no choice, or a version this CPU
-/// does not run.
+/// [`CudaAttention::for_process`] and [`CudaDecode::for_process`]. Fails when a variable names
+/// no choice, or a version this CPU does not run.
 pub fn backend_for(device: Device) -> Result<Arc<dyn Backend>, ModelError> {
     if device != Device::Cpu {
         if device.is_cuda() {
             CudaAttention::for_process()?;
+            CudaDecode::for_process()?;
         }
         return Ok(backend::libtorch());
     }

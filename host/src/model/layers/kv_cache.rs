@@ -12,6 +12,9 @@ pub struct KvCache {
     key_valid: Tensor,
     /// `[B]` int64: real tokens per sequence so far (the next token's RoPE position).
     seen: Tensor,
+    /// `[1]` int64 on the cache's device once [`Self::hold_slot_on_device`] was called: the
+    /// slot the next token is written to.
+    slot: Option<Tensor>,
     len: i64,
     max_len: i64,
 }
@@ -33,6 +36,7 @@ impl KvCache {
             values: (0..layers).map(|_| alloc()).collect(),
             key_valid: Tensor::zeros([batch, max_len], (Kind::Bool, device)),
             seen: Tensor::zeros([batch], (Kind::Int64, device)),
+            slot: None,
             len: 0,
             max_len,
         }
@@ -56,6 +60,27 @@ impl KvCache {
     /// The number of slots allocated.
     pub fn max_len(&self) -> i64 {
         self.max_len
+    }
+
+    /// From now on, decode steps (one token per row) write at a slot the device holds and
+    /// advances, and attend to all `max_len` slots through the mask: a step's operations, shapes
+    /// and host-side arguments are then the same at every step, so a step can be captured once
+    /// and replayed as a CUDA graph ([`crate::engine::decode_steps`]). Each step reads the whole
+    /// cache instead of the slots filled so far.
+    pub fn hold_slot_on_device(&mut self) {
+        let device = self.seen.device();
+        self.slot = Some(Tensor::from_slice(&[self.len]).to_device(device));
+    }
+
+    /// Whether the slot is held on the device (see [`Self::hold_slot_on_device`]).
+    pub fn holds_slot_on_device(&self) -> bool {
+        self.slot.is_some()
+    }
+
+    /// Records a step that ran without this cache's host side (a CUDA graph's replay wrote the
+    /// slot and advanced it on the device).
+    pub(crate) fn note_replayed_step(&mut self) {
+        self.len += 1;
     }
 
     /// Keeps only the sequences at `rows` (`[B']` int64 indices into the batch, in the order
@@ -92,8 +117,15 @@ impl KvCache {
 
     /// Marks the next `valid.size()[1]` slots as holding tokens where `valid` `[B, T]` is
     /// true, and returns (all slots' validity `[B, len + T]`, real tokens before them `[B]`).
-    /// The caller checks that `len + T` fits.
+    /// The caller checks that `len + T` fits. With the slot held on the device, `T` is 1 and the
+    /// validity covers all `max_len` slots (unfilled ones invalid).
     pub(crate) fn reserve(&mut self, valid: &Tensor) -> (Tensor, Tensor) {
+        if let Some(slot) = &self.slot {
+            // One token per row (checked by the caller); every slot, those not filled yet
+            // marked invalid.
+            let _ = self.key_valid.index_copy_(1, slot, valid);
+            return (self.key_valid.shallow_clone(), self.seen.shallow_clone());
+        }
         let t = valid.size()[1];
         self.key_valid.narrow(1, self.len, t).copy_(valid);
         (
@@ -103,7 +135,8 @@ impl KvCache {
     }
 
     /// Writes layer `layer`'s new `keys`/`values` `[B, kv_heads, T, head_dim]` at slot
-    /// `offset` and returns all of the layer's keys and values so far.
+    /// `offset` and returns all of the layer's keys and values so far (with the slot held on
+    /// the device: at that slot, and all `max_len` slots returned).
     pub(crate) fn store(
         &mut self,
         layer: usize,
@@ -111,6 +144,14 @@ impl KvCache {
         keys: &Tensor,
         values: &Tensor,
     ) -> (Tensor, Tensor) {
+        if let Some(slot) = &self.slot {
+            let _ = self.keys[layer].index_copy_(2, slot, keys);
+            let _ = self.values[layer].index_copy_(2, slot, values);
+            return (
+                self.keys[layer].shallow_clone(),
+                self.values[layer].shallow_clone(),
+            );
+        }
         let t = keys.size()[2];
         self.keys[layer].narrow(2, offset, t).copy_(keys);
         self.values[layer].narrow(2, offset, t).copy_(values);
@@ -127,5 +168,8 @@ impl KvCache {
         self.seen += valid
             .to_kind(Kind::Int64)
             .sum_dim_intlist(1, false, Kind::Int64);
+        if let Some(slot) = &mut self.slot {
+            *slot += 1;
+        }
     }
 }

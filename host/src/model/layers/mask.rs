@@ -15,7 +15,7 @@ pub struct AttentionContext {
     /// Which keys each new token attends to, `[B, 1, T, S]` bool (true = attend), where the
     /// `S` keys are the cache slots `0..offset + T`.
     pub mask: Tensor,
-    /// The cache slot of the first new token.
+    /// The cache slot of the first new token (unused when the slot is held on the device).
     pub offset: i64,
 }
 
@@ -44,6 +44,20 @@ impl AttentionContext {
             positions,
             mask,
             offset,
+        }
+    }
+
+    /// The context of one new token per row at a cache slot the device holds (see
+    /// [`super::KvCache::hold_slot_on_device`]): `key_valid` `[B, S]` marks the real tokens of
+    /// all `S` cache slots, the new one included and none after it, and `seen` `[B]` counts
+    /// each row's real tokens before it. The same as [`Self::new`] over the slots filled so
+    /// far, computed from device tensors only.
+    pub fn at_held_slot(key_valid: &Tensor, seen: &Tensor) -> Self {
+        let size = key_valid.size();
+        Self {
+            positions: seen.unsqueeze(1),
+            mask: key_valid.view([size[0], 1, 1, size[1]]),
+            offset: 0,
         }
     }
 
