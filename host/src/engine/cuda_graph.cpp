@@ -4,7 +4,9 @@
 // pool of the graph's own, so the memory a replay writes is never handed to anyone else.
 //
 // Built with CUDA only when build.rs finds a CUDA libtorch and the CUDA runtime's headers
-// (DRMAS_WITH_CUDA); otherwise every call fails with a message saying so.
+// (DRMAS_WITH_CUDA); otherwise every call fails with a message saying so. Devices and streams
+// are switched through c10's functions rather than guard objects, whose inline code would need
+// the CUDA runtime at link time.
 
 #include <cstddef>
 #include <exception>
@@ -18,27 +20,60 @@
 #include <c10/cuda/CUDAStream.h>
 
 struct DrmasCudaGraph {
+  explicit DrmasCudaGraph(c10::DeviceIndex device) : device(device) {}
+
+  // The device the graph's work runs on; libtorch's graph captures and replays on the thread's
+  // current device, which is made this one meanwhile.
+  c10::DeviceIndex device;
   at::cuda::CUDAGraph graph;
   // The graph's side stream, taken from libtorch's pool on first use and kept: the warm-up and
   // the capture must run on the same stream (cuBLAS keeps a workspace per stream, which the
   // warm-up allocates so that the capture does not).
   std::optional<c10::cuda::CUDAStream> side;
-  // The stream that was current before the side stream, while the graph's work is issued on the
-  // side stream. Streams are switched through c10's functions rather than a guard object, whose
-  // inline code would need the CUDA runtime at link time.
+  // While the side stream is current: the stream that was current before it, and the thread's
+  // current device before.
   std::optional<c10::cuda::CUDAStream> before_side;
+  c10::DeviceIndex device_before = 0;
 };
 
 namespace {
 
-// Makes `graph`'s previous stream current again, once the side stream has finished its work.
-// Streams, not the device, are waited for: another thread may be capturing a graph meanwhile.
-void leave_side_stream(DrmasCudaGraph* graph) {
-  if (graph->before_side) {
-    graph->side->synchronize();
-    c10::cuda::setCurrentCUDAStream(*graph->before_side);
-    graph->before_side.reset();
+// The graph's device is the thread's current one while this lives.
+class OnDevice {
+ public:
+  explicit OnDevice(c10::DeviceIndex device) : before_(c10::cuda::ExchangeDevice(device)) {}
+  ~OnDevice() { c10::cuda::SetDevice(before_); }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+
+ private:
+  c10::DeviceIndex before_;
+};
+
+// Waits for the graph's device's current stream, then makes the graph's side stream (and its
+// device) current.
+void enter_side_stream(DrmasCudaGraph* graph) {
+  graph->device_before = c10::cuda::ExchangeDevice(graph->device);
+  auto current = c10::cuda::getCurrentCUDAStream(graph->device);
+  current.synchronize();
+  if (!graph->side) {
+    graph->side = c10::cuda::getStreamFromPool(false, graph->device);
   }
+  graph->before_side = current;
+  c10::cuda::setCurrentCUDAStream(*graph->side);
+}
+
+// Makes the stream and device that were current before the side stream current again, once the
+// side stream has finished its work. Streams, not the device, are waited for: another thread
+// may be capturing a graph meanwhile.
+void leave_side_stream(DrmasCudaGraph* graph) {
+  if (!graph->before_side) {
+    return;
+  }
+  graph->side->synchronize();
+  c10::cuda::setCurrentCUDAStream(*graph->before_side);
+  graph->before_side.reset();
+  c10::cuda::SetDevice(graph->device_before);
 }
 
 }  // namespace
@@ -73,51 +108,26 @@ int guarded(char* error, std::size_t capacity, Body body) {
 
 extern "C" {
 
-// A new, empty graph in `*graph` (free it with drmas_cuda_graph_free).
-int drmas_cuda_graph_new(DrmasCudaGraph** graph, char* error, std::size_t capacity) {
-  return guarded(error, capacity, [&] { *graph = new DrmasCudaGraph(); });
-}
-
-// Waits for the work issued on `device`'s current stream, then makes the graph's side stream the
-// current one of this thread: what follows (warm-up, then capture) is issued there.
-int drmas_cuda_graph_enter_side_stream(DrmasCudaGraph* graph, int device, char* error,
-                                       std::size_t capacity) {
+// A new, empty graph of CUDA device `device` in `*graph` (free it with drmas_cuda_graph_free).
+int drmas_cuda_graph_new(DrmasCudaGraph** graph, int device, char* error, std::size_t capacity) {
   return guarded(error, capacity, [&] {
 #ifdef DRMAS_WITH_CUDA
-    auto index = static_cast<c10::DeviceIndex>(device);
-    auto current = c10::cuda::getCurrentCUDAStream(index);
-    current.synchronize();
-    graph->before_side = current;
-    if (!graph->side) {
-      graph->side = c10::cuda::getStreamFromPool(false, index);
-    }
-    c10::cuda::setCurrentCUDAStream(*graph->side);
+    *graph = new DrmasCudaGraph(static_cast<c10::DeviceIndex>(device));
 #endif
   });
 }
 
-// Starts capturing the current (side) stream's work into the graph. Only this thread's CUDA
-// calls are checked against the capture, so other threads' work may go on meanwhile.
-int drmas_cuda_graph_begin(DrmasCudaGraph* graph, char* error, std::size_t capacity) {
+// Waits for the work issued on the graph device's current stream, then makes the graph's side
+// stream the current one of this thread: what follows (warm-up, then capture) is issued there.
+int drmas_cuda_graph_enter_side_stream(DrmasCudaGraph* graph, char* error, std::size_t capacity) {
   return guarded(error, capacity, [&] {
 #ifdef DRMAS_WITH_CUDA
-    graph->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    enter_side_stream(graph);
 #endif
   });
 }
 
-// Ends the capture, makes the graph ready to replay, and returns to the stream that was current
-// before the side stream, once the side stream's work is done.
-int drmas_cuda_graph_end(DrmasCudaGraph* graph, char* error, std::size_t capacity) {
-  return guarded(error, capacity, [&] {
-#ifdef DRMAS_WITH_CUDA
-    graph->graph.capture_end();
-    leave_side_stream(graph);
-#endif
-  });
-}
-
-// Leaves the side stream without capturing (after a failed capture, say).
+// Leaves the side stream once its work is done (after a warm-up).
 int drmas_cuda_graph_leave_side_stream(DrmasCudaGraph* graph, char* error, std::size_t capacity) {
   return guarded(error, capacity, [&] {
 #ifdef DRMAS_WITH_CUDA
@@ -126,10 +136,38 @@ int drmas_cuda_graph_leave_side_stream(DrmasCudaGraph* graph, char* error, std::
   });
 }
 
-// Launches the captured work once on the current stream.
+// Starts capturing the side stream's work into the graph (after entering the side stream).
+// Only this thread's CUDA calls are checked against the capture, so other threads' work may go
+// on meanwhile.
+int drmas_cuda_graph_begin(DrmasCudaGraph* graph, char* error, std::size_t capacity) {
+  return guarded(error, capacity, [&] {
+#ifdef DRMAS_WITH_CUDA
+    graph->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+#endif
+  });
+}
+
+// Ends the capture, makes the graph ready to replay, and leaves the side stream, whether or not
+// the capture succeeded.
+int drmas_cuda_graph_end(DrmasCudaGraph* graph, char* error, std::size_t capacity) {
+  return guarded(error, capacity, [&] {
+#ifdef DRMAS_WITH_CUDA
+    try {
+      graph->graph.capture_end();
+    } catch (...) {
+      leave_side_stream(graph);
+      throw;
+    }
+    leave_side_stream(graph);
+#endif
+  });
+}
+
+// Launches the captured work once on its device's current stream.
 int drmas_cuda_graph_replay(DrmasCudaGraph* graph, char* error, std::size_t capacity) {
   return guarded(error, capacity, [&] {
 #ifdef DRMAS_WITH_CUDA
+    OnDevice on(graph->device);
     graph->graph.replay();
 #endif
   });

@@ -9,6 +9,8 @@
 use std::ffi::{c_char, c_int};
 use std::ptr::NonNull;
 
+use tch::TchError;
+
 use crate::model::error::ModelError;
 use crate::shim_error::ShimError;
 
@@ -21,12 +23,12 @@ struct RawGraph {
 extern "C" {
     fn drmas_cuda_graph_new(
         graph: *mut *mut RawGraph,
+        device: c_int,
         error: *mut c_char,
         capacity: usize,
     ) -> c_int;
     fn drmas_cuda_graph_enter_side_stream(
         graph: *mut RawGraph,
-        device: c_int,
         error: *mut c_char,
         capacity: usize,
     ) -> c_int;
@@ -45,7 +47,6 @@ extern "C" {
 #[derive(Debug)]
 pub struct CudaGraph {
     raw: NonNull<RawGraph>,
-    device: usize,
     captured: bool,
 }
 
@@ -57,16 +58,16 @@ impl CudaGraph {
     /// An empty graph for CUDA device `device`. Fails in a build without CUDA graphs.
     pub fn new(device: usize) -> Result<Self, ModelError> {
         let mut raw = std::ptr::null_mut();
+        let device = c_int::try_from(device)
+            .map_err(|_| graph_error(format!("creating a CUDA graph: no device cuda:{device}")))?;
         // SAFETY: the shim writes a fresh object's pointer into `raw` when it returns 0.
         ShimError::check("creating a CUDA graph", |error, capacity| unsafe {
-            drmas_cuda_graph_new(&mut raw, error, capacity)
+            drmas_cuda_graph_new(&mut raw, device, error, capacity)
         })?;
-        let raw = NonNull::new(raw).ok_or_else(|| {
-            ShimError::new().model_error("creating a CUDA graph returned no graph")
-        })?;
+        let raw = NonNull::new(raw)
+            .ok_or_else(|| graph_error("creating a CUDA graph returned no graph".to_owned()))?;
         Ok(Self {
             raw,
-            device,
             captured: false,
         })
     }
@@ -93,7 +94,7 @@ impl CudaGraph {
         work: impl FnOnce() -> Result<T, ModelError>,
     ) -> Result<T, ModelError> {
         if self.captured {
-            return Err(ShimError::new().model_error("capturing a CUDA graph twice"));
+            return Err(graph_error("capturing a CUDA graph twice".to_owned()));
         }
         self.enter_side_stream()?;
         let raw = self.raw.as_ptr();
@@ -106,7 +107,7 @@ impl CudaGraph {
             return Err(e);
         }
         let result = work();
-        // SAFETY: as above; the shim also returns to the stream before the side stream.
+        // SAFETY: as above; the shim also leaves the side stream, whether or not this fails.
         let ended = ShimError::check("ending a CUDA graph's capture", |error, capacity| unsafe {
             drmas_cuda_graph_end(raw, error, capacity)
         });
@@ -116,10 +117,12 @@ impl CudaGraph {
         Ok(result)
     }
 
-    /// Runs the captured work once on the device's current stream.
+    /// Runs the captured work once on its device's current stream.
     pub fn replay(&mut self) -> Result<(), ModelError> {
         if !self.captured {
-            return Err(ShimError::new().model_error("replaying a CUDA graph before its capture"));
+            return Err(graph_error(
+                "replaying a CUDA graph before its capture".to_owned(),
+            ));
         }
         let raw = self.raw.as_ptr();
         // SAFETY: `raw` is this graph's live object, captured.
@@ -129,10 +132,10 @@ impl CudaGraph {
     }
 
     fn enter_side_stream(&mut self) -> Result<(), ModelError> {
-        let (raw, device) = (self.raw.as_ptr(), self.device as c_int);
+        let raw = self.raw.as_ptr();
         // SAFETY: `raw` is this graph's live object.
         ShimError::check("switching to a side stream", |error, capacity| unsafe {
-            drmas_cuda_graph_enter_side_stream(raw, device, error, capacity)
+            drmas_cuda_graph_enter_side_stream(raw, error, capacity)
         })
     }
 
@@ -143,6 +146,11 @@ impl CudaGraph {
             drmas_cuda_graph_leave_side_stream(raw, error, capacity)
         })
     }
+}
+
+/// A failure of this module's own, as libtorch's failures are reported.
+fn graph_error(message: String) -> ModelError {
+    ModelError::Torch(TchError::Torch(message))
 }
 
 impl Drop for CudaGraph {
