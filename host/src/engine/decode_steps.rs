@@ -13,7 +13,7 @@
 
 use std::sync::OnceLock;
 
-use tch::{Device, Tensor};
+use tch::{Device, TchError, Tensor};
 
 use super::cuda_graph::CudaGraph;
 use crate::model::error::ModelError;
@@ -98,7 +98,12 @@ impl DecodeSteps {
         };
         match self {
             Self::Eager => forward(tokens, cache),
-            Self::Graph(graph) => graph.step(tokens, cache, forward),
+            Self::Graph(graph) => graph.step(tokens, cache, forward).map_err(|e| {
+                ModelError::Torch(TchError::Torch(format!(
+                    "{e} (decode steps as CUDA graphs, {CUDA_DECODE_VAR}=graphs; \
+                     {CUDA_DECODE_VAR}=eager runs them operator by operator)"
+                )))
+            }),
         }
     }
 }
