@@ -134,6 +134,14 @@ impl GraphSteps {
         forward: impl FnOnce(&Tensor, &mut KvCache) -> Result<Tensor, ModelError>,
     ) -> Result<Tensor, ModelError> {
         if let Some((input, logits)) = &mut self.captured {
+            // The capture checked nothing on the host: a replay past the cache's end would
+            // write out of bounds on the device.
+            if cache.len() >= cache.max_len() {
+                return Err(ModelError::Input(format!(
+                    "a decode step past the cache's {} slots",
+                    cache.max_len()
+                )));
+            }
             tch::no_grad(|| input.copy_(tokens));
             self.graph.replay()?;
             cache.note_replayed_step();
