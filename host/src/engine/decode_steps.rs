@@ -1,4 +1,4 @@
-//! [`DecodeSteps`]: how [`super::generate`] runs its decode steps: eagerly, operator by
+//! [`DecodeSteps`]: how [`super::generate()`] runs its decode steps: eagerly, operator by
 //! operator, or on a CUDA device as one CUDA graph replayed per step ([`CudaDecode`]).
 //!
 //! A decode step of a Llama-family model is a few hundred small operators (about 30 per layer),
