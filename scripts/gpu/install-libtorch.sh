@@ -30,6 +30,7 @@ log() { echo "[gpu/install-libtorch] $*" >&2; }
 install_cuda_headers() {
   local headers="$dest/cuda-include" work
   [[ -f "$headers/.drmas-complete" ]] && return 0
+  command -v python3 >/dev/null || { log "python3 with pip is needed to fetch the CUDA header wheels from PyPI"; exit 1; }
   work="$(mktemp -d "$cache/tmp.XXXXXX")"
   log "fetching the CUDA 13.0 runtime headers (nvidia-cuda-runtime, nvidia-cuda-crt; ~4 MB, once)"
   python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$work/wheels" \
