@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::config::Device;
 use crate::engine::decode_steps::CudaDecode;
 use crate::model::cuda_attention::{cudnn_attention_allowed, CudaAttention};
+use crate::model::process_setting::ProcessSetting;
 
 pub use compare::{compare, Comparison, Tolerance};
 pub use generation_speed::{generation_speed, GenerationShape, GenerationSpeed, PROFILED_TOKENS};

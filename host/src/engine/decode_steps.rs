@@ -19,6 +19,7 @@ use super::cuda_graph::CudaGraph;
 use crate::model::error::ModelError;
 use crate::model::layers::{AdapterRows, KvCache};
 use crate::model::llama::Llama;
+use crate::model::process_setting::ProcessSetting;
 
 /// The environment variable that chooses [`CudaDecode`].
 pub const CUDA_DECODE_VAR: &str = "DRMAS_CUDA_DECODE";
@@ -33,28 +34,14 @@ pub enum CudaDecode {
     Graphs,
 }
 
-/// The process's choice, read once.
-static CHOSEN: OnceLock<CudaDecode> = OnceLock::new();
+impl ProcessSetting for CudaDecode {
+    const VAR: &'static str = CUDA_DECODE_VAR;
+    const CHOICES: &'static [(&'static str, Self)] =
+        &[("eager", Self::Eager), ("graphs", Self::Graphs)];
 
-impl CudaDecode {
-    /// The choice a value of [`CUDA_DECODE_VAR`] names (unset or empty: the default).
-    pub fn parse(value: Option<&str>) -> Result<Self, ModelError> {
-        match value.unwrap_or("") {
-            "" | "eager" => Ok(Self::Eager),
-            "graphs" => Ok(Self::Graphs),
-            other => Err(ModelError::Config(format!(
-                "{CUDA_DECODE_VAR}={other:?}: expected eager (the default) or graphs"
-            ))),
-        }
-    }
-
-    /// The process's choice, read from [`CUDA_DECODE_VAR`] the first time it is asked for.
-    pub fn for_process() -> Result<Self, ModelError> {
-        if let Some(&chosen) = CHOSEN.get() {
-            return Ok(chosen);
-        }
-        let choice = Self::parse(std::env::var(CUDA_DECODE_VAR).ok().as_deref())?;
-        Ok(*CHOSEN.get_or_init(|| choice))
+    fn cell() -> &'static OnceLock<Self> {
+        static CHOSEN: OnceLock<CudaDecode> = OnceLock::new();
+        &CHOSEN
     }
 }
 
@@ -167,25 +154,14 @@ mod tests {
     fn the_variable_names_one_of_two_choices() {
         assert_eq!(CudaDecode::parse(None).expect("unset"), CudaDecode::Eager);
         assert_eq!(
-            CudaDecode::parse(Some("")).expect("empty"),
-            CudaDecode::Eager
-        );
-        assert_eq!(
-            CudaDecode::parse(Some("eager")).expect("eager"),
-            CudaDecode::Eager
-        );
-        assert_eq!(
             CudaDecode::parse(Some("graphs")).expect("graphs"),
             CudaDecode::Graphs
         );
-        let error = CudaDecode::parse(Some("graph"))
-            .expect_err("a typo")
-            .to_string();
-        assert!(
-            error.contains(CUDA_DECODE_VAR)
-                && error.contains("\"graph\"")
-                && error.contains("graphs"),
-            "{error}"
+        assert_eq!(
+            CudaDecode::parse(Some("graph"))
+                .expect_err("a typo")
+                .to_string(),
+            "DRMAS_CUDA_DECODE=\"graph\": expected eager (the default) or graphs"
         );
     }
 

@@ -16,6 +16,7 @@ use tch::{Device, Tensor};
 use super::cuda_attention::{attention_with_repeated_heads, CudaAttention};
 use super::eager_attention::eager_decode_attention;
 use super::layers::fused_rms_norm;
+use super::process_setting::ProcessSetting;
 
 /// The operations a backend may compute in libtorch's place. Every method returns `None` to
 /// leave the product to libtorch (the default), and must otherwise return what libtorch

@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 use tch::Tensor;
 
-use super::error::ModelError;
+use super::process_setting::ProcessSetting;
 
 /// The environment variable that chooses [`CudaAttention`].
 pub const CUDA_ATTENTION_VAR: &str = "DRMAS_CUDA_ATTENTION";
@@ -37,38 +37,23 @@ pub enum CudaAttention {
     Libtorch,
 }
 
-/// The process's choice, once made.
-static CHOSEN: OnceLock<CudaAttention> = OnceLock::new();
+impl ProcessSetting for CudaAttention {
+    const VAR: &'static str = CUDA_ATTENTION_VAR;
+    const CHOICES: &'static [(&'static str, Self)] = &[
+        ("repeated-heads", Self::RepeatedHeads),
+        ("libtorch", Self::Libtorch),
+    ];
 
-impl CudaAttention {
-    /// The choice a value of [`CUDA_ATTENTION_VAR`] names (unset or empty: the default).
-    pub fn parse(value: Option<&str>) -> Result<Self, ModelError> {
-        match value.unwrap_or("") {
-            "" | "repeated-heads" => Ok(Self::RepeatedHeads),
-            "libtorch" => Ok(Self::Libtorch),
-            other => Err(ModelError::Config(format!(
-                "{CUDA_ATTENTION_VAR}={other:?}: expected repeated-heads (the default) or libtorch"
-            ))),
-        }
+    fn cell() -> &'static OnceLock<Self> {
+        static CHOSEN: OnceLock<CudaAttention> = OnceLock::new();
+        &CHOSEN
     }
 
-    /// The process's choice, read from [`CUDA_ATTENTION_VAR`] and applied (cuDNN's attention
-    /// forbidden for [`Self::RepeatedHeads`]) the first time a model is placed on a CUDA device.
-    pub fn for_process() -> Result<Self, ModelError> {
-        if let Some(&chosen) = CHOSEN.get() {
-            return Ok(chosen);
-        }
-        let value = std::env::var(CUDA_ATTENTION_VAR).ok();
-        let choice = Self::parse(value.as_deref())?;
-        let chosen = *CHOSEN.get_or_init(|| choice);
+    /// Forbids cuDNN's attention for [`Self::RepeatedHeads`]; read the first time a model is
+    /// placed on a CUDA device.
+    fn apply(self) {
         // SAFETY: sets a flag of libtorch's global context; no tensor or pointer is involved.
-        unsafe { drmas_set_cudnn_attention(i32::from(chosen == Self::Libtorch)) };
-        Ok(chosen)
-    }
-
-    /// The choice made by [`Self::for_process`], the default before it.
-    pub fn current() -> Self {
-        CHOSEN.get().copied().unwrap_or(Self::RepeatedHeads)
+        unsafe { drmas_set_cudnn_attention(i32::from(self == Self::Libtorch)) };
     }
 }
 
@@ -118,18 +103,14 @@ mod tests {
             CudaAttention::RepeatedHeads
         );
         assert_eq!(
-            CudaAttention::parse(Some("")).expect("empty"),
-            CudaAttention::RepeatedHeads
-        );
-        assert_eq!(
             CudaAttention::parse(Some("libtorch")).expect("libtorch"),
             CudaAttention::Libtorch
         );
-        let error = CudaAttention::parse(Some("cudnn")).expect_err("unknown");
-        let message = error.to_string();
-        assert!(
-            message.contains(CUDA_ATTENTION_VAR) && message.contains("\"cudnn\""),
-            "{message}"
+        assert_eq!(
+            CudaAttention::parse(Some("cudnn"))
+                .expect_err("unknown")
+                .to_string(),
+            "DRMAS_CUDA_ATTENTION=\"cudnn\": expected repeated-heads (the default) or libtorch"
         );
     }
 
@@ -192,7 +173,7 @@ mod tests {
     fn the_cudnn_flag_is_libtorchs_own() {
         // The flag only steers CUDA calls, so toggling it here changes no CPU result.
         let before = cudnn_attention_allowed();
-        // SAFETY: as in `for_process`.
+        // SAFETY: as in `apply`.
         unsafe { drmas_set_cudnn_attention(0) };
         assert!(!cudnn_attention_allowed());
         unsafe { drmas_set_cudnn_attention(1) };

@@ -361,28 +361,8 @@ impl Llama {
             let context = AttentionContext::full(&valid);
             return Ok(self.run(input_ids, &context, &mut Past::None, rows));
         };
-        if cache.batch() != b || cache.len() + t > cache.max_len() {
-            return Err(ModelError::Input(format!(
-                "{b} sequences of {t} tokens do not fit a cache of {} sequences holding {} of {} \
-                 tokens",
-                cache.batch(),
-                cache.len(),
-                cache.max_len()
-            )));
-        }
-        let offset = cache.len();
-        let held = cache.holds_slot_on_device();
-        if held && t != 1 {
-            return Err(ModelError::Input(format!(
-                "{t} tokens per sequence: a cache whose slot the device holds takes one at a time"
-            )));
-        }
-        let (key_valid, seen) = cache.reserve(&valid);
-        let context = if held {
-            AttentionContext::at_held_slot(&key_valid, &seen)
-        } else {
-            AttentionContext::new(&key_valid, &seen, &valid, offset)
-        };
+        cache.check_room(b, t).map_err(ModelError::Input)?;
+        let context = cache.reserve(&valid);
         let hidden = self.run(input_ids, &context, &mut Past::Cache(cache), rows);
         cache.advance(&valid);
         Ok(hidden)

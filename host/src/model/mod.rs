@@ -18,6 +18,7 @@ pub mod llama;
 pub mod lora;
 pub mod peft;
 pub mod pretrained;
+pub mod process_setting;
 pub mod safetensors_io;
 pub mod save_hf;
 pub mod transfer;

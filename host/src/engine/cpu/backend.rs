@@ -17,6 +17,7 @@ use crate::engine::decode_steps::CudaDecode;
 use crate::model::backend::{self, Backend};
 use crate::model::cuda_attention::CudaAttention;
 use crate::model::error::ModelError;
+use crate::model::process_setting::ProcessSetting;
 
 /// The environment variable that forces the CPU kernels' version: `avx512`, `avx2`,
 /// `portable`, or `libtorch` for none; unset or `auto`, [`CpuKernels::fastest`].

@@ -2,6 +2,8 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::AttentionContext;
+
 /// Keys and values `[B, kv_heads, max_len, head_dim]` per layer, allocated once and filled
 /// slot by slot with `narrow().copy_()`, plus which slots hold real tokens.
 #[derive(Debug)]
@@ -115,22 +117,43 @@ impl KvCache {
         self.seen = self.seen.index_select(0, rows);
     }
 
+    /// Whether `batch` sequences of `tokens` new tokens each fit: `Err` says why not. With the
+    /// slot held on the device a step takes one token per sequence.
+    pub(crate) fn check_room(&self, batch: i64, tokens: i64) -> Result<(), String> {
+        if self.batch() != batch || self.len + tokens > self.max_len {
+            return Err(format!(
+                "{batch} sequences of {tokens} tokens do not fit a cache of {} sequences holding \
+                 {} of {} tokens",
+                self.batch(),
+                self.len,
+                self.max_len
+            ));
+        }
+        if self.slot.is_some() && tokens != 1 {
+            return Err(format!(
+                "{tokens} tokens per sequence: a cache whose slot the device holds takes one at \
+                 a time"
+            ));
+        }
+        Ok(())
+    }
+
     /// Marks the next `valid.size()[1]` slots as holding tokens where `valid` `[B, T]` is
-    /// true, and returns (all slots' validity `[B, len + T]`, real tokens before them `[B]`).
-    /// The caller checks that `len + T` fits. With the slot held on the device, `T` is 1 and the
-    /// validity covers all `max_len` slots (unfilled ones invalid).
-    pub(crate) fn reserve(&mut self, valid: &Tensor) -> (Tensor, Tensor) {
+    /// true, and returns the new tokens' positions and mask over the slots so far (with the slot
+    /// held on the device: over all `max_len` slots, unfilled ones masked). The caller checks
+    /// [`Self::check_room`] first and [`Self::advance`]s after the forward pass.
+    pub(crate) fn reserve(&mut self, valid: &Tensor) -> AttentionContext {
         if let Some(slot) = &self.slot {
-            // One token per row (checked by the caller); every slot, those not filled yet
-            // marked invalid.
             let _ = self.key_valid.index_copy_(1, slot, valid);
-            return (self.key_valid.shallow_clone(), self.seen.shallow_clone());
+            return AttentionContext::at_held_slot(&self.key_valid, &self.seen);
         }
         let t = valid.size()[1];
         self.key_valid.narrow(1, self.len, t).copy_(valid);
-        (
-            self.key_valid.narrow(1, 0, self.len + t),
-            self.seen.shallow_clone(),
+        AttentionContext::new(
+            &self.key_valid.narrow(1, 0, self.len + t),
+            &self.seen,
+            valid,
+            self.len,
         )
     }
 

@@ -52,7 +52,7 @@ impl AttentionContext {
     /// all `S` cache slots, the new one included and none after it, and `seen` `[B]` counts
     /// each row's real tokens before it. The same as [`Self::new`] over the slots filled so
     /// far, computed from device tensors only.
-    pub fn at_held_slot(key_valid: &Tensor, seen: &Tensor) -> Self {
+    pub(crate) fn at_held_slot(key_valid: &Tensor, seen: &Tensor) -> Self {
         let size = key_valid.size();
         Self {
             positions: seen.unsqueeze(1),
