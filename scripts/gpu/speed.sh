@@ -15,8 +15,8 @@
 #     and in bf16, drmas's with the calls of one agent (the peer's step), of two (a pass and a
 #     gradient norm per agent), and of one with DRMAS_CUDA_ATTENTION=libtorch (libtorch's own
 #     choice of attention kernel); one GRPO iteration of `drmas-host train` (math Solver and
-#     Verifier sharing the model, 16 prompts × 8 samples, responses of at most 256 tokens), its
-#     rollout and update seconds.
+#     Verifier sharing the model, 16 prompts × 8 samples, responses of at most 256 tokens,
+#     micro-batches of at most 16,384 tokens), its rollout and update seconds.
 #   drmas's generation and training steps each run once more under libtorch's profiler
 #     (`--profile`): the report lists their busiest kernels and host operators.
 #   attention_probe.py first, with the architecture's heads: which attention kernels libtorch
@@ -195,7 +195,10 @@ for precision in $precisions; do
 done
 if [[ "$grpo" != none ]]; then
   read -r prompts group_size tokens <<<"$grpo"
-  train grpo-drmas "$model" bf16 shared "" "$prompts" "$group_size" "$tokens" 300
+  # Micro-batches by tokens, as a GPU run sets them: the Verifier's short verdicts train in a
+  # few passes rather than one per 8 of them.
+  train grpo-drmas "$model" bf16 shared "micro_batch_tokens = 16384" "$prompts" "$group_size" \
+    "$tokens" 300
 fi
 
 write_report
