@@ -131,7 +131,10 @@ fn a_timed_generation_counts_its_tokens_and_the_bytes_each_step_reads() {
         speed.seconds > 0.0 && speed.prefill_seconds > 0.0,
         "{speed:?}"
     );
-    assert!(speed.decode_step_ms.is_finite(), "{speed:?}");
+    assert!(
+        speed.decode_step_ms.is_finite() && speed.first_two_steps_ms.is_finite(),
+        "{speed:?}"
+    );
     let expected_rate = speed.tokens as f64 / speed.seconds;
     assert!((speed.tokens_per_s - expected_rate).abs() <= 1e-9 * expected_rate);
     // The fixture's weights, 2 bytes each in bf16: every tensor of its safetensors file.

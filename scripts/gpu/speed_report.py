@@ -140,8 +140,8 @@ def markdown(report: dict, device: str, seconds: int) -> str:
             "## Generation (sampled, temperature 1, 64-token random prompts)",
             "",
             "| side | batch | new tokens | tokens | tokens/s | drmas's speed-up (eager / CUDA "
-            "graphs) | decode step (ms) | bound (ms) | prefill (s) |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "graphs) | decode step (ms) | bound (ms) | first two steps (ms) | prefill (s) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
     drmas = {}
     for g in report["generation"]:
@@ -154,9 +154,11 @@ def markdown(report: dict, device: str, seconds: int) -> str:
         ratio = "" if g["side"].startswith("drmas") else " / ".join(
             f"{row['tokens_per_s'] / g['tokens_per_s']:.2f}" if row else "–" for row in ours)
         bound = f"{g['decode_bound_ms']:.2f}" if "decode_bound_ms" in g else ""
+        first = f"{g['first_two_steps_ms']:.1f}" if "first_two_steps_ms" in g else ""
         lines.append(
             f"| {g['side']} | {batch} | {new_tokens} | {g['tokens']} | {g['tokens_per_s']:.0f} "
-            f"| {ratio} | {g['decode_step_ms']:.2f} | {bound} | {g['prefill_seconds']:.3f} |"
+            f"| {ratio} | {g['decode_step_ms']:.2f} | {bound} | {first} "
+            f"| {g['prefill_seconds']:.3f} |"
         )
     if report["training"]:
         lines += [

@@ -52,6 +52,11 @@ pub struct GenerationSpeed {
     /// `(seconds − prefill_seconds) / (longest − 1)`: one decode step of the whole batch. Both
     /// are wall-clock times, so on a loaded machine this can come out small or even negative.
     pub decode_step_ms: f64,
+    /// Milliseconds of a call's first two decode steps: a call of three tokens per row (the
+    /// fastest of `PREFILL_REPEATS`) less `prefill_seconds`. Under CUDA graphs these are the
+    /// eager warm-up step and the capture with its first replay, which every `generate` call
+    /// pays: against `2 × decode_step_ms` it is what making a call's graph costs.
+    pub first_two_steps_ms: f64,
     /// Bytes of the weights, which every decode step reads once.
     pub weight_bytes: u64,
     /// Bytes of the KV cache a decode step reads, averaged over the steps (the context grows
@@ -72,7 +77,7 @@ pub const PREFILL_REPEATS: usize = 3;
 
 /// Loads `model` on `device` in `kind` and times sampled generation (temperature 1, no top-k or
 /// top-p) of `shape`'s batch: one warm-up call of two tokens, `PREFILL_REPEATS` calls of one
-/// token per row (the prefill), then the measured call; with `profile`, one more call under
+/// token per row (the prefill) and as many of three, then the measured call; with `profile`, one more call under
 /// libtorch's profiler ([`GenerationSpeed::profile`]).
 pub fn generation_speed(
     model: &Path,
@@ -119,10 +124,15 @@ pub fn generation_speed(
         Ok((generations, started.elapsed().as_secs_f64()))
     };
     run(2)?;
-    let mut prefill_seconds = f64::INFINITY;
-    for _ in 0..PREFILL_REPEATS {
-        prefill_seconds = prefill_seconds.min(run(1)?.1);
-    }
+    let fastest = |new_tokens: usize| -> anyhow::Result<f64> {
+        let mut seconds = f64::INFINITY;
+        for _ in 0..PREFILL_REPEATS {
+            seconds = seconds.min(run(new_tokens)?.1);
+        }
+        Ok(seconds)
+    };
+    let prefill_seconds = fastest(1)?;
+    let first_two_steps_ms = (fastest(3)? - prefill_seconds) * 1e3;
     let (generations, seconds) = run(shape.new_tokens)?;
     let profile = profile
         .then(|| -> anyhow::Result<Profile> {
@@ -153,6 +163,7 @@ pub fn generation_speed(
         tokens_per_s: tokens as f64 / seconds,
         prefill_seconds,
         decode_step_ms: (seconds - prefill_seconds) / longest.saturating_sub(1).max(1) as f64 * 1e3,
+        first_two_steps_ms,
         weight_bytes: weight_bytes(&pretrained),
         kv_cache_bytes_per_step: (shape.batch as f64 * mean_context * kv_per_token as f64) as u64,
         profile,
