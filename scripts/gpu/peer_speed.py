@@ -7,8 +7,8 @@ speed_report.py sets the two side by side. Each command prints one JSON object.
   generate MODEL --batch B --prompt-tokens P --new-tokens N [--cache dynamic|static]
       HF `generate` (bf16 weights, SDPA attention) of B random prompts of P tokens, sampled at
       temperature 1 with no top-k or top-p, as drmas measures it: a warm-up call of two tokens,
-      a call of one token per row (the prefill), then the measured call; tokens are counted per
-      row up to and including the first EOS.
+      calls of one token per row (the prefill) and of three (the first two decode steps), then
+      the measured call; tokens are counted per row up to and including the first EOS.
   train MODEL --calls C --prompt-tokens P --response-tokens R [--precision autocast|bf16]
         [--activation-checkpointing]
       One training step of PyTorch eager on C sequences of P + R random tokens: forward,
@@ -74,6 +74,7 @@ def generate(args) -> dict:
     run(2)
     # The fastest of three one-token calls, as drmas's side (PREFILL_REPEATS) takes it.
     prefill = min(run(1)[1] for _ in range(3))
+    first_two_steps = min(run(3)[1] for _ in range(3)) - prefill
     rows, seconds = run(args.new_tokens)
     lengths = []
     for row in rows:
@@ -94,6 +95,7 @@ def generate(args) -> dict:
         "tokens_per_s": tokens / seconds,
         "prefill_seconds": prefill,
         "decode_step_ms": (seconds - prefill) / max(longest - 1, 1) * 1e3,
+        "first_two_steps_ms": first_two_steps * 1e3,
         "peak_memory_mib": peak_memory_mib(device),
     }
 
