@@ -77,8 +77,8 @@ pub const PREFILL_REPEATS: usize = 3;
 
 /// Loads `model` on `device` in `kind` and times sampled generation (temperature 1, no top-k or
 /// top-p) of `shape`'s batch: one warm-up call of two tokens, `PREFILL_REPEATS` calls of one
-/// token per row (the prefill) and as many of three, then the measured call; with `profile`, one more call under
-/// libtorch's profiler ([`GenerationSpeed::profile`]).
+/// token per row (the prefill) and as many of three, then the measured call; with `profile`,
+/// one more call under libtorch's profiler ([`GenerationSpeed::profile`]).
 pub fn generation_speed(
     model: &Path,
     device: Device,
