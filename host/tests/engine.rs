@@ -514,3 +514,53 @@ fn the_rng_is_uniform_and_seeded() {
     assert_eq!(SeededRng::new(5), SeededRng::new(5));
     assert_ne!(SeededRng::new(5).next_u64(), SeededRng::new(6).next_u64());
 }
+
+#[test]
+fn prepared_draws_are_used_once_by_the_next_sample() {
+    tch::manual_seed(3);
+    let vocab = 50;
+    let logits = Tensor::randn([3, vocab], (Kind::Float, Device::Cpu)) * 3.0;
+    // Row 1 is greedy; row 2 has finished: only row 0 draws a uniform.
+    let params = [
+        SamplingParams::with_temperature(0.8),
+        SamplingParams::GREEDY,
+        SamplingParams {
+            top_p: 0.9,
+            ..SamplingParams::default()
+        },
+    ];
+    let live = [true, true, false];
+    let mut draws = 0;
+    let mut uniform = |row: usize| {
+        draws += 1;
+        [0.37, 0.5, 0.5][row]
+    };
+    let mut prepared = Sampler::new(&params, vocab, Device::Cpu);
+    prepared.prepare_draws(&live, &mut uniform).expect("draws");
+    let (tokens, logprobs) = prepared.sample_prepared(&logits).expect("samples");
+    assert_eq!(draws, 1, "one live, sampling row");
+    let mut at_once = Sampler::new(&params, vocab, Device::Cpu);
+    let (expected_tokens, expected_logprobs) = at_once
+        .sample_with(&logits, &live, &mut |row| [0.37, 0.5, 0.5][row])
+        .expect("samples");
+    assert!(tokens.equal(&expected_tokens) && logprobs.equal(&expected_logprobs));
+
+    let again = prepared
+        .sample_prepared(&logits)
+        .expect_err("the draws were used")
+        .to_string();
+    assert!(again.contains("prepare_draws"), "{again}");
+    prepared.prepare_draws(&live, &mut |_| 0.5).expect("draws");
+    prepared.retain(&[0, 2]);
+    let dropped = prepared
+        .sample_prepared(&logits.index_select(0, &Tensor::from_slice(&[0i64, 2])))
+        .expect_err("retain dropped the draws")
+        .to_string();
+    assert!(dropped.contains("prepare_draws"), "{dropped}");
+
+    let mut greedy = Sampler::new(&[SamplingParams::GREEDY; 3], vocab, Device::Cpu);
+    let (argmax, _) = greedy
+        .sample_prepared(&logits)
+        .expect("greedy rows draw nothing");
+    assert!(argmax.equal(&logits.argmax(-1, true)));
+}

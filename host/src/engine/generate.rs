@@ -164,12 +164,18 @@ pub fn generate(
     let mut tokens_host: Vec<i64> = Vec::with_capacity(rows.len());
     let mut logprobs_host: Vec<f32> = Vec::with_capacity(rows.len());
     let mut dead_steps = 0.0;
-    loop {
-        let last = logits.select(1, -1);
-        let (tokens, logprobs) = sampler.sample_with(&last, &live, &mut |row| {
+    // Each row's uniform for the next sample, from its own stream or the shared one. They are
+    // drawn before the forward pass whose logits they sample (see `Sampler::prepare_draws`).
+    let mut prepare_draws = |sampler: &mut Sampler, rows: &[Option<usize>], live: &[bool]| {
+        sampler.prepare_draws(live, &mut |row| {
             let stream = rows[row].and_then(|i| own_streams[i].as_mut());
             stream.unwrap_or(&mut *rng).uniform()
-        })?;
+        })
+    };
+    prepare_draws(&mut sampler, &rows, &live)?;
+    loop {
+        let last = logits.select(1, -1);
+        let (tokens, logprobs) = sampler.sample_prepared(&last)?;
         copy_to_host(&tokens, &mut tokens_host)?;
         copy_to_host(&logprobs, &mut logprobs_host)?;
         for (row, slot) in rows.iter_mut().enumerate() {
@@ -215,6 +221,7 @@ pub fn generate(
             live.fill(true);
             dead_steps = 0.0;
         }
+        prepare_draws(&mut sampler, &rows, &live)?;
         logits = steps.step(model, &next, &mut cache, &adapters)?;
     }
     Ok(outputs)

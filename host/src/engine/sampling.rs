@@ -121,7 +121,11 @@ pub struct Sampler {
     level: usize,
     /// `[1, V]` int64: `0..V`, to compare with `top_k`.
     ranks: Tensor,
+    /// The uniforms of the next sample, one per row ([`Self::prepare_draws`]).
     uniforms: Vec<f32>,
+    /// `uniforms` as a `[B, 1]` tensor on the device, from [`Self::prepare_draws`] until the
+    /// sample that uses them.
+    prepared: Option<Tensor>,
     vocab: i64,
     device: Device,
     backend: Arc<dyn Backend>,
@@ -145,6 +149,7 @@ impl Sampler {
             level: 0,
             ranks: Tensor::arange(vocab, (Kind::Int64, device)).unsqueeze(0),
             uniforms: Vec::with_capacity(params.len()),
+            prepared: None,
             vocab,
             device,
             backend: backend::libtorch(),
@@ -205,9 +210,11 @@ impl Sampler {
     }
 
     /// Keeps only the rows at `rows` (indices into the current rows, in the order given).
+    /// Draws prepared for the old rows are dropped.
     pub fn retain(&mut self, rows: &[usize]) {
         let params = rows.iter().map(|&r| self.params[r]).collect();
         self.set_params(params);
+        self.prepared = None;
     }
 
     /// Picks one token for every row of `logits` `[B, V]` (`B` rows and `V` tokens as the
@@ -235,19 +242,64 @@ impl Sampler {
         live: &[bool],
         uniform: &mut dyn FnMut(usize) -> f32,
     ) -> Result<(Tensor, Tensor), ModelError> {
-        let (rows, vocab) = (self.params.len() as i64, self.vocab);
-        if logits.size() != [rows, vocab] || live.len() != self.params.len() {
+        self.check_logits(logits)?;
+        self.prepare_draws(live, uniform)?;
+        self.sample_prepared(logits)
+    }
+
+    /// Draws the uniforms of the next [`Self::sample_prepared`], one per row: `uniform(row)`
+    /// for live rows that sample, 0.5 for the others (which draw no random number; none at
+    /// all when every row is greedy), and moves them to the device. Generation prepares them
+    /// before it runs the step whose logits they sample, while the device is idle: the upload
+    /// waits for the device's queue, so done between the step and the sampler it would keep
+    /// them from running back to back.
+    pub fn prepare_draws(
+        &mut self,
+        live: &[bool],
+        uniform: &mut dyn FnMut(usize) -> f32,
+    ) -> Result<(), ModelError> {
+        if live.len() != self.params.len() {
             return Err(ModelError::Input(format!(
-                "sampler of {rows} rows over {vocab} tokens: given logits {:?} and {} live flags",
-                logits.size(),
+                "sampler of {} rows: given {} live flags",
+                self.params.len(),
                 live.len()
             )));
         }
+        self.prepared = None;
+        if self.params.iter().all(SamplingParams::is_greedy) {
+            return Ok(());
+        }
+        self.uniforms.clear();
+        for (row, (p, &live)) in self.params.iter().zip(live).enumerate() {
+            let sampled = live && !p.is_greedy();
+            self.uniforms.push(if sampled { uniform(row) } else { 0.5 });
+        }
+        let n = self.uniforms.len() as i64;
+        self.prepared = Some(
+            Tensor::from_slice(&self.uniforms)
+                .view([n, 1])
+                .to_device(self.device),
+        );
+        Ok(())
+    }
+
+    /// [`Self::sample`] with the uniforms of the last [`Self::prepare_draws`], which it uses
+    /// up: an input error when rows sample and no draws are prepared.
+    pub fn sample_prepared(&mut self, logits: &Tensor) -> Result<(Tensor, Tensor), ModelError> {
+        self.check_logits(logits)?;
         let logits = logits.to_kind(Kind::Float);
         let all_greedy = self.params.iter().all(SamplingParams::is_greedy);
-        if !all_greedy {
-            self.draw_uniforms(live, uniform);
-        }
+        let prepared = self.prepared.take();
+        let u = match (all_greedy, prepared) {
+            (true, _) => None,
+            (false, Some(u)) => Some(u),
+            (false, None) => {
+                return Err(ModelError::Input(
+                    "a sample of sampling rows without prepared draws (Sampler::prepare_draws)"
+                        .to_owned(),
+                ))
+            }
+        };
         // Rows that all sample without top-k or top-p: the batch `Backend::sample` may take.
         let all_plain = self.params.iter().all(|p| !p.is_greedy() && !p.truncates());
         if all_plain {
@@ -265,32 +317,31 @@ impl Sampler {
             logits / &self.temperature
         };
         let lse = scaled.logsumexp([-1], true);
-        let tokens = if all_greedy {
-            scaled.argmax(-1, true)
-        } else {
-            let n = self.uniforms.len() as i64;
-            let u = Tensor::from_slice(&self.uniforms)
-                .view([n, 1])
-                .to_device(self.device);
-            let sampled = self.draw(&scaled, &lse, &u);
-            if self.params.iter().any(SamplingParams::is_greedy) {
-                scaled.argmax(-1, true).where_self(&self.greedy, &sampled)
-            } else {
-                sampled
+        let tokens = match u {
+            None => scaled.argmax(-1, true),
+            Some(u) => {
+                let sampled = self.draw(&scaled, &lse, &u);
+                if self.params.iter().any(SamplingParams::is_greedy) {
+                    scaled.argmax(-1, true).where_self(&self.greedy, &sampled)
+                } else {
+                    sampled
+                }
             }
         };
         let logprobs = scaled.gather(-1, &tokens, false) - lse;
         Ok((tokens, logprobs))
     }
 
-    /// Fills `self.uniforms` with one uniform per row: `uniform(row)` for live rows that
-    /// sample, 0.5 for the others (which draw no random number).
-    fn draw_uniforms(&mut self, live: &[bool], uniform: &mut dyn FnMut(usize) -> f32) {
-        self.uniforms.clear();
-        for (row, (p, &live)) in self.params.iter().zip(live).enumerate() {
-            let sampled = live && !p.is_greedy();
-            self.uniforms.push(if sampled { uniform(row) } else { 0.5 });
+    /// Fails unless `logits` is `[B, V]` for this sampler's `B` rows and `V` tokens.
+    fn check_logits(&self, logits: &Tensor) -> Result<(), ModelError> {
+        let (rows, vocab) = (self.params.len() as i64, self.vocab);
+        if logits.size() != [rows, vocab] {
+            return Err(ModelError::Input(format!(
+                "sampler of {rows} rows over {vocab} tokens: given logits {:?}",
+                logits.size()
+            )));
         }
+        Ok(())
     }
 
     /// Inverse-CDF draws `[B, 1]` from `softmax(scaled)`, filtered by top-k and top-p where a
