@@ -164,8 +164,9 @@ pub fn generate(
     let mut tokens_host: Vec<i64> = Vec::with_capacity(rows.len());
     let mut logprobs_host: Vec<f32> = Vec::with_capacity(rows.len());
     let mut dead_steps = 0.0;
-    // Each row's uniform for the next sample, from its own stream or the shared one. They are
-    // drawn before the forward pass whose logits they sample (see `Sampler::prepare_draws`).
+    // Each row's uniform for the next sample, from its own stream or the shared one: the first
+    // after the prefill, the others before the decode step whose logits they sample (see
+    // `Sampler::prepare_draws`).
     let mut prepare_draws = |sampler: &mut Sampler, rows: &[Option<usize>], live: &[bool]| {
         sampler.prepare_draws(live, &mut |row| {
             let stream = rows[row].and_then(|i| own_streams[i].as_mut());
