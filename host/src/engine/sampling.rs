@@ -288,18 +288,14 @@ impl Sampler {
     pub fn sample_prepared(&mut self, logits: &Tensor) -> Result<(Tensor, Tensor), ModelError> {
         self.check_logits(logits)?;
         let logits = logits.to_kind(Kind::Float);
-        let all_greedy = self.params.iter().all(SamplingParams::is_greedy);
-        let prepared = self.prepared.take();
-        let u = match (all_greedy, prepared) {
-            (true, _) => None,
-            (false, Some(u)) => Some(u),
-            (false, None) => {
-                return Err(ModelError::Input(
-                    "a sample of sampling rows without prepared draws (Sampler::prepare_draws)"
-                        .to_owned(),
-                ))
-            }
-        };
+        // Every greedy row: no draws were prepared, none are needed.
+        let u = self.prepared.take();
+        if u.is_none() && !self.params.iter().all(SamplingParams::is_greedy) {
+            return Err(ModelError::Input(
+                "a sample of sampling rows without prepared draws (Sampler::prepare_draws)"
+                    .to_owned(),
+            ));
+        }
         // Rows that all sample without top-k or top-p: the batch `Backend::sample` may take.
         let all_plain = self.params.iter().all(|p| !p.is_greedy() && !p.truncates());
         if all_plain {
