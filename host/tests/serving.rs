@@ -2,7 +2,7 @@
 //! serve` workers speaking SGLang's protocol and OpenAI's `/v1/completions` (as vLLM shapes it),
 //! and `drmas-host train` / `eval` / `check` pointing a worker group at them. A run on servers records the local run's metrics (plus the weight
 //! sync's time and, as it recomputes the old log-probabilities, the sampler–trainer mismatch,
-//! which is tiny: the same model in f32), pushes every iteration's weights, reproduces itself from its seed, survives a
+//! which is tiny: the same model in f32), pushes every iteration's weights (each version named after the update it holds, a resumed run's first its checkpoint's), reproduces itself from its seed, survives a
 //! killed server, and bad URLs, dead or silent servers and another model fail before any work.
 //! Through PyPI's sglang-router (installed by `scripts/router-venv.sh`; the test says so and
 //! passes without it) a run generates through the router and pushes weights to the servers
@@ -241,6 +241,57 @@ fn a_run_on_two_servers_records_the_local_metrics_and_pushes_every_iterations_we
     assert_eq!(rewards(&remote), rewards(&again));
 }
 
+/// The weight versions `drmas-host train` pushed to its servers, in order, from its log.
+fn pushed_versions(dir: &Path, text: &str, resume: bool) -> Vec<String> {
+    let mut command = drmas_command(dir, "train", text);
+    command.env("RUST_LOG", "warn,drmas_host::trainer::fleet=info");
+    if resume {
+        command.arg("--resume");
+    }
+    let output = command.output().expect("run drmas-host");
+    assert!(output.status.success(), "{}", log(&output));
+    const PUSHED: &str = "servers serve weight version ";
+    String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .filter_map(|line| {
+            let after = &line[line.find(PUSHED)? + PUSHED.len()..];
+            after.split_whitespace().next().map(str::to_owned)
+        })
+        .collect()
+}
+
+#[test]
+fn each_weight_version_names_the_update_its_weights_come_from() {
+    let server = Served::start("llama");
+    let dir = common::scratch("serving-versions");
+    // No evaluation before training: the first rollout pushes the model file's weights.
+    let rollout = on_servers(&[&server.url]);
+    let run = |iterations: u32| {
+        let text = common::pair_run_file(
+            iterations,
+            1,
+            &format!("[worker_groups.{GROUP}.rollout]\n{rollout}"),
+        );
+        assert!(
+            text.contains("[eval]\nk = 2\n"),
+            "the fixture run evaluates"
+        );
+        text.replace("[eval]\nk = 2\n", "[eval]\nk = 0\n")
+    };
+    assert_eq!(
+        pushed_versions(&dir, &run(1), false),
+        ["iteration-0", "iteration-1"]
+    );
+    // Resumed after iteration 1: its checkpoint's weights first, then iteration 2's update.
+    assert_eq!(
+        pushed_versions(&dir, &run(2), true),
+        ["iteration-1", "iteration-2"]
+    );
+    assert_eq!(
+        server.get("/get_model_info")["weight_version"],
+        "iteration-2"
+    );
+}
 #[test]
 fn a_run_over_openai_completions_samples_what_the_native_protocol_samples() {
     let (a, b) = (Served::start("llama"), Served::start("llama"));

@@ -69,6 +69,10 @@ pub struct Trainer {
     order: TaskOrder,
     rng: SeededRng,
     iteration: u32,
+    /// The last iteration whose update the worker groups' weights hold: 0 for the model files'
+    /// weights, a resumed checkpoint's iteration. Servers are told which weights they serve by
+    /// it ([`weight_version`]).
+    trained_through: u32,
     skipped_steps: u64,
     /// Episodes failed, and prompt groups dropped for them, in this process's iterations.
     failed: FailedCount,
@@ -229,6 +233,7 @@ impl Trainer {
             fleets,
             penalty,
             iteration: 0,
+            trained_through: 0,
             skipped_steps: 0,
             failed: FailedCount::default(),
             initial_eval: None,
@@ -261,6 +266,7 @@ impl Trainer {
         };
         let state = checkpoint.restore(&mut self.groups)?;
         self.iteration = state.iteration;
+        self.trained_through = state.iteration;
         self.order = state.task_order;
         self.rng = SeededRng::from_state(&state.rng).with_context(|| {
             format!(
@@ -317,6 +323,7 @@ impl Trainer {
             let mut metrics = self
                 .learn(&collected)
                 .map_err(|error| self.stopped(error, Stage::Updating))?;
+            self.trained_through = iteration;
             println!("{}", iteration_line(&metrics, total));
             let last = iteration == total;
             let every = |n: u32| n > 0 && iteration % n == 0;
@@ -551,7 +558,7 @@ impl Trainer {
     fn sync_fleets(&self, metrics: &mut Metrics) -> anyhow::Result<()> {
         for (group, fleet) in self.groups.iter().zip(&self.fleets) {
             if let Some(fleet) = fleet {
-                let seconds = fleet.sync(group, &weight_version(self.iteration))?;
+                let seconds = fleet.sync(group, &weight_version(self.trained_through))?;
                 metrics.set(format!("time/weight_sync_s/{}", group.name), seconds);
             }
         }
@@ -846,7 +853,7 @@ impl Trainer {
         // Servers start from the trainer's weights: a resumed run's are not the model file's.
         for (group, fleet) in self.groups.iter().zip(&self.fleets) {
             if let Some(fleet) = fleet.as_ref().filter(|f| !f.synced()) {
-                fleet.sync(group, &weight_version(self.iteration))?;
+                fleet.sync(group, &weight_version(self.trained_through))?;
             }
         }
         for group in &mut self.groups {
