@@ -26,6 +26,7 @@ extern "C" {
         weight_decay: f64,
         eps: f64,
         step: f64,
+        converted_bytes: usize,
         error: *mut c_char,
         capacity: usize,
     ) -> c_int;
@@ -37,6 +38,12 @@ extern "C" {
         capacity: usize,
     ) -> c_int;
 }
+
+/// Bytes of f32 gradient copies one [`fused_adamw`] call makes at a time. A bf16 gradient is
+/// converted to f32 for the step; converted all at once, the copies of a 7B model's gradients
+/// would take 30 GB on top of its f32 masters and moments (beyond one 141 GB GPU), so the
+/// tensors are stepped in runs whose copies stay within this.
+const CONVERTED_GRADIENT_BYTES: usize = 1 << 30;
 
 /// AdamW's hyper-parameters for one [`fused_adamw`] call.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -58,7 +65,7 @@ pub struct AdamWSettings {
 pub struct AdamWTensors<'a> {
     /// f32 weights, all on one device (a low-precision parameter's f32 master stands in for it).
     pub weights: Vec<&'a Tensor>,
-    /// Their gradients, converted to f32 where they are not.
+    /// Their gradients in any float dtype: the step converts those that are not f32.
     pub grads: Vec<Tensor>,
     /// First moments (f32).
     pub exp_avgs: Vec<&'a Tensor>,
@@ -69,6 +76,16 @@ pub struct AdamWTensors<'a> {
 /// One AdamW step over every tensor of `tensors` in place, exactly as
 /// `torch.optim.AdamW(fused=True)` steps them.
 pub fn fused_adamw(tensors: &AdamWTensors<'_>, settings: AdamWSettings) -> Result<(), ModelError> {
+    fused_adamw_in_runs(tensors, settings, CONVERTED_GRADIENT_BYTES)
+}
+
+/// [`fused_adamw`] in runs of tensors whose gradients converted to f32 take at most about
+/// `converted_bytes` (at least one tensor a run).
+fn fused_adamw_in_runs(
+    tensors: &AdamWTensors<'_>,
+    settings: AdamWSettings,
+    converted_bytes: usize,
+) -> Result<(), ModelError> {
     let count = tensors.weights.len();
     let lists = [
         handles(tensors.weights.iter().copied()),
@@ -99,6 +116,7 @@ pub fn fused_adamw(tensors: &AdamWTensors<'_>, settings: AdamWSettings) -> Resul
             settings.weight_decay,
             settings.eps,
             settings.step as f64,
+            converted_bytes,
             error,
             capacity,
         )
@@ -194,6 +212,67 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn runs_of_converted_gradients_step_every_tensor_as_one_run_does() {
+        tch::manual_seed(7);
+        let shapes: [&[i64]; 5] = [&[4, 6], &[3], &[5, 2], &[1], &[7]];
+        let weights: Vec<Tensor> = shapes
+            .iter()
+            .map(|&shape| Tensor::randn(shape, (Kind::Float, Device::Cpu)))
+            .collect();
+        // bf16 gradients (converted, counted against the runs' budget) and one f32 one.
+        let grads: Vec<Tensor> = shapes
+            .iter()
+            .enumerate()
+            .map(|(i, &shape)| {
+                let grad = Tensor::randn(shape, (Kind::Float, Device::Cpu));
+                if i == 1 {
+                    grad
+                } else {
+                    grad.to_kind(Kind::BFloat16)
+                }
+            })
+            .collect();
+        let stepped = |converted_bytes: usize| -> Vec<Vec<f64>> {
+            let copies = |list: &[Tensor]| list.iter().map(Tensor::copy).collect::<Vec<_>>();
+            let weights = copies(&weights);
+            let exp_avgs: Vec<Tensor> = weights.iter().map(Tensor::zeros_like).collect();
+            let exp_avg_sqs: Vec<Tensor> = weights.iter().map(Tensor::zeros_like).collect();
+            for step in 1..=2 {
+                let tensors = AdamWTensors {
+                    weights: weights.iter().collect(),
+                    grads: grads.iter().map(Tensor::shallow_clone).collect(),
+                    exp_avgs: exp_avgs.iter().collect(),
+                    exp_avg_sqs: exp_avg_sqs.iter().collect(),
+                };
+                let settings = AdamWSettings {
+                    lr: 0.01,
+                    betas: (0.9, 0.999),
+                    weight_decay: 0.1,
+                    eps: 1e-8,
+                    step,
+                };
+                fused_adamw_in_runs(&tensors, settings, converted_bytes).expect("fused step");
+            }
+            weights
+                .iter()
+                .chain(&exp_avgs)
+                .chain(&exp_avg_sqs)
+                .map(values)
+                .collect()
+        };
+        let whole = stepped(usize::MAX);
+        // A tensor a run, and runs of a few tensors (40 bytes: 10 f32 values converted).
+        for converted_bytes in [1, 40] {
+            assert_eq!(
+                stepped(converted_bytes),
+                whole,
+                "runs of {converted_bytes} bytes"
+            );
+        }
+        assert_ne!(whole[0], values(&weights[0]), "the weights moved");
     }
 
     #[test]
