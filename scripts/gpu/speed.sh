@@ -17,7 +17,7 @@
 #     choice of attention kernel); one GRPO iteration of `drmas-host train` (math Solver and
 #     Verifier sharing the model, 16 prompts × 8 samples, responses of at most 256 tokens,
 #     micro-batches of at most 16,384 tokens), its rollout and update seconds.
-#   drmas's generation and training steps each run once more under libtorch's profiler
+#   drmas's eager generation and training steps each run once more under libtorch's profiler
 #     (`--profile`): the report lists their busiest kernels and host operators.
 #   attention_probe.py first, with the architecture's heads: which attention kernels libtorch
 #     runs for drmas's and transformers' attention calls in training and decoding, and their
@@ -159,9 +159,11 @@ for batch in $batches; do
   step "generate-drmas-b$batch" 300 "$here/run.sh" devices --device "$device" --dtype bf16 \
     --generate "$model" --batch "$batch" --prompt-tokens 64 --new-tokens "$new_tokens" --profile
   if [[ "$device" == cuda* ]]; then
+    # Not profiled: CUPTI and graph capture have hung or crashed together in libtorch's
+    # profiler, and a hang would take the step's whole 300 s.
     step "generate-drmas-graphs-b$batch" 300 env DRMAS_CUDA_DECODE=graphs "$here/run.sh" devices \
       --device "$device" --dtype bf16 --generate "$model" --batch "$batch" --prompt-tokens 64 \
-      --new-tokens "$new_tokens" --profile
+      --new-tokens "$new_tokens"
   fi
   caches=dynamic
   [[ "$batch" == 64 ]] && caches="${DRMAS_SPEED_CACHES:-dynamic static}"
