@@ -9,6 +9,7 @@ mod failed_episodes;
 mod fleet;
 mod metrics;
 mod offload;
+mod out_of_memory;
 pub mod run_folder;
 mod setup;
 mod stopped;
@@ -791,7 +792,10 @@ impl Trainer {
             self.config.algorithm.loss.grad_clip,
             lr,
         )
-        .with_context(|| format!("updating worker group `{}`", group.name))?;
+        .with_context(|| format!("updating worker group `{}`", group.name))
+        .map_err(|error| {
+            out_of_memory::in_update(error, &group.name, &self.config, &self.agent_training)
+        })?;
         group.offload_after_update();
         if let Some(reason) = &report.skipped {
             self.skipped_steps += 1;
@@ -891,7 +895,8 @@ impl Trainer {
             },
             &mut self.rng,
             &mut |finished| bar.set_position(finished as u64),
-        )?;
+        )
+        .map_err(|error| out_of_memory::in_rollout(error, &self.config))?;
         bar.finish_and_clear();
         if rollout.truncated_prompts > 0 {
             tracing::warn!(
