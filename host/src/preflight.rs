@@ -10,7 +10,9 @@ use anyhow::{bail, Context};
 use drmas_sdk::{Agent, DatasetSpec, Environment, Orchestra, Params, PluginError, Role, Task};
 
 use crate::advantage::Estimator;
-use crate::config::{ConfigError, DatasetSection, Device, Dtype, RunConfig, RunFile, Step};
+use crate::config::{
+    ConfigError, DatasetSection, Device, Dtype, RolloutBackend, RunConfig, RunFile, Step,
+};
 use crate::model::config::LlamaConfig;
 use crate::model::config_fit::check_config_fits;
 use crate::model::gguf::GgufModel;
@@ -437,6 +439,14 @@ impl Plan {
                     "  offload = true changes nothing here: the group is on the CPU, in host \
                      memory already"
                 ),
+                Device::Cuda(_) if *group.rollout.backend.get_ref() != RolloutBackend::Local => {
+                    writeln!(
+                    out,
+                    "  offload: after each update its weights and optimizer state go to pinned \
+                     host memory and return before its next update (its rollouts run on its \
+                     servers)"
+                )
+                }
                 Device::Cuda(_) => writeln!(
                     out,
                     "  offload: after each update its weights and optimizer state go to pinned \

@@ -860,8 +860,11 @@ impl Trainer {
                 fleet.sync(group, &weight_version(self.trained_through))?;
             }
         }
-        for group in &mut self.groups {
-            group.prepare_rollout();
+        // A group on servers leaves its offloaded weights in host memory until its update.
+        for (group, fleet) in self.groups.iter_mut().zip(&self.fleets) {
+            if fleet.is_none() {
+                group.prepare_rollout();
+            }
         }
         let bar = phase_bar(tasks.len() as u64, label);
         let (local, codecs): (Vec<LocalGenerator<'_>>, Vec<ChatCodec<'_>>) = self
