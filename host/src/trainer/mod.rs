@@ -699,7 +699,8 @@ impl Trainer {
                     &calls,
                     MicroBatch::for_critic(&self.config.algorithm.critic_settings()),
                 )
-                .with_context(|| format!("worker group `{}`: the critic's values", group.name))?;
+                .with_context(|| format!("worker group `{}`: the critic's values", group.name))
+                .map_err(|error| out_of_memory::in_critic(error, &group.name, &self.config))?;
             for (&i, row) in own.iter().zip(values.rows()) {
                 rows[i] = row.to_vec();
             }
@@ -732,7 +733,8 @@ impl Trainer {
                 &values.select(&own),
                 &self.config.algorithm.critic_settings(),
             )
-            .with_context(|| format!("updating the critic of worker group `{}`", group.name))?;
+            .with_context(|| format!("updating the critic of worker group `{}`", group.name))
+            .map_err(|error| out_of_memory::in_critic(error, &group.name, &self.config))?;
         if report.skipped {
             self.skipped_steps += 1;
             tracing::warn!(

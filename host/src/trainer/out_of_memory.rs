@@ -36,13 +36,7 @@ pub fn in_update(
         .iter()
         .zip(agents)
         .filter(|(agent, _)| agent.worker_group.get_ref() == name)
-        .map(|(agent, training)| {
-            let size = match training.micro_batch {
-                MicroBatch::Calls(calls) => format!("{calls} calls"),
-                MicroBatch::Tokens(tokens) => format!("{tokens} tokens"),
-            };
-            format!("{} {size}", agent.role.get_ref())
-        })
+        .map(|(agent, training)| format!("{} {}", agent.role.get_ref(), pass(training.micro_batch)))
         .collect();
     let mut changes = vec![format!(
         "lower micro_batch_size or micro_batch_tokens, here or in its agents' [[agents]] entries \
@@ -68,6 +62,24 @@ pub fn in_update(
     error.context(format!(
         "worker group `{name}` ran out of memory in its update; each of these in \
          [worker_groups.{name}] holds less at once: {}",
+        changes.join("; ")
+    ))
+}
+
+/// `error` with advice on top when it is out of memory in the critic of worker group `name`
+/// (its values of the calls, or its update).
+pub fn in_critic(error: anyhow::Error, name: &str, config: &RunConfig) -> anyhow::Error {
+    if !is_out_of_memory(&error) {
+        return error;
+    }
+    let passes = pass(MicroBatch::for_critic(&config.algorithm.critic_settings()));
+    let mut changes = vec![format!(
+        "lower [algorithm.critic] micro_batch_size or micro_batch_tokens (passes now: {passes})"
+    )];
+    changes.extend(offload_change(name, config));
+    error.context(format!(
+        "the critic of worker group `{name}` ran out of memory; each of these holds less at \
+         once: {}",
         changes.join("; ")
     ))
 }
@@ -100,6 +112,14 @@ pub fn in_rollout(error: anyhow::Error, config: &RunConfig) -> anyhow::Error {
         );
     }
     error.context(advice)
+}
+
+/// One forward/backward pass's size, as the advice names it.
+fn pass(micro_batch: MicroBatch) -> String {
+    match micro_batch {
+        MicroBatch::Calls(calls) => format!("{calls} calls"),
+        MicroBatch::Tokens(tokens) => format!("{tokens} tokens"),
+    }
 }
 
 /// `offload = true` for group `name`, when it is off and another group shares its GPU.
@@ -202,6 +222,22 @@ lora = { rank = 8 }
         assert!(judge.contains("(passes now: second 8 calls)"), "{judge}");
         for absent in ["activation_checkpointing", "offload", ".lora]", "dtype"] {
             assert!(!judge.contains(absent), "{absent:?} in: {judge}");
+        }
+    }
+
+    #[test]
+    fn a_critic_out_of_memory_names_its_passes() {
+        let text = format!("{RUN}\n[algorithm.critic]\nmicro_batch_tokens = 2048\n");
+        let config = RunConfig::parse(&RunFile::from_text("run.toml", text, PathBuf::from(".")))
+            .expect("a valid run file");
+        let advised = format!("{:#}", in_critic(allocation_failure(), "policy", &config));
+        for part in [
+            "the critic of worker group `policy` ran out of memory",
+            "lower [algorithm.critic] micro_batch_size or micro_batch_tokens (passes now: \
+             2048 tokens)",
+            "offload = true, here and on the other groups on cuda:0",
+        ] {
+            assert!(advised.contains(part), "{part:?} not in: {advised}");
         }
     }
 
