@@ -2,7 +2,7 @@
 //! failed (`CUDA out of memory. Tried to allocate 2.00 GiB …`); the advice added on top names
 //! the run file's settings that decide how much is held at once, with their values.
 
-use crate::config::{Device, Dtype, RunConfig};
+use crate::config::{Device, Dtype, RolloutBackend, RunConfig};
 use crate::update::{AgentTraining, MicroBatch};
 
 /// Parts of libtorch's messages for an allocation that failed for lack of memory: CUDA's
@@ -100,12 +100,25 @@ pub fn in_rollout(error: anyhow::Error, config: &RunConfig) -> anyhow::Error {
         rollout.max_prompt_tokens,
         rollout.max_response_tokens
     );
-    let offloading: Vec<String> = config
+    let remote: Vec<String> = config
+        .worker_groups
+        .iter()
+        .filter(|(_, group)| *group.rollout.backend.get_ref() != RolloutBackend::Local)
+        .map(|(name, _)| format!("`{name}`"))
+        .collect();
+    if !remote.is_empty() {
+        advice.push_str(&format!(
+            "; for {} (on inference servers), the servers' own batch limit \
+             (`drmas-host serve --max-batch`, SGLang's `--max-running-requests`) or \
+             [worker_groups.NAME.rollout] max_batch_per_request",
+            remote.join(", ")
+        ));
+    }
+    let sharing = config
         .worker_groups
         .keys()
-        .filter_map(|name| offload_change(name, config))
-        .collect();
-    if !offloading.is_empty() {
+        .any(|name| offload_change(name, config).is_some());
+    if sharing {
         advice.push_str(
             ", or set offload = true on the worker groups that share a GPU, so their gradients \
              and AdamW state stay off it while they generate",
@@ -244,6 +257,19 @@ lora = { rank = 8 }
     #[test]
     fn a_rollout_out_of_memory_names_the_batch_and_lengths() {
         let advised = format!("{:#}", in_rollout(allocation_failure(), &config()));
+        assert!(
+            !advised.contains("servers"),
+            "no group is remote: {advised}"
+        );
+        let remote = format!("{RUN}\n[worker_groups.policy.rollout]\nbackend = \"sglang\"\nurls = [\"http://127.0.0.1:1\"]\n");
+        let remote = RunConfig::parse(&RunFile::from_text("run.toml", remote, PathBuf::from(".")))
+            .expect("a valid run file");
+        let advised_remote = format!("{:#}", in_rollout(allocation_failure(), &remote));
+        assert!(
+            advised_remote
+                .contains("for `policy` (on inference servers), the servers' own batch limit"),
+            "{advised_remote}"
+        );
         for part in [
             "prompts_per_batch × group_size = 8 × 4 sequences",
             "max_prompt_tokens + max_response_tokens = 1024 + 256 positions",
