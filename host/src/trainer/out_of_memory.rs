@@ -144,8 +144,8 @@ fn offload_change(name: &str, config: &RunConfig) -> Option<String> {
         .any(|(other, section)| other != name && section.device == group.device);
     (group.device != Device::Cpu && shared && !group.offload).then(|| {
         format!(
-            "offload = true, here and on the other groups on {} (an idle group's weights and \
-             AdamW state leave the GPU)",
+            "offload = true in [worker_groups.{name}] and the other groups on {} (an idle \
+             group's weights and AdamW state leave the GPU)",
             group.device
         )
     })
@@ -218,7 +218,7 @@ lora = { rank = 8 }
              [worker_groups.policy] holds less at once: lower micro_batch_size",
             "(passes now: first 4096 tokens)",
             "activation_checkpointing = true",
-            "offload = true, here and on the other groups on cuda:0",
+            "offload = true in [worker_groups.policy] and the other groups on cuda:0",
             "[worker_groups.policy.lora]",
             "dtype = \"bf16\"",
             // libtorch's message stays, under the advice.
@@ -248,7 +248,7 @@ lora = { rank = 8 }
             "the critic of worker group `policy` ran out of memory",
             "lower [algorithm.critic] micro_batch_size or micro_batch_tokens (passes now: \
              2048 tokens)",
-            "offload = true, here and on the other groups on cuda:0",
+            "offload = true in [worker_groups.policy] and the other groups on cuda:0",
         ] {
             assert!(advised.contains(part), "{part:?} not in: {advised}");
         }
