@@ -6,8 +6,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::error::ModelError;
 
-/// Fills a fresh temporary sibling of `dir` with `write`, syncs it, and only then puts it in
-/// place of `dir`.
+/// Whether a folder written by [`write_dir_atomically`] is flushed to disk before it is put in
+/// place. Either way readers see the old folder or the whole new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Flushed (fsync of every file and the folder): once in place it survives a power cut.
+    /// Checkpoints, adapters and converted models.
+    Flushed,
+    /// Left to the page cache: for a folder rewritten every iteration and read at once, such
+    /// as the weights handed to inference servers, which a crash makes stale anyway.
+    Cached,
+}
+
+/// Fills a fresh temporary sibling of `dir` with `write`, flushes it when `durability` says so,
+/// and only then puts it in place of `dir`.
 ///
 /// An existing `dir` is first renamed aside (`.NAME.old-…`), the new folder renamed in, and
 /// the old one deleted; if the second rename fails the old folder is renamed back. So `dir`
@@ -16,6 +28,7 @@ use super::error::ModelError;
 /// untouched. `dir` may not be a file.
 pub fn write_dir_atomically(
     dir: &Path,
+    durability: Durability,
     write: impl FnOnce(&Path) -> Result<(), ModelError>,
 ) -> Result<(), ModelError> {
     let name = dir
@@ -33,7 +46,10 @@ pub fn write_dir_atomically(
     fs::create_dir_all(&parent).map_err(|e| ModelError::file(&parent, e))?;
     let temp = sibling(&parent, &name, "tmp");
     fs::create_dir(&temp).map_err(|e| ModelError::file(&temp, e))?;
-    let written = write(&temp).and_then(|()| sync_folder(&temp));
+    let written = write(&temp).and_then(|()| match durability {
+        Durability::Flushed => sync_folder(&temp),
+        Durability::Cached => Ok(()),
+    });
     if let Err(e) = written {
         let _ = fs::remove_dir_all(&temp);
         return Err(e);
@@ -103,25 +119,27 @@ mod tests {
     }
 
     #[test]
-    fn replaces_a_folder_whole_and_leaves_no_siblings() {
-        let root = tempfile::tempdir().expect("a temp dir");
-        let dir = root.path().join("ckpt");
-        write_dir_atomically(&dir, |d| {
-            fs::write(d.join("a"), "1").map_err(|e| ModelError::file(d, e))
-        })
-        .expect("first write");
-        assert_eq!(read(&dir, "a"), "1");
-        write_dir_atomically(&dir, |d| {
-            fs::write(d.join("b"), "2").map_err(|e| ModelError::file(d, e))
-        })
-        .expect("second write");
-        assert_eq!(read(&dir, "b"), "2");
-        assert!(!dir.join("a").exists(), "the old folder's files are gone");
-        let names: Vec<_> = fs::read_dir(root.path())
-            .expect("lists")
-            .map(|e| e.expect("entry").file_name())
-            .collect();
-        assert_eq!(names, ["ckpt"]);
+    fn replaces_a_folder_whole_and_leaves_no_siblings_flushed_or_not() {
+        for durability in [Durability::Flushed, Durability::Cached] {
+            let root = tempfile::tempdir().expect("a temp dir");
+            let dir = root.path().join("ckpt");
+            write_dir_atomically(&dir, durability, |d| {
+                fs::write(d.join("a"), "1").map_err(|e| ModelError::file(d, e))
+            })
+            .expect("first write");
+            assert_eq!(read(&dir, "a"), "1");
+            write_dir_atomically(&dir, durability, |d| {
+                fs::write(d.join("b"), "2").map_err(|e| ModelError::file(d, e))
+            })
+            .expect("second write");
+            assert_eq!(read(&dir, "b"), "2");
+            assert!(!dir.join("a").exists(), "the old folder's files are gone");
+            let names: Vec<_> = fs::read_dir(root.path())
+                .expect("lists")
+                .map(|e| e.expect("entry").file_name())
+                .collect();
+            assert_eq!(names, ["ckpt"], "{durability:?}");
+        }
     }
 
     #[test]
@@ -130,7 +148,7 @@ mod tests {
         let dir = root.path().join("ckpt");
         fs::create_dir(&dir).expect("mkdir");
         fs::write(dir.join("a"), "old").expect("write");
-        let err = write_dir_atomically(&dir, |d| {
+        let err = write_dir_atomically(&dir, Durability::Flushed, |d| {
             fs::write(d.join("a"), "half").map_err(|e| ModelError::file(d, e))?;
             Err(ModelError::Input("disk full".to_owned()))
         })
@@ -145,7 +163,7 @@ mod tests {
         let root = tempfile::tempdir().expect("a temp dir");
         let file = root.path().join("x");
         fs::write(&file, "not a folder").expect("write");
-        let err = write_dir_atomically(&file, |_| Ok(())).expect_err("a file");
+        let err = write_dir_atomically(&file, Durability::Flushed, |_| Ok(())).expect_err("a file");
         assert!(err.to_string().contains("not a folder"), "{err}");
     }
 }

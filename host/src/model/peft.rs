@@ -13,7 +13,7 @@ use safetensors::SafeTensors;
 use serde_json::{json, Value};
 use tch::Tensor;
 
-use super::atomic_dir::write_dir_atomically;
+use super::atomic_dir::{write_dir_atomically, Durability};
 use super::error::ModelError;
 use super::llama::Llama;
 use super::lora::LoraSettings;
@@ -163,7 +163,7 @@ impl Llama {
         };
         let text = serde_json::to_string_pretty(&config.to_json())
             .map_err(|e| ModelError::Input(format!("adapter config: {e}")))?;
-        write_dir_atomically(dir, |tmp| {
+        write_dir_atomically(dir, Durability::Flushed, |tmp| {
             let path = tmp.join(ADAPTER_CONFIG_FILE);
             std::fs::write(&path, text + "\n").map_err(|e| ModelError::file(&path, e))?;
             write_safetensors(&tmp.join(ADAPTER_WEIGHTS_FILE), &tensors)

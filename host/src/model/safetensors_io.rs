@@ -181,8 +181,8 @@ pub fn dtype_name(kind: Kind) -> Option<&'static str> {
 }
 
 /// Writes `tensors` to the safetensors file `path` (in name order, with the
-/// `{"format": "pt"}` metadata HF transformers checks for), one tensor in memory at a time,
-/// and syncs it to disk.
+/// `{"format": "pt"}` metadata HF transformers checks for), one tensor in memory at a time.
+/// Flushing it to disk is its folder's writer's choice ([`super::atomic_dir::Durability`]).
 pub fn write_safetensors(
     path: &Path,
     tensors: &BTreeMap<String, Tensor>,
@@ -227,8 +227,8 @@ pub fn write_safetensors(
             .map_err(|e| ModelError::file(path, format!("tensor {name}: {e}")))?;
         out.write_all(&buffer).map_err(io)?;
     }
-    let file = out.into_inner().map_err(|e| io(e.into_error()))?;
-    file.sync_all().map_err(io)
+    out.into_inner().map_err(|e| io(e.into_error()))?;
+    Ok(())
 }
 
 /// The tensor a safetensors `view` named `name` holds (F32, F16 or BF16; other dtypes are an

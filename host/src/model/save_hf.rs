@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 use tch::{Kind, Tensor};
 
-use super::atomic_dir::write_dir_atomically;
+use super::atomic_dir::{write_dir_atomically, Durability};
 use super::error::ModelError;
 use super::hf_folder::{
     CONFIG_FILE, GENERATION_CONFIG_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE,
@@ -21,10 +21,15 @@ impl Pretrained {
     /// `tokenizer.json`, `tokenizer_config.json` (chat template, BOS/EOS strings) and
     /// `generation_config.json`.
     ///
-    /// The folder is written beside `dir` and then renamed over it (see
+    /// The folder is written beside `dir`, flushed to disk and then renamed over it (see
     /// [`write_dir_atomically`]), so an existing `dir` — such as the previous checkpoint — is
     /// replaced whole or left as it was, never half-written.
     pub fn save_hf(&self, dir: &Path) -> Result<(), ModelError> {
+        self.save_hf_with(dir, Durability::Flushed)
+    }
+
+    /// [`Self::save_hf`], flushed to disk or not as `durability` says.
+    pub fn save_hf_with(&self, dir: &Path, durability: Durability) -> Result<(), ModelError> {
         let kind = self.model.kind();
         let config = self.model.config();
         let mut config_json = config.to_json();
@@ -54,7 +59,7 @@ impl Pretrained {
         let tensors: BTreeMap<String, Tensor> =
             self.model.var_store().variables().into_iter().collect();
 
-        write_dir_atomically(dir, |tmp| {
+        write_dir_atomically(dir, durability, |tmp| {
             write_json(&tmp.join(CONFIG_FILE), &config_json)?;
             write_safetensors(&tmp.join(SINGLE_FILE), &tensors)?;
             write_text(&tmp.join(TOKENIZER_FILE), &tokenizer)?;

@@ -10,6 +10,7 @@ use anyhow::Context;
 use super::WorkerGroup;
 use crate::config::{RolloutBackend, RunConfig, RunFile, WeightSync, WorkerGroupSection};
 use crate::engine::remote::{Protocol, RemoteGenerator, RemoteSettings};
+use crate::model::atomic_dir::Durability;
 use crate::model::config::LlamaConfig;
 use crate::model::gguf::GgufModel;
 use crate::model::hf_folder::HfFolder;
@@ -74,12 +75,17 @@ impl Fleet {
             );
         };
         let started = Instant::now();
-        group.pretrained.save_hf(weights).with_context(|| {
-            format!(
-                "worker group `{}`: writing its weights for the servers",
-                group.name
-            )
-        })?;
+        // Rewritten every iteration and loaded at once: the page cache serves the servers, and
+        // a crash leaves the checkpoint to resume from, which pushes its own weights first.
+        group
+            .pretrained
+            .save_hf_with(weights, Durability::Cached)
+            .with_context(|| {
+                format!(
+                    "worker group `{}`: writing its weights for the servers",
+                    group.name
+                )
+            })?;
         self.generator.update_weights(weights, version)?;
         let seconds = started.elapsed().as_secs_f64();
         tracing::info!(
