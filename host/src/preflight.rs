@@ -10,9 +10,7 @@ use anyhow::{bail, Context};
 use drmas_sdk::{Agent, DatasetSpec, Environment, Orchestra, Params, PluginError, Role, Task};
 
 use crate::advantage::Estimator;
-use crate::config::{
-    ConfigError, DatasetSection, Device, Dtype, RolloutBackend, RunConfig, RunFile, Step,
-};
+use crate::config::{ConfigError, DatasetSection, Device, Dtype, RunConfig, RunFile, Step};
 use crate::model::config::LlamaConfig;
 use crate::model::config_fit::check_config_fits;
 use crate::model::gguf::GgufModel;
@@ -433,25 +431,21 @@ impl Plan {
             let Some(group) = config.worker_groups.get(name).filter(|g| g.offload) else {
                 continue;
             };
+            let back = if group.rollout.is_remote() {
+                "and return before its next update (its rollouts run on its servers)"
+            } else {
+                "; the weights return before each rollout, the rest before its update"
+            };
             let _ = match group.device {
                 Device::Cpu => writeln!(
                     out,
                     "  offload = true changes nothing here: the group is on the CPU, in host \
                      memory already"
                 ),
-                Device::Cuda(_) if *group.rollout.backend.get_ref() != RolloutBackend::Local => {
-                    writeln!(
-                    out,
-                    "  offload: after each update its weights and optimizer state go to pinned \
-                     host memory and return before its next update (its rollouts run on its \
-                     servers)"
-                )
-                }
                 Device::Cuda(_) => writeln!(
                     out,
                     "  offload: after each update its weights and optimizer state go to pinned \
-                     host memory; the weights return before each rollout, the rest before its \
-                     update"
+                     host memory {back}"
                 ),
             };
         }

@@ -74,6 +74,11 @@ pub struct GroupRolloutSection {
 }
 
 impl GroupRolloutSection {
+    /// Whether the group generates on inference servers rather than in process.
+    pub fn is_remote(&self) -> bool {
+        *self.backend.get_ref() != RolloutBackend::Local
+    }
+
     /// How the group's servers get new weights; `None` for a local group.
     pub fn sync_mode(&self) -> Option<WeightSync> {
         match self.backend.get_ref() {

@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use super::{ConfigError, Dtype, RolloutBackend, RunConfig, RunFile, Step, WorkerGroupSection};
+use super::{ConfigError, Dtype, RunConfig, RunFile, Step, WorkerGroupSection};
 
 /// Where the PPO ratio's old log-probabilities come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -24,8 +24,7 @@ impl OldLogprobs {
     /// group) and `Sampler` otherwise, so a local f32 run computes what it always did.
     pub fn for_group(setting: Option<Self>, group: &WorkerGroupSection) -> Self {
         setting.unwrap_or_else(|| {
-            let remote = *group.rollout.backend.get_ref() != RolloutBackend::Local;
-            if remote || group.dtype != Dtype::F32 {
+            if group.rollout.is_remote() || group.dtype != Dtype::F32 {
                 Self::Recompute
             } else {
                 Self::Sampler

@@ -2,7 +2,7 @@
 //! failed (`CUDA out of memory. Tried to allocate 2.00 GiB …`); the advice added on top names
 //! the run file's settings that decide how much is held at once, with their values.
 
-use crate::config::{Device, Dtype, RolloutBackend, RunConfig};
+use crate::config::{Device, Dtype, RunConfig};
 use crate::update::{AgentTraining, MicroBatch};
 
 /// Parts of libtorch's messages for an allocation that failed for lack of memory: CUDA's
@@ -10,7 +10,7 @@ use crate::update::{AgentTraining, MicroBatch};
 const MARKERS: [&str; 3] = ["out of memory", "ALLOC_FAILED", "can't allocate memory"];
 
 /// Whether a cause in `error`'s chain is an allocation that failed for lack of memory.
-pub fn is_out_of_memory(error: &anyhow::Error) -> bool {
+fn is_out_of_memory(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
         let message = cause.to_string();
         MARKERS.iter().any(|marker| message.contains(marker))
@@ -103,7 +103,7 @@ pub fn in_rollout(error: anyhow::Error, config: &RunConfig) -> anyhow::Error {
     let remote: Vec<String> = config
         .worker_groups
         .iter()
-        .filter(|(_, group)| *group.rollout.backend.get_ref() != RolloutBackend::Local)
+        .filter(|(_, group)| group.rollout.is_remote())
         .map(|(name, _)| format!("`{name}`"))
         .collect();
     if !remote.is_empty() {

@@ -29,10 +29,15 @@ int drmas_fused_adamw(void* const* weights, void* const* grads, void* const* exp
                       double beta2, double weight_decay, double eps, double step,
                       std::size_t converted_bytes, char* error, std::size_t capacity) {
   try {
+    if (count == 0) {
+      return 0;
+    }
     const auto params = drmas::tensor_list(weights, count);
     const auto gradients = drmas::tensor_list(grads, count);
     const auto firsts = drmas::tensor_list(exp_avgs, count);
     const auto seconds = drmas::tensor_list(exp_avg_sqs, count);
+    const auto step_tensor =
+        at::full({}, step, at::TensorOptions().dtype(at::kFloat).device(params[0].device()));
     std::size_t start = 0;
     while (start < count) {
       std::vector<at::Tensor> run_gradients;
@@ -50,9 +55,7 @@ int drmas_fused_adamw(void* const* weights, void* const* grads, void* const* exp
       const auto run = [start, end](const std::vector<at::Tensor>& list) {
         return std::vector<at::Tensor>(list.begin() + start, list.begin() + end);
       };
-      const auto steps = std::vector<at::Tensor>(
-          end - start,
-          at::full({}, step, at::TensorOptions().dtype(at::kFloat).device(params[0].device())));
+      const auto steps = std::vector<at::Tensor>(end - start, step_tensor);
       at::_fused_adamw_(run(params), run_gradients, run(firsts), run(seconds), {}, steps, lr,
                         beta1, beta2, weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false);
       start = end;
