@@ -1,10 +1,13 @@
-//! Generation throughput of the embedded default model (SmolLM2-135M-Instruct, f32 on CPU):
-//! a ~70-token chat prompt continued by 128 tokens at temperature 1, at batch 1, 16 and 64,
-//! on 2 libtorch threads.
+//! Generation throughput of the embedded default model (SmolLM2-135M-Instruct on CPU, f32 by
+//! default): a ~70-token chat prompt continued by 128 tokens at temperature 1, at batch 1, 16
+//! and 64, on 2 libtorch threads.
 //!
 //! Run with `cargo bench -p drmas-host --bench generate` (`$DRMAS_MODEL` or the default model
 //! path must hold the GGUF). `DRMAS_BENCH_BATCHES=1,16` picks the batch sizes and
-//! `DRMAS_BENCH_THREADS` the thread count (libtorch's and the kernel's). Prints, per batch and
+//! `DRMAS_BENCH_THREADS` the thread count (libtorch's and the kernel's), `DRMAS_BENCH_DTYPE=bf16`
+//! the weights' dtype (what a worker group with `dtype = "bf16"` generates with: libtorch's
+//! bf16 products, which take AMX or AVX-512 BF16 where the CPU has them; the CPU kernels are
+//! f32 only, so `libtorch` is then the one default backend). Prints, per batch and
 //! mode, the prefill of distinct prompts, one decode step (the forward of one new token per row
 //! over the prompt's cache) and the LM head alone; then for the same prompt in every row (a
 //! sampling group: prefilled once) and for distinct prompts the tokens generated and tokens per
@@ -13,15 +16,17 @@
 //! `DRMAS_BENCH_KERNELS` lists the backends to compare, interleaved per batch: `auto` (what a
 //! worker group builds), `avx512`, `avx2`, `portable` (the CPU kernels of that version on the
 //! products where they beat libtorch on this CPU), the same with `:all` (every product on the
-//! kernels), and `libtorch`. By default: `auto` where it mixes versions, every version the CPU
-//! runs, then `libtorch`.
+//! kernels) or with the routes named after the colon, joined by `+` (`avx512:few-rows+attention`:
+//! products of at most 3 rows and decode attention on the kernels, the other products on
+//! libtorch; the elementwise steps and the draws always run on the kernels), and `libtorch`. By
+//! default (f32): `auto` where it mixes versions, every version the CPU runs, then `libtorch`.
 //! The CPU (model name and vector extensions) and the load average before and after are
 //! printed with the results: the machine may be shared.
 //!
 //! When the Python peer is installed (`scripts/bench/peer-venv.sh`, or `$DRMAS_PEER_PYTHON`), the
 //! distinct prompts of each batch also go through HF transformers `generate` on the same model
-//! (converted to an HF folder), right after ours, and the ratio ours / HF of each backend is
-//! printed.
+//! (converted to an HF folder, loaded in the same dtype), right after ours, and the ratio
+//! ours / HF of each backend is printed.
 
 #[path = "common/peer.rs"]
 mod peer;
@@ -40,7 +45,7 @@ use drmas_host::rng::SeededRng;
 use peer::Peer;
 use serde_json::json;
 use settings::{setting, setting_list};
-use tch::{Device, Tensor};
+use tch::{Device, Kind, Tensor};
 
 const NEW_TOKENS: usize = 128;
 
@@ -48,14 +53,27 @@ fn main() {
     drmas_host::allocator::keep_freed_memory();
     let threads: i32 = setting("DRMAS_BENCH_THREADS", 2);
     let batches: Vec<usize> = setting_list("DRMAS_BENCH_BATCHES", &[1, 16, 64]);
+    let dtype: String = setting("DRMAS_BENCH_DTYPE", "f32".to_owned());
+    let kind = match dtype.as_str() {
+        "f32" => Kind::Float,
+        "bf16" => Kind::BFloat16,
+        other => {
+            eprintln!("DRMAS_BENCH_DTYPE: {other:?} is not f32 or bf16");
+            std::process::exit(2)
+        }
+    };
     // `auto` (what a worker group builds) only where it is not one version's tuned kernels.
     let auto =
         (CpuKernels::tuned(Isa::best()) != Some(CpuKernels::fastest())).then(|| "auto".to_owned());
-    let default_modes: Vec<String> = auto
+    let kernel_modes = auto
         .into_iter()
-        .chain(Isa::supported().iter().map(|isa| isa.name().to_owned()))
-        .chain(["libtorch".to_owned()])
-        .collect();
+        .chain(
+            Isa::supported()
+                .into_iter()
+                .map(|isa| isa.name().to_owned()),
+        )
+        .filter(|_| kind == Kind::Float);
+    let default_modes: Vec<String> = kernel_modes.chain(["libtorch".to_owned()]).collect();
     let modes: Vec<(String, Arc<dyn Backend>)> =
         setting_list("DRMAS_BENCH_KERNELS", &default_modes)
             .into_iter()
@@ -80,6 +98,7 @@ fn main() {
     let gguf = GgufModel::open(&path).expect("the model file opens (scripts/install-model.sh)");
     let tokenizer = gguf.tokenizer().expect("the tokenizer loads");
     let mut llama = Llama::from_gguf(&gguf, Device::Cpu).expect("the model loads");
+    llama.set_kind(kind);
     let text =
         "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging \
                 Face<|im_end|>\n<|im_start|>user\nA farmer has 17 sheep, 3 cows and twice as many \
@@ -94,7 +113,7 @@ fn main() {
         .map(|&id| i64::from(id))
         .collect();
     println!(
-        "SmolLM2-135M f32, {threads} threads, {}-token prompt, {NEW_TOKENS} new tokens, \
+        "SmolLM2-135M {dtype}, {threads} threads, {}-token prompt, {NEW_TOKENS} new tokens, \
          temperature 1",
         prompt.len()
     );
@@ -103,7 +122,7 @@ fn main() {
         SamplingParams::with_temperature(1.0),
         NEW_TOKENS,
     );
-    let mut peer = Peer::start(&path, threads);
+    let mut peer = Peer::start(&path, threads, &dtype);
     // Warm-up: libtorch's first calls allocate and pick kernels.
     let warm = GenerationRequest {
         max_new_tokens: 4,
@@ -142,8 +161,8 @@ fn main() {
             Tensor::from_slice(&padded).view(shape),
             Tensor::from_slice(&valid).view(shape),
         );
-        let hidden = Tensor::randn([batch as i64, 1, 576], (tch::Kind::Float, Device::Cpu));
-        let next = Tensor::zeros([batch as i64, 1], (tch::Kind::Int64, Device::Cpu));
+        let hidden = Tensor::randn([batch as i64, 1, 576], (kind, Device::Cpu));
+        let next = Tensor::zeros([batch as i64, 1], (Kind::Int64, Device::Cpu));
         for (mode, backend) in &modes {
             llama.set_backend(backend.clone());
             // What `generate` runs: the prefill of distinct prompts, the LM head of one position
@@ -245,15 +264,14 @@ fn backend_named(name: &str) -> Arc<dyn Backend> {
         "auto" => return Arc::new(CpuKernels::fastest()),
         _ => {}
     }
-    let (isa, all) = match name.strip_suffix(":all") {
-        Some(isa) => (isa, true),
-        None => (name, false),
+    let (isa, routes) = match name.split_once(':') {
+        Some((isa, routes)) => (isa, Some(routes)),
+        None => (name, None),
     };
     let kernels = Isa::from_name(isa).and_then(|isa| {
-        let routes = if all {
-            Routes::ALL
-        } else {
-            Routes::for_this_cpu(isa)
+        let routes = match routes {
+            None => Routes::for_this_cpu(isa),
+            Some(names) => routes_named(names)?,
         };
         CpuKernels::new(isa, routes)
     });
@@ -262,11 +280,36 @@ fn backend_named(name: &str) -> Arc<dyn Backend> {
         None => {
             eprintln!(
                 "DRMAS_BENCH_KERNELS: {name:?} is not auto, avx512, avx2, portable (each \
-                 optionally with :all) or libtorch, or this CPU does not run it"
+                 optionally with :all or :ROUTE+ROUTE…, routes being few-rows, decode, prefill \
+                 and attention) or libtorch, or this CPU does not run it"
             );
             std::process::exit(2)
         }
     }
+}
+
+/// The routes `all` or a `+`-joined list of them names; `None` for a name it does not know.
+fn routes_named(names: &str) -> Option<Routes> {
+    if names == "all" {
+        return Some(Routes::ALL);
+    }
+    let mut routes = Routes {
+        few_rows: false,
+        decode: false,
+        prefill: false,
+        attention: false,
+    };
+    for name in names.split('+') {
+        let route = match name {
+            "few-rows" => &mut routes.few_rows,
+            "decode" => &mut routes.decode,
+            "prefill" => &mut routes.prefill,
+            "attention" => &mut routes.attention,
+            _ => return None,
+        };
+        *route = true;
+    }
+    Some(routes)
 }
 
 /// Prints the CPU's model name, the vector extensions the kernels care about, the cores and

@@ -44,7 +44,7 @@ fn main() {
     tch::set_num_threads(threads);
     let path = drmas_host::model::default_model_path();
     let llama = Llama::load_from_gguf(&path, Device::Cpu).expect("the model loads");
-    let mut peer = Peer::start(&path, threads);
+    let mut peer = Peer::start(&path, threads, "f32");
 
     let c = llama.config();
     let vocab = c.vocab_size as i64;

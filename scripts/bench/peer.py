@@ -4,7 +4,7 @@ The Rust benchmarks (host/benches/) start it as a subprocess and talk JSON lines
 so that each measurement of ours and of the peer can be interleaved in one run without reloading
 the model. One request per line, one answer per line:
 
-  {"cmd": "load", "model": DIR, "threads": 2}
+  {"cmd": "load", "model": DIR, "threads": 2, "dtype": "f32"}   (dtype f32 or bf16; f32 if absent)
   {"cmd": "generate", "prompts": [[ids...], ...], "max_new_tokens": 128, "seed": 1}
       -> {"seconds", "tokens", "longest"}: HF `generate`, sampled at temperature 1 with no top-k
          or top-p, left padding, tokens counted per row up to and including the first EOS
@@ -32,15 +32,19 @@ class Peer:
         self.model = None
         self.eos = None
 
-    def load(self, model, threads):
+    def load(self, model, threads, dtype):
         torch.set_num_threads(threads)
-        self.model = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+        kinds = {"f32": torch.float32, "bf16": torch.bfloat16}
+        if dtype not in kinds:
+            raise ValueError(f"dtype {dtype!r}: expected one of {sorted(kinds)}")
+        self.model = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=kinds[dtype])
         self.model.eval()
         self.eos = self.model.config.eos_token_id
         return {
             "torch": torch.__version__,
             "transformers": transformers.__version__,
             "threads": torch.get_num_threads(),
+            "dtype": dtype,
             "attention": self.model.config._attn_implementation,
         }
 
@@ -94,7 +98,7 @@ class Peer:
 def main():
     peer = Peer()
     handlers = {
-        "load": lambda r: peer.load(r["model"], r.get("threads", 2)),
+        "load": lambda r: peer.load(r["model"], r.get("threads", 2), r.get("dtype", "f32")),
         "generate": lambda r: peer.generate(r["prompts"], r["max_new_tokens"], r.get("seed", 0)),
         "train_step": lambda r: peer.train_step(r["ids"]),
         "matmul": lambda r: peer.matmul(r.get("n", 2048), r.get("reps", 8)),

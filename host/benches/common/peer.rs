@@ -21,9 +21,9 @@ pub struct Peer {
 
 impl Peer {
     /// Starts the peer on the HF folder converted from the GGUF at `gguf` (converted once, see
-    /// [`hf_folder`]) with `threads` torch threads, or prints why there is none and returns
-    /// `None`.
-    pub fn start(gguf: &Path, threads: i32) -> Option<Self> {
+    /// [`hf_folder`]) with `threads` torch threads and the weights in `dtype` (`f32` or `bf16`),
+    /// or prints why there is none and returns `None`.
+    pub fn start(gguf: &Path, threads: i32, dtype: &str) -> Option<Self> {
         let Some(python) = python() else {
             println!(
                 "peer skipped: no Python peer found. Run scripts/bench/peer-venv.sh (a venv with \
@@ -65,7 +65,8 @@ impl Peer {
             output: BufReader::new(output),
         };
         let model = folder.to_string_lossy();
-        match peer.call(&json!({"cmd": "load", "model": model, "threads": threads})) {
+        match peer.call(&json!({"cmd": "load", "model": model, "threads": threads, "dtype": dtype}))
+        {
             Ok(info) => {
                 println!("peer: {} on {model}, {info}", python.display());
                 Some(peer)
