@@ -45,6 +45,9 @@ pub struct Plan {
     /// What may go wrong but need not: an agent whose declared actions its role's contract
     /// refuses. `check` and `train` print them.
     pub warnings: Vec<String>,
+    /// What would run faster with another setting: an f32 group on a CPU whose bf16 products
+    /// are several times faster. `check` and `train` print them.
+    pub notes: Vec<String>,
 }
 
 /// Builds the plan of `config` from the components in `registry`.
@@ -65,7 +68,7 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
         .map_err(PluginError::from)?;
 
     let mut agents = Vec::new();
-    let mut warnings = Vec::new();
+    let (mut warnings, mut notes) = (Vec::new(), Vec::new());
     for (index, section) in config.agents.iter().enumerate() {
         let name = section.role.get_ref();
         let Some(role) = roles.iter().find(|role| &role.name == name) else {
@@ -203,6 +206,11 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
             if let Some(warning) = cpu_dtype::warning(name, group.dtype, slowdown) {
                 warnings.push(format!("{}: {warning}", file.origin));
             }
+        } else if group.device == Device::Cpu && cpu_dtype::has_bf16_products() {
+            let bf16_time = cpu_dtype::slowdown(tch::Kind::BFloat16);
+            if let Some(note) = cpu_dtype::bf16_faster(name, bf16_time) {
+                notes.push(format!("{}: {note}", file.origin));
+            }
         }
         let path = resolve_model(&group.model, file)?;
         let (summary, model_config) = describe_model(&path)
@@ -240,6 +248,7 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
         estimator,
         models,
         warnings,
+        notes,
     })
 }
 
@@ -455,6 +464,9 @@ impl Plan {
         };
         for warning in &self.warnings {
             let _ = writeln!(out, "warning: {warning}");
+        }
+        for note in &self.notes {
+            let _ = writeln!(out, "note: {note}");
         }
         out
     }

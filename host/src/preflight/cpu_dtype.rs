@@ -1,8 +1,10 @@
-//! Whether a worker group in bf16 or f16 on the CPU would run far slower than in f32: libtorch
-//! has fast reduced-precision products only on CPUs with instructions for them (AMX, AVX-512
+//! Whether a worker group's dtype on the CPU is far slower than the other choice: libtorch has
+//! fast reduced-precision products only on CPUs with instructions for them (AMX, AVX-512
 //! BF16/FP16) and falls back to a generic loop elsewhere, some twenty times slower than f32 on an
 //! AVX2-only CPU. `check` and `train` time one product in both dtypes and warn, so a run file
-//! written for a GPU does not train on a laptop at a twentieth of its speed unnoticed.
+//! written for a GPU does not train on a laptop at a twentieth of its speed unnoticed; on a CPU
+//! with bf16 instructions they note when an f32 group's products would run several times faster
+//! in bf16 (with AMX, libtorch's bf16 products take a third to a fifth of its f32 ones' time).
 
 use std::time::Instant;
 
@@ -12,6 +14,9 @@ use crate::config::Dtype;
 
 /// How many times as long as f32 reduced-precision products may take before the warning.
 const WARN_ABOVE: f64 = 3.0;
+
+/// The fraction of f32's time below which bf16 products make an f32 group's note.
+const BF16_FASTER_BELOW: f64 = 0.5;
 
 /// Rows, inputs and outputs of the timed linear layer: about 0.4 GFLOP for its three products,
 /// a few milliseconds in f32.
@@ -60,6 +65,32 @@ pub fn warning(group: &str, dtype: Dtype, slowdown: f64) -> Option<String> {
     })
 }
 
+/// Whether the CPU has AVX-512 BF16 (every CPU with AMX has it too), the only CPUs where
+/// libtorch's bf16 products can beat its f32 ones; elsewhere timing them is not worth the half
+/// second their generic loop takes.
+pub fn has_bf16_products() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// The note for worker group `group`, in f32 on a CPU whose bf16 training products take
+/// `bf16_time` of the time of f32's, if that is below [`BF16_FASTER_BELOW`].
+pub fn bf16_faster(group: &str, bf16_time: f64) -> Option<String> {
+    (bf16_time < BF16_FASTER_BELOW).then(|| {
+        format!(
+            "worker group `{group}` computes in f32 on the CPU, where a layer's bf16 training \
+             products take {bf16_time:.2}× the time of f32's (timed just now: this CPU has bf16 \
+             instructions); dtype = \"bf16\" generates and trains faster here, at bf16's \
+             precision (AdamW keeps f32 master weights, and the PPO ratio's old \
+             log-probabilities are recomputed by the training forward)"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,5 +116,18 @@ mod tests {
         assert!(warning("policy", Dtype::F16, 4.0).is_some_and(|w| w.contains("f16")));
         assert_eq!(warning("policy", Dtype::Bf16, 1.2), None);
         assert_eq!(warning("policy", Dtype::F32, 50.0), None);
+    }
+
+    #[test]
+    fn tells_an_f32_group_only_when_bf16_is_at_least_twice_as_fast() {
+        let told = bf16_faster("policy", 0.27).expect("0.27 is below 0.5");
+        assert!(
+            told.contains("`policy`")
+                && told.contains("0.27×")
+                && told.contains("dtype = \"bf16\""),
+            "{told}"
+        );
+        assert_eq!(bf16_faster("policy", 0.6), None);
+        assert_eq!(bf16_faster("policy", 20.0), None);
     }
 }
