@@ -17,7 +17,10 @@ speed_report.py sets the two side by side. Each command prints one JSON object.
       with bf16=True); `bf16` holds the weights and the optimizer state in bf16. With
       --activation-checkpointing, transformers' gradient checkpointing recomputes each layer.
 
-Options common to both: --device (default cuda:0), --seed. Needs torch and transformers.
+Options common to both: --device (default cuda:0), --seed, --profile (after the measured call
+or step, one more under PyTorch's profiler: a generation of PROFILED_TOKENS tokens per row, or
+one training step, summarised as `drmas-host devices --profile` summarises its own, in
+"profile"). Needs torch and transformers.
 """
 
 import argparse
@@ -26,6 +29,14 @@ import time
 
 import torch
 import transformers
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+# Tokens per row of a profiled generation, as drmas-host's PROFILED_TOKENS: the prefill and 16
+# decode steps.
+PROFILED_TOKENS = 17
+# The entries of each side of a profile, as drmas-host's PROFILE_ENTRIES.
+PROFILE_ENTRIES = 30
 
 
 def synchronize(device: torch.device) -> None:
@@ -37,6 +48,46 @@ def peak_memory_mib(device: torch.device):
     if device.type != "cuda":
         return None
     return torch.cuda.max_memory_allocated(device) / 2**20
+
+
+def profiled(device: torch.device, work) -> dict:
+    """Runs `work` under PyTorch's Kineto profiler (host operators, and on a GPU runtime calls,
+    kernels, copies and fills) and summarises it as drmas-host's `Profile`: the wall-clock
+    seconds, how many host and device events, the device's busy milliseconds, and the names of
+    longest total duration and the most frequent host names, so that speed_report.py sets the
+    two sides' counts side by side."""
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    synchronize(device)
+    with profile(activities=activities) as recording:
+        start = time.perf_counter()
+        work()
+        synchronize(device)
+        wall_seconds = time.perf_counter() - start
+    tally = {}
+    for event in recording.profiler.kineto_results.events():
+        key = (event.name(), event.device_type() != DeviceType.CPU)
+        count, nanoseconds = tally.get(key, (0, 0))
+        tally[key] = (count + 1, nanoseconds + event.duration_ns())
+    sides = {False: [], True: []}
+    for (name, on_device), (count, nanoseconds) in tally.items():
+        sides[on_device].append({"name": name, "count": count, "total_ms": nanoseconds / 1e6})
+    host, device_names = sides[False], sides[True]
+    most_frequent = sorted(host, key=lambda e: (-e["count"], e["name"]))
+
+    def by_time(entries: list) -> list:
+        return sorted(entries, key=lambda e: (-e["total_ms"], e["name"]))
+
+    return {
+        "wall_seconds": wall_seconds,
+        "host_events": sum(e["count"] for e in host),
+        "device_events": sum(e["count"] for e in device_names),
+        "device_total_ms": sum(e["total_ms"] for e in device_names),
+        "host": by_time(host)[:PROFILE_ENTRIES],
+        "host_most_frequent": most_frequent[:PROFILE_ENTRIES],
+        "device": by_time(device_names)[:PROFILE_ENTRIES],
+    }
 
 
 def generate(args) -> dict:
@@ -81,7 +132,7 @@ def generate(args) -> dict:
         ends = [i for i, token in enumerate(row) if token in eos]
         lengths.append(ends[0] + 1 if ends else len(row))
     tokens, longest = sum(lengths), max(lengths)
-    return {
+    result = {
         "side": "transformers",
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -98,6 +149,9 @@ def generate(args) -> dict:
         "first_two_steps_ms": first_two_steps * 1e3,
         "peak_memory_mib": peak_memory_mib(device),
     }
+    if args.profile:
+        result["profile"] = profiled(device, lambda: run(PROFILED_TOKENS))
+    return result
 
 
 def train(args) -> dict:
@@ -136,7 +190,7 @@ def train(args) -> dict:
 
     step()
     seconds, loss = step()
-    return {
+    result = {
         "side": "pytorch",
         "torch": torch.__version__,
         "precision": args.precision,
@@ -150,6 +204,9 @@ def train(args) -> dict:
         "loss": loss,
         "peak_memory_mib": peak_memory_mib(device),
     }
+    if args.profile:
+        result["profile"] = profiled(device, step)
+    return result
 
 
 def main() -> None:
@@ -170,6 +227,8 @@ def main() -> None:
         command.add_argument("model")
         command.add_argument("--device", default="cuda:0")
         command.add_argument("--seed", type=int, default=0)
+        command.add_argument("--profile", action="store_true",
+                             help="also run once more under PyTorch's profiler")
     args = parser.parse_args()
     result = generate(args) if args.command == "generate" else train(args)
     print(json.dumps(result))

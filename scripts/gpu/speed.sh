@@ -18,7 +18,9 @@
 #     Verifier sharing the model, 16 prompts × 8 samples, responses of at most 256 tokens,
 #     micro-batches of at most 16,384 tokens), its rollout and update seconds.
 #   drmas's eager generation and training steps each run once more under libtorch's profiler
-#     (`--profile`): the report lists their busiest kernels and host operators.
+#     (`--profile`), and so do transformers' dynamic-cache generation and PyTorch's training
+#     steps under PyTorch's (peer_speed.py --profile): the report sets each side's host events,
+#     kernels and device busy time side by side and lists their busiest kernels and operators.
 #   attention_probe.py first, with the architecture's heads: which attention kernels libtorch
 #     runs for drmas's and transformers' attention calls in training and decoding, and their
 #     milliseconds (first call and median), also with each SDPA backend forced.
@@ -168,9 +170,13 @@ for batch in $batches; do
   caches=dynamic
   [[ "$batch" == 64 ]] && caches="${DRMAS_SPEED_CACHES:-dynamic static}"
   for cache in $caches; do
+    # The static cache is left unprofiled, as drmas's CUDA graphs are: transformers may compile
+    # its steps into graphs.
+    profile=""
+    [[ "$cache" == dynamic ]] && profile=--profile
     step "generate-transformers-$cache-b$batch" 300 "$python" "$here/peer_speed.py" generate \
       "$model" --device "$device" --batch "$batch" --prompt-tokens 64 \
-      --new-tokens "$new_tokens" --cache "$cache"
+      --new-tokens "$new_tokens" --cache "$cache" $profile
   done
 done
 if [[ -n "$calls" ]]; then
@@ -193,7 +199,7 @@ fi
 for precision in $precisions; do
   step "train-pytorch-$precision" 300 "$python" "$here/peer_speed.py" train "$model" \
     --device "$device" --calls "$calls" --prompt-tokens 32 --response-tokens "$response" \
-    --precision "$precision" $checkpointing
+    --precision "$precision" $checkpointing --profile
 done
 if [[ "$grpo" != none ]]; then
   read -r prompts group_size tokens <<<"$grpo"

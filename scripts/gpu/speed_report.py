@@ -12,8 +12,10 @@ FLOPs of a token being 6·P + 12·L·T·d (P the weights that multiply, L layers
 length, d heads × head dim: forward and backward matmuls, attention scores and sums). GRPO: the
 rollout and update seconds of one `drmas-host train` iteration, from its metrics; against TRL
 (`speed.sh grpo`), the second iteration of a Solver-only run and the second GRPOTrainer step
-(scripts/bench/trl_grpo.py's JSON line). Profiles: for drmas's steps run with `--profile`,
-the busiest device kernels and host operators of a further, profiled run.
+(scripts/bench/trl_grpo.py's JSON line). Profiles: for each side's steps run with `--profile`
+(drmas's under libtorch's profiler, transformers' and PyTorch's under PyTorch's, summarised
+alike), a table of their host events, device events and device busy time, then the busiest
+device kernels and host operators of each.
 """
 
 import datetime
@@ -102,6 +104,7 @@ def collect(logs: Path, config: dict) -> dict:
                 "calls": out["calls"], "sequence": out["prompt_tokens"] + out["response_tokens"],
                 "activation_checkpointing": out["activation_checkpointing"],
                 "forward_tokens": out["forward_tokens"], "seconds": out["seconds"],
+                "profile": out.get("profile"),
             })
     grpo = None
     metrics = logs / "grpo-drmas.metrics.jsonl"
@@ -239,16 +242,28 @@ def markdown(report: dict, device: str, seconds: int) -> str:
 
 
 def profiles(report: dict) -> list:
-    """The section of the profiled drmas runs (`devices --profile`): their busiest kernels and
-    host operators."""
+    """The section of the profiled runs (each side's `--profile`): their events and device busy
+    time side by side, then each one's busiest kernels and host operators."""
     runs = [(f"{g['step']}: {PROFILED_TOKENS} tokens per row (the prefill and "
              f"{PROFILED_TOKENS - 1} decode steps)", g["profile"])
             for g in report["generation"] if g.get("profile")]
-    runs += [(f"{t['step']}: one more update step", t["profile"])
+    runs += [(f"{t['step']}: one more training step", t["profile"])
              for t in report["training"] if t.get("profile")]
     if not runs:
         return []
-    lines = ["", "## Where drmas's time goes (libtorch's profiler, a further run of each step)"]
+    lines = [
+        "", "## Where each side's time goes (a further, profiled run of each step)", "",
+        "drmas under libtorch's profiler, transformers and PyTorch under PyTorch's: the same "
+        "Kineto events, counted alike (host events nest: `aten::linear` holds its `aten::mm`).",
+        "", "| run | wall-clock under the profiler (ms) | device busy (ms) | busy | host events "
+        "| device events |", "|---|---|---|---|---|---|",
+    ]
+    for title, profile in runs:
+        wall_ms = profile["wall_seconds"] * 1e3
+        busy = profile["device_total_ms"]
+        lines.append(f"| {title} | {wall_ms:.1f} | {busy:.1f} "
+                     f"| {busy / wall_ms * 100 if wall_ms else 0:.0f} % | {profile['host_events']} "
+                     f"| {profile['device_events']} |")
     for title, profile in runs:
         wall_ms = profile["wall_seconds"] * 1e3
         busy = profile["device_total_ms"]
