@@ -70,10 +70,10 @@ def profiled(device: torch.device, work) -> dict:
         key = (event.name(), event.device_type() != DeviceType.CPU)
         count, nanoseconds = tally.get(key, (0, 0))
         tally[key] = (count + 1, nanoseconds + event.duration_ns())
-    sides = {False: [], True: []}
+    host, device_names = [], []
     for (name, on_device), (count, nanoseconds) in tally.items():
-        sides[on_device].append({"name": name, "count": count, "total_ms": nanoseconds / 1e6})
-    host, device_names = sides[False], sides[True]
+        entry = {"name": name, "count": count, "total_ms": nanoseconds / 1e6}
+        (device_names if on_device else host).append(entry)
     most_frequent = sorted(host, key=lambda e: (-e["count"], e["name"]))
 
     def by_time(entries: list) -> list:

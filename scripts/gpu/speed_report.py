@@ -265,14 +265,7 @@ def profiles(report: dict) -> list:
                      f"| {busy / wall_ms * 100 if wall_ms else 0:.0f} % | {profile['host_events']} "
                      f"| {profile['device_events']} |")
     for title, profile in runs:
-        wall_ms = profile["wall_seconds"] * 1e3
-        busy = profile["device_total_ms"]
-        lines += [
-            "", f"### {title}", "",
-            f"{wall_ms:.1f} ms wall-clock under the profiler; device busy {busy:.1f} ms "
-            f"({busy / wall_ms * 100 if wall_ms else 0:.0f} %); {profile['host_events']} host "
-            f"events, {profile['device_events']} device events.",
-        ]
+        lines += ["", f"### {title}"]
         if profile["device"]:
             lines += ["", "| kernel | count | total (ms) |", "|---|---|---|"]
             lines += [f"| `{e['name'][:90]}` | {e['count']} | {e['total_ms']:.2f} |"
