@@ -96,9 +96,30 @@ pub struct RunSection {
     /// Evaluate every N iterations (0: only before and after training).
     #[serde(default)]
     pub eval_every: u32,
-    /// Save a checkpoint every N iterations (0: only at the end).
+    /// Save a checkpoint every N iterations and at the end (0: only at the end; -1
+    /// ([`SAVE_NEVER`]): never, not even when the run is cut short).
     #[serde(default)]
-    pub save_every: u32,
+    pub save_every: i64,
+}
+
+/// `[run] save_every = -1`: a run that writes no checkpoint (a benchmark or sweep that only
+/// reads metrics, where a checkpoint with optimizer state is gigabytes per save).
+pub const SAVE_NEVER: i64 = -1;
+
+impl RunSection {
+    /// Whether iteration `iteration` (the run's last when `last`) ends with a checkpoint.
+    pub fn saves_after(&self, iteration: u32, last: bool) -> bool {
+        match self.save_every {
+            SAVE_NEVER => false,
+            0 => last,
+            every => last || i64::from(iteration) % every == 0,
+        }
+    }
+
+    /// Whether the run writes checkpoints at all.
+    pub fn saves(&self) -> bool {
+        self.save_every != SAVE_NEVER
+    }
 }
 
 /// A plugin component picked by name, with its own parameters.

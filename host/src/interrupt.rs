@@ -1,7 +1,8 @@
 //! Ctrl-C and SIGTERM during `train`. The first signal only asks the run to stop: the trainer
 //! polls [`check`] at the points where stopping is safe (between rollout rounds, after an
-//! update), saves a checkpoint and exits with `128 + signal`. A second signal ends the process at
-//! once. The handler does only what is async-signal-safe: an atomic swap, `write(2)`, `_exit`.
+//! update), saves a checkpoint (unless the run saves none) and exits with `128 + signal`. A
+//! second signal ends the process at once. The handler does only what is async-signal-safe: an
+//! atomic swap, `write(2)`, `_exit`.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
@@ -12,9 +13,15 @@ static UPDATING: AtomicBool = AtomicBool::new(false);
 /// Whether the first signal arrived while an update was running.
 static DURING_UPDATE: AtomicBool = AtomicBool::new(false);
 
+/// Whether the run saves a checkpoint when it stops (not with `[run] save_every = -1`).
+static SAVES: AtomicBool = AtomicBool::new(true);
+
 /// What the handler writes on the first signal.
 const FIRST_NOTICE: &[u8] = b"\ndrmas-host: stopping after the current phase and saving a \
 checkpoint (send the signal again to stop at once, without saving)\n";
+/// What the handler writes on the first signal to a run that saves no checkpoint.
+const FIRST_NOTICE_UNSAVED: &[u8] = b"\ndrmas-host: stopping after the current phase, saving \
+nothing ([run] save_every = -1; send the signal again to stop at once)\n";
 /// What the handler writes on the second signal, before `_exit`.
 const SECOND_NOTICE: &[u8] = b"\ndrmas-host: second signal; stopping at once, nothing saved\n";
 
@@ -50,8 +57,10 @@ fn signal_name(signal: i32) -> &'static str {
     }
 }
 
-/// Routes SIGINT and SIGTERM to the handler above, for the rest of the process.
-pub fn install() -> std::io::Result<()> {
+/// Routes SIGINT and SIGTERM to the handler above, for the rest of the process; `saves` says
+/// whether the run saves a checkpoint when it stops, for the notice the first signal prints.
+pub fn install(saves: bool) -> std::io::Result<()> {
+    SAVES.store(saves, Ordering::SeqCst);
     for signal in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value; the handler is an
         // `extern "C" fn(c_int)` that only calls async-signal-safe functions.
@@ -91,7 +100,11 @@ extern "C" fn on_signal(signal: libc::c_int) {
         // Atomic loads and stores are async-signal-safe.
         DURING_UPDATE.store(UPDATING.load(Ordering::SeqCst), Ordering::SeqCst);
     }
-    let notice = if first { FIRST_NOTICE } else { SECOND_NOTICE };
+    let notice = match (first, SAVES.load(Ordering::SeqCst)) {
+        (true, true) => FIRST_NOTICE,
+        (true, false) => FIRST_NOTICE_UNSAVED,
+        (false, _) => SECOND_NOTICE,
+    };
     // SAFETY: write(2) and _exit(2) are async-signal-safe; the buffer is a static.
     unsafe {
         libc::write(libc::STDERR_FILENO, notice.as_ptr().cast(), notice.len());

@@ -70,6 +70,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
         cli::Command::Train(args) => {
             let (config, file, plan) = prepare(&cli.common, train_intent(&args))?;
             println!("{}: ready\n{}", file.origin, plan.summary(&config));
+            let saves = config.run.saves();
             let mut trainer = trainer::Trainer::new(config, &file, plan)?;
             if args.resume {
                 match trainer.resume()? {
@@ -82,7 +83,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
                     trainer.out_dir().display()
                 );
             }
-            interrupt::install().context("installing the SIGINT/SIGTERM handler")?;
+            interrupt::install(saves).context("installing the SIGINT/SIGTERM handler")?;
             let summary = trainer.train()?;
             print!("{}", summary.render());
             match plot::plot_run(&summary.out_dir) {

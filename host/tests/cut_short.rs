@@ -222,30 +222,51 @@ fn a_second_sigint_stops_at_once_without_saving() {
 
 #[test]
 fn an_error_after_the_first_iteration_saves_the_last_finished_one() {
-    // 4 evaluation episodes before training, then 8 per iteration: reset 21 is iteration 3's.
-    let faulty = common::pair_run_file(4, 0, "").replace(
-        "name = \"parity\"",
-        "name = \"faulty-parity\"\nparams = { after_resets = 20, fault = \"error\" }",
-    );
-    let mut run = Run::named("error", &faulty);
-    let status = run.run();
-    let log = run.last_log();
-    assert_eq!(status.code(), Some(1), "{status}:\n{log}");
-    assert!(
-        log.contains("reset after 20 resets: asked to fail"),
-        "{log}"
-    );
-    assert!(
-        log.contains("iteration 3 was dropped (an error in its rollout)")
-            && log.contains("Iteration 2 is saved in"),
-        "{log}"
-    );
+    let (run, log) = run_failing_in_iteration_3("error", 0);
+    assert!(log.contains("Iteration 2 is saved in"), "{log}");
     let mut reference = Run::named("error-reference", &common::pair_run_file(2, 0, ""));
     assert!(reference.run().success(), "{}", reference.last_log());
     assert!(
         checkpoint_files(&run.checkpoint(2)) == checkpoint_files(&reference.checkpoint(2)),
         "the checkpoint saved on the error is not the one a two-iteration run ends with"
     );
+}
+
+#[test]
+fn a_run_that_saves_nothing_says_so_when_an_error_cuts_it_short() {
+    let (run, log) = run_failing_in_iteration_3("error-unsaved", -1);
+    assert!(
+        log.contains(
+            "Iteration 2 is not saved: the run file's `[run] save_every = -1` writes no \
+             checkpoint."
+        ),
+        "{log}"
+    );
+    assert!(
+        !run.out().join("checkpoints").exists(),
+        "a checkpoint was written:\n{log}"
+    );
+}
+
+/// Runs the four-iteration pair run, saving as `save_every` says, on an environment that fails
+/// in iteration 3's rollout (4 evaluation episodes before training, then 8 per iteration: reset
+/// 21 is iteration 3's); checks that it exits with status 1 naming the error and the dropped
+/// iteration, and returns the run and its log.
+fn run_failing_in_iteration_3(name: &str, save_every: i64) -> (Run, String) {
+    let faulty = common::pair_run_file(4, save_every, "").replace(
+        "name = \"parity\"",
+        "name = \"faulty-parity\"\nparams = { after_resets = 20, fault = \"error\" }",
+    );
+    let mut run = Run::named(name, &faulty);
+    let status = run.run();
+    let log = run.last_log();
+    assert_eq!(status.code(), Some(1), "{status}:\n{log}");
+    assert!(
+        log.contains("reset after 20 resets: asked to fail")
+            && log.contains("iteration 3 was dropped (an error in its rollout). Iteration 2 is"),
+        "{log}"
+    );
+    (run, log)
 }
 
 /// The two-agent run on the `faulty-parity` environment, which fails as `fault` says from reset

@@ -102,7 +102,7 @@ output_dir = "$work/runs/grpo-solver-drmas"
 seed = 0
 iterations = 2
 eval_every = 0
-save_every = 0
+save_every = -1
 
 [environment]
 name = "math"

@@ -86,7 +86,7 @@ output_dir = "$dir"
 seed = 0
 iterations = 1
 eval_every = 0
-save_every = 0
+save_every = -1
 
 [environment]
 name = "math"

@@ -186,6 +186,34 @@ fn every_number_out_of_range_is_named_with_its_line() {
 }
 
 #[test]
+fn save_every_saves_every_n_at_the_end_or_never() {
+    let run = |save_every: &str| {
+        let text = VALID.replace(
+            "iterations = 2",
+            &format!("iterations = 2\nsave_every = {save_every}"),
+        );
+        parse(&text).expect("valid config").run
+    };
+    let saved = |run: &RunSection| -> Vec<u32> {
+        (1..=7).filter(|&i| run.saves_after(i, i == 7)).collect()
+    };
+    assert_eq!(saved(&parse(VALID).expect("valid").run), [7], "the default");
+    assert_eq!(saved(&run("0")), [7]);
+    assert_eq!(saved(&run("3")), [3, 6, 7]);
+    let never = run("-1");
+    assert!(saved(&never).is_empty() && !never.saves());
+    assert!(run("1").saves());
+    let message = error(&VALID.replace("iterations = 2", "iterations = 2\nsave_every = -2"));
+    assert!(
+        message.contains(
+            "run.toml:5:14: [run] save_every = -2 must be -1 (never), 0 (at the end only) or an \
+             integer ≥ 1 (every N iterations and at the end)"
+        ),
+        "{message}"
+    );
+}
+
+#[test]
 fn an_episode_failure_rate_of_one_is_named_with_its_line() {
     let text = format!("{VALID}\n[rollout]\nmax_episode_failure_rate = 1.0\n");
     let line = VALID.lines().count() + 3;

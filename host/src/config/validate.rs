@@ -4,7 +4,7 @@
 //! each with its line:col. `check` and `train` both parse through this.
 
 use super::locate::Step;
-use super::{ConfigError, RunConfig, RunFile};
+use super::{ConfigError, RunConfig, RunFile, SAVE_NEVER};
 
 /// Episodes one iteration may roll out (`prompts_per_batch × group_size`) at most.
 pub const MAX_EPISODES_PER_ITERATION: usize = 1 << 20;
@@ -70,6 +70,14 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
         file,
         found: Vec::new(),
     };
+    let save_every = config.run.save_every;
+    if !(SAVE_NEVER..=i64::from(u32::MAX)).contains(&save_every) {
+        problems.section("[run]".into(), &["run"]).report(
+            "save_every",
+            save_every,
+            "-1 (never), 0 (at the end only) or an integer ≥ 1 (every N iterations and at the end)",
+        );
+    }
     for (key, data) in [
         ("train_data", Some(&config.environment.train_data)),
         ("eval_data", config.environment.eval_data.as_ref()),

@@ -350,7 +350,7 @@ impl Trainer {
                 Some((first, _)) => (first, metrics),
                 None => (metrics.clone(), metrics),
             });
-            if every(self.config.run.save_every) || last {
+            if self.config.run.saves_after(iteration, last) {
                 checkpoint = Some(self.save()?);
             }
             if let Some(error) = stop {
@@ -369,8 +369,8 @@ impl Trainer {
     }
 
     /// Ends a run that `error` (or a stop signal) cut short at `stage`: saves the last finished
-    /// iteration unless a checkpoint of it exists or there is none, says on stderr what was saved
-    /// and how to continue, and hands the error back.
+    /// iteration unless a checkpoint of it exists, there is none or the run saves nothing, says
+    /// on stderr what was saved and how to continue, and hands the error back.
     fn stopped(&self, error: anyhow::Error, stage: Stage) -> anyhow::Error {
         let interrupted = crate::interrupt::interruption(&error);
         let what = match interrupted {
@@ -405,15 +405,23 @@ impl Trainer {
                     }
                     _ => String::new(),
                 };
-                match self.save_unless_saved() {
-                    Ok(saved) => format!(
-                        "{dropped}{finished_first}{}",
-                        stopped::resume_hint(Some(&saved))
-                    ),
-                    Err(save_error) => format!(
-                        "{dropped}saving iteration {} failed too: {save_error:#}",
+                if !self.config.run.saves() {
+                    format!(
+                        "{dropped}{finished_first}Iteration {} is not saved: the run file's \
+                         `[run] save_every = -1` writes no checkpoint.",
                         self.iteration
-                    ),
+                    )
+                } else {
+                    match self.save_unless_saved() {
+                        Ok(saved) => format!(
+                            "{dropped}{finished_first}{}",
+                            stopped::resume_hint(Some(&saved))
+                        ),
+                        Err(save_error) => format!(
+                            "{dropped}saving iteration {} failed too: {save_error:#}",
+                            self.iteration
+                        ),
+                    }
                 }
             }
         };
