@@ -468,6 +468,13 @@ impl Plan {
         for note in &self.notes {
             let _ = writeln!(out, "note: {note}");
         }
+        if !config.run.saves() {
+            let _ = writeln!(
+                out,
+                "note: [run] save_every = -1: the run writes no checkpoint, so neither its \
+                 weights nor a way to resume it are kept"
+            );
+        }
         out
     }
 }

@@ -53,6 +53,19 @@ fn the_demo_config_resolves_every_part() {
 }
 
 #[test]
+fn a_run_that_saves_nothing_is_noted() {
+    let text = demo_text().replacen("save_every = 0\n", "save_every = -1\n", 1);
+    assert_ne!(text, demo_text(), "the demo sets save_every = 0");
+    let summary = prepare(&text).expect("save_every = -1 is accepted");
+    assert!(
+        summary.contains("note: [run] save_every = -1: the run writes no checkpoint"),
+        "{summary}"
+    );
+    let plain = prepare(&demo_text()).expect("the demo config is valid");
+    assert!(!plain.contains("save_every"), "{plain}");
+}
+
+#[test]
 fn offload_on_a_cpu_group_is_accepted_with_a_note_that_it_changes_nothing() {
     let text = demo_text().replacen(
         "[worker_groups.shared]\n",
