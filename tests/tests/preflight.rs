@@ -54,32 +54,34 @@ fn the_demo_config_resolves_every_part() {
 
 #[test]
 fn a_run_that_saves_nothing_is_noted() {
-    let text = demo_text().replacen("save_every = 0\n", "save_every = -1\n", 1);
-    assert_ne!(text, demo_text(), "the demo sets save_every = 0");
-    let summary = prepare(&text).expect("save_every = -1 is accepted");
-    assert!(
-        summary.contains("note: [run] save_every = -1: the run writes no checkpoint"),
-        "{summary}"
+    assert_noted_only_when_set(
+        ("save_every = 0\n", "save_every = -1\n"),
+        "note: [run] save_every = -1: the run writes no checkpoint",
+        "save_every",
     );
-    let plain = prepare(&demo_text()).expect("the demo config is valid");
-    assert!(!plain.contains("save_every"), "{plain}");
 }
 
 #[test]
 fn offload_on_a_cpu_group_is_accepted_with_a_note_that_it_changes_nothing() {
-    let text = demo_text().replacen(
-        "[worker_groups.shared]\n",
-        "[worker_groups.shared]\noffload = true\n",
-        1,
+    assert_noted_only_when_set(
+        (
+            "[worker_groups.shared]\n",
+            "[worker_groups.shared]\noffload = true\n",
+        ),
+        "offload = true changes nothing here: the group is on the CPU",
+        "offload",
     );
-    assert_ne!(text, demo_text(), "the demo has a `shared` group");
-    let summary = prepare(&text).expect("offload is accepted");
-    assert!(
-        summary.contains("offload = true changes nothing here: the group is on the CPU"),
-        "{summary}"
-    );
+}
+
+/// The demo run file with its first `from` replaced by `to` is accepted and its summary holds
+/// `note`; the demo's own summary never mentions `key`.
+fn assert_noted_only_when_set((from, to): (&str, &str), note: &str, key: &str) {
+    let text = demo_text().replacen(from, to, 1);
+    assert_ne!(text, demo_text(), "the demo holds no `{from}`");
+    let summary = prepare(&text).expect("the changed demo is valid");
+    assert!(summary.contains(note), "{summary}");
     let plain = prepare(&demo_text()).expect("the demo config is valid");
-    assert!(!plain.contains("offload"), "{plain}");
+    assert!(!plain.contains(key), "{plain}");
 }
 
 #[test]
