@@ -405,23 +405,20 @@ impl Trainer {
                     }
                     _ => String::new(),
                 };
-                if !self.config.run.saves() {
-                    format!(
+                match self.config.run.saves().then(|| self.save_unless_saved()) {
+                    None => format!(
                         "{dropped}{finished_first}Iteration {} is not saved: the run file's \
                          `[run] save_every = -1` writes no checkpoint.",
                         self.iteration
-                    )
-                } else {
-                    match self.save_unless_saved() {
-                        Ok(saved) => format!(
-                            "{dropped}{finished_first}{}",
-                            stopped::resume_hint(Some(&saved))
-                        ),
-                        Err(save_error) => format!(
-                            "{dropped}saving iteration {} failed too: {save_error:#}",
-                            self.iteration
-                        ),
-                    }
+                    ),
+                    Some(Ok(saved)) => format!(
+                        "{dropped}{finished_first}{}",
+                        stopped::resume_hint(Some(&saved))
+                    ),
+                    Some(Err(save_error)) => format!(
+                        "{dropped}saving iteration {} failed too: {save_error:#}",
+                        self.iteration
+                    ),
                 }
             }
         };
