@@ -1,8 +1,9 @@
 //! Names the plugin a crash happened in. A plugin is native code: an abort, a null dereference or
 //! an illegal instruction in it kills the process, and nothing can catch that. What can be done
 //! is to say where: every call into plugin code records, per thread, which component and method
-//! is running ([`PluginScope`]), and a handler for the fatal signals prints it before the signal
-//! takes its default course. The handler only reads that record and calls `write(2)`.
+//! is running ([`PluginScope`]), and a handler for the fatal signals prints it, with the faulting
+//! address of a SIGSEGV or SIGBUS, before the signal takes its default course. The handler only
+//! reads that record and the signal's information and calls `write(2)`.
 
 use std::cell::Cell;
 
@@ -63,8 +64,10 @@ pub fn install() -> std::io::Result<()> {
         // reads a thread-local Cell and a OnceLock and calls async-signal-safe functions.
         unsafe {
             let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = on_fatal_signal as extern "C" fn(libc::c_int) as usize;
-            action.sa_flags = libc::SA_ONSTACK | libc::SA_NODEFER;
+            action.sa_sigaction = on_fatal_signal
+                as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)
+                as usize;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_NODEFER;
             libc::sigemptyset(&mut action.sa_mask);
             let mut old: libc::sigaction = std::mem::zeroed();
             if libc::sigaction(signal, &action, &mut old) != 0 {
@@ -81,9 +84,17 @@ pub fn install() -> std::io::Result<()> {
 /// Says which plugin call the thread was in, then puts the signal's previous action back and
 /// returns: a fault re-runs its instruction and meets that action; `abort`'s SIGABRT is raised
 /// again.
-extern "C" fn on_fatal_signal(signal: libc::c_int) {
+extern "C" fn on_fatal_signal(
+    signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    _context: *mut libc::c_void,
+) {
     if let Some(call) = CURRENT.try_with(Cell::get).ok().flatten() {
-        report(signal, call);
+        // SAFETY: with SA_SIGINFO the kernel passes a valid siginfo_t; `si_addr` is the faulting
+        // address for SIGSEGV and SIGBUS (and means something else, or nothing, for the others).
+        let address = (!info.is_null() && matches!(signal, libc::SIGSEGV | libc::SIGBUS))
+            .then(|| unsafe { (*info).si_addr() } as usize);
+        report(signal, address, call);
     }
     let previous = PREVIOUS.get().and_then(|actions| {
         FATAL_SIGNALS
@@ -107,8 +118,9 @@ extern "C" fn on_fatal_signal(signal: libc::c_int) {
     }
 }
 
-/// Writes "crashed (SIGNAL) inside COMPONENT, method M" to stderr with `write(2)` only.
-fn report(signal: libc::c_int, call: PluginCall) {
+/// Writes "crashed (SIGNAL at address A) inside COMPONENT, method M" and how to see more to
+/// stderr with `write(2)` only.
+fn report(signal: libc::c_int, address: Option<usize>, call: PluginCall) {
     let name: &[u8] = match signal {
         libc::SIGSEGV => b"SIGSEGV",
         libc::SIGABRT => b"SIGABRT",
@@ -117,18 +129,65 @@ fn report(signal: libc::c_int, call: PluginCall) {
         libc::SIGFPE => b"SIGFPE",
         _ => b"a fatal signal",
     };
+    let mut hex = [0u8; HEX_CAPACITY];
+    let address: &[u8] = match address {
+        Some(address) => hex_address(address, &mut hex),
+        None => b"",
+    };
     for part in [
         b"\ndrmas-host: crashed (".as_slice(),
         name,
+        if address.is_empty() { b"" } else { b" at address " },
+        address,
         b") inside ",
         call.origin.as_bytes(),
         b", method ",
         call.method.as_bytes(),
-        b"; a plugin's crash cannot be caught, the process ends\n",
+        b"; a plugin's crash cannot be caught, the process ends. To see where: run again with \
+          core dumps on (`ulimit -c unlimited`) and open the core with gdb (`thread apply all bt`)\n",
     ] {
         // SAFETY: write(2) is async-signal-safe; each slice is valid for its length.
         unsafe {
             libc::write(libc::STDERR_FILENO, part.as_ptr().cast(), part.len());
+        }
+    }
+}
+
+/// Bytes of the longest address [`hex_address`] writes: `0x` and 16 digits.
+const HEX_CAPACITY: usize = 2 + 2 * size_of::<usize>();
+
+/// `address` as `0x…` lower-case hex without leading zeros, written into `buffer` (no allocation:
+/// a signal handler calls it).
+fn hex_address(address: usize, buffer: &mut [u8; HEX_CAPACITY]) -> &[u8] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut start = HEX_CAPACITY;
+    let mut rest = address;
+    loop {
+        start -= 1;
+        buffer[start] = DIGITS[rest % 16];
+        rest /= 16;
+        if rest == 0 {
+            break;
+        }
+    }
+    buffer[start - 2..start].copy_from_slice(b"0x");
+    &buffer[start - 2..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_written_in_hex_without_leading_zeros() {
+        let mut buffer = [0u8; HEX_CAPACITY];
+        for (address, expected) in [
+            (0, "0x0"),
+            (0x8, "0x8"),
+            (0x7f3a_0000_10f0, "0x7f3a000010f0"),
+            (usize::MAX, "0xffffffffffffffff"),
+        ] {
+            assert_eq!(hex_address(address, &mut buffer), expected.as_bytes());
         }
     }
 }
