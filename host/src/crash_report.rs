@@ -130,21 +130,22 @@ fn report(signal: libc::c_int, address: Option<usize>, call: PluginCall) {
         _ => b"a fatal signal",
     };
     let mut hex = [0u8; HEX_CAPACITY];
-    let address: &[u8] = match address {
-        Some(address) => hex_address(address, &mut hex),
-        None => b"",
+    let (at, address): (&[u8], &[u8]) = match address {
+        Some(address) => (b" at address ", hex_address(address, &mut hex)),
+        None => (b"", b""),
     };
     for part in [
         b"\ndrmas-host: crashed (".as_slice(),
         name,
-        if address.is_empty() { b"" } else { b" at address " },
+        at,
         address,
         b") inside ",
         call.origin.as_bytes(),
         b", method ",
         call.method.as_bytes(),
-        b"; a plugin's crash cannot be caught, the process ends. To see where: run again with \
-          core dumps on (`ulimit -c unlimited`) and open the core with gdb (`thread apply all bt`)\n",
+        b"; a plugin's crash cannot be caught, the process ends. To see where: run again \
+          with core dumps on (`ulimit -c unlimited`) and open the core with gdb \
+          (`thread apply all bt`)\n",
     ] {
         // SAFETY: write(2) is async-signal-safe; each slice is valid for its length.
         unsafe {

@@ -83,8 +83,8 @@ pub fn fixture_plugins() -> &'static Path {
 
 /// A two-agent run (`first` and `second`, Shout agents of the fixture plugin, in a `pair` on
 /// `parity`) on one worker group `shared` (the tiny random Llama), `iterations` long, saved
-/// every `save_every` iterations (0: at the end; -1: never); `group_tables` (TOML) follows the group's
-/// section, e.g. its `[worker_groups.shared.rollout]`.
+/// every `save_every` iterations (0: at the end; -1: never); `group_tables` (TOML) follows the
+/// group's section, e.g. its `[worker_groups.shared.rollout]`.
 pub fn pair_run_file(iterations: u32, save_every: i64, group_tables: &str) -> String {
     let model = repo().join("host/tests/fixtures/hf/llama");
     format!(
