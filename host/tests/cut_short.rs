@@ -211,6 +211,52 @@ fn sigint_during_the_update_finishes_and_saves_that_iteration_and_resume_ends_wh
 }
 
 #[test]
+fn an_evaluation_cut_short_is_done_by_the_resumed_run_and_joins_its_iterations_metrics() {
+    // Evaluating `sigma` takes a second, so a signal after the last iteration's line lands in
+    // the final evaluation.
+    let run_file = common::pair_run_file(ITERATIONS, 0, "")
+        .replace(
+            "name = \"parity\"",
+            "name = \"slow-parity\"\nparams = { sleep_ms = 1000 }",
+        )
+        .replace("\"alpha, beta\"", "\"alpha, sigma\"");
+    let mut reference = Run::named("eval-reference", &run_file);
+    assert!(reference.run().success(), "{}", reference.last_log());
+
+    let mut run = Run::named("sigint-eval", &run_file);
+    let (status, _) = run.interrupt_after(ITERATIONS, Duration::from_millis(100), 1);
+    let log = run.last_log();
+    assert_eq!(status.code(), Some(130), "{status}:\n{log}");
+    assert!(
+        log.contains(&format!("Iteration {ITERATIONS} is saved in")),
+        "{log}"
+    );
+    let final_eval = |run: &Run| {
+        run.out()
+            .join(format!("eval/iteration_{ITERATIONS:05}.json"))
+    };
+    assert!(
+        !final_eval(&run).exists(),
+        "the signal did not cut the final evaluation short:\n{log}"
+    );
+
+    let status = run.run();
+    let log = run.last_log();
+    assert!(status.success(), "{status}:\n{log}");
+    assert!(
+        log.contains(&format!(
+            "eval after iteration {ITERATIONS} (cut short before): avg@2"
+        )),
+        "{log}"
+    );
+    assert_eq!(
+        std::fs::read(final_eval(&run)).expect("the redone evaluation"),
+        std::fs::read(final_eval(&reference)).expect("the reference's evaluation")
+    );
+    assert_same_end(&run, &reference, ITERATIONS);
+}
+
+#[test]
 fn a_second_sigint_stops_at_once_without_saving() {
     let mut run = Run::named("twice", &common::pair_run_file(ITERATIONS, 0, ""));
     let (status, took) = run.interrupt_after(1, Duration::ZERO, 2);

@@ -83,6 +83,37 @@ impl MetricsLog {
         Ok(())
     }
 
+    /// Adds `record`'s values to the line of its iteration in `dir/metrics.jsonl`, or appends
+    /// the record when that iteration has no line: a resumed run completes the line of the
+    /// iteration it resumes after with an evaluation that was cut short. Call it before
+    /// [`Self::open`]: the file is replaced.
+    pub fn amend(dir: &Path, record: &Metrics) -> anyhow::Result<()> {
+        let path = dir.join("metrics.jsonl");
+        let text = match std::fs::read_to_string(&path) {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+            read => read.with_context(|| format!("reading {}", path.display()))?,
+        };
+        let iteration = record.0.get("iteration").cloned();
+        let mut amended = String::with_capacity(text.len());
+        let mut found = false;
+        for line in text.lines() {
+            match serde_json::from_str::<Value>(line) {
+                Ok(Value::Object(mut fields)) if fields.get("iteration") == iteration.as_ref() => {
+                    fields.extend(record.0.clone());
+                    amended.push_str(&Value::Object(fields).to_string());
+                    found = true;
+                }
+                _ => amended.push_str(line),
+            }
+            amended.push('\n');
+        }
+        if !found {
+            amended.push_str(&record.to_line());
+            amended.push('\n');
+        }
+        replace_file(&path, &amended)
+    }
+
     /// Appends one record and flushes it to disk.
     pub fn write(&mut self, metrics: &Metrics) -> anyhow::Result<()> {
         writeln!(self.writer, "{}", metrics.to_line())
@@ -97,8 +128,7 @@ impl MetricsLog {
 }
 
 /// Keeps the lines of `path` whose `iteration` is at most `iteration` (none when `None`; a
-/// missing file is fine). The kept lines go to a temporary file renamed over `path`, so a kill
-/// in the middle leaves either the old file or the new one.
+/// missing file is fine), replacing the file as [`replace_file`] does.
 fn truncate_jsonl(path: &Path, iteration: Option<u32>) -> anyhow::Result<()> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Ok(());
@@ -116,10 +146,16 @@ fn truncate_jsonl(path: &Path, iteration: Option<u32>) -> anyhow::Result<()> {
     if kept == text {
         return Ok(());
     }
+    replace_file(path, &kept)
+}
+
+/// Writes `text` to a temporary file renamed over `path`, so a kill in the middle leaves either
+/// the old file or the new one.
+fn replace_file(path: &Path, text: &str) -> anyhow::Result<()> {
     let mut temporary = path.as_os_str().to_owned();
-    temporary.push(".truncating");
+    temporary.push(".rewriting");
     let temporary = PathBuf::from(temporary);
-    std::fs::write(&temporary, kept)
+    std::fs::write(&temporary, text)
         .and_then(|()| std::fs::rename(&temporary, path))
         .with_context(|| format!("rewriting {}", path.display()))
 }
@@ -405,7 +441,35 @@ fn mean_std(values: &[f64]) -> (f64, f64) {
 
 #[cfg(test)]
 mod tests {
-    use super::explained_variance;
+    use super::{explained_variance, Metrics, MetricsLog};
+
+    #[test]
+    fn amend_adds_to_its_iteration_line_or_appends_one() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let path = dir.path().join("metrics.jsonl");
+        std::fs::write(
+            &path,
+            "{\"iteration\":0,\"eval/avg@2\":0.5}\n{\"iteration\":1,\"reward/mean\":0.25}\n",
+        )
+        .expect("write");
+        let mut eval = Metrics::new(1);
+        eval.set("eval/avg@2", 0.75);
+        MetricsLog::amend(dir.path(), &eval).expect("amend");
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("read"),
+            "{\"iteration\":0,\"eval/avg@2\":0.5}\n\
+             {\"eval/avg@2\":0.75,\"iteration\":1,\"reward/mean\":0.25}\n"
+        );
+        let mut later = Metrics::new(2);
+        later.set("eval/avg@2", 1.0);
+        MetricsLog::amend(dir.path(), &later).expect("amend");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert_eq!(
+            text.lines().last(),
+            Some("{\"eval/avg@2\":1.0,\"iteration\":2}")
+        );
+        assert_eq!(text.lines().count(), 3);
+    }
 
     #[test]
     fn explained_variance_by_hand() {

@@ -284,6 +284,7 @@ impl Trainer {
     /// stop signal or an error ends the run early, the last finished iteration is saved first
     /// (see `Self::stopped`).
     pub fn train(&mut self) -> anyhow::Result<TrainSummary> {
+        let cut_short_eval = self.finish_cut_short_eval()?;
         let mut log = MetricsLog::open(&self.out_dir)?;
         let total = self.config.run.iterations;
         let first = self.iteration + 1;
@@ -306,7 +307,7 @@ impl Trainer {
             None
         };
         let mut first_last: Option<(Metrics, Metrics)> = None;
-        let mut after = None;
+        let mut after = cut_short_eval.filter(|_| self.iteration == total);
         let mut checkpoint = None;
         for iteration in first..=total {
             let start = (self.order, self.rng.clone());
@@ -327,14 +328,13 @@ impl Trainer {
             self.trained_through = iteration;
             println!("{}", iteration_line(&metrics, total));
             let last = iteration == total;
-            let every = |n: u32| n > 0 && iteration % n == 0;
             // From here on the iteration is finished: an error or a stop signal still lets its
             // metrics line and its checkpoint be written.
             let mut stop = self.sync_fleets(&mut metrics).err();
             if !last && stop.is_none() {
                 stop = crate::interrupt::check().err().map(anyhow::Error::from);
             }
-            if stop.is_none() && self.has_eval() && (every(self.config.run.eval_every) || last) {
+            if stop.is_none() && self.eval_due(iteration) {
                 match self.evaluate(&format!("after iteration {iteration}")) {
                     Ok(report) => {
                         record_eval(&mut metrics, &report);
@@ -366,6 +366,36 @@ impl Trainer {
             out_dir: self.out_dir.clone(),
             checkpoint,
         })
+    }
+
+    /// On a resumed run: does the evaluation the iteration it resumes after was due, when a stop
+    /// signal or an error skipped it or cut it short (its `eval/iteration_NNNNN.json` is
+    /// missing), and adds its scores to that iteration's metrics line, as an uninterrupted run
+    /// has them. It draws from its own RNG, so the scores are the ones that run gets.
+    fn finish_cut_short_eval(&mut self) -> anyhow::Result<Option<EvalReport>> {
+        let iteration = self.iteration;
+        if iteration == 0
+            || !self.eval_due(iteration)
+            || eval_path(&self.out_dir, iteration).exists()
+        {
+            return Ok(None);
+        }
+        let report = self
+            .evaluate(&format!("after iteration {iteration} (cut short before)"))
+            .map_err(|error| self.stopped(error, Stage::Finished))?;
+        let mut metrics = Metrics::new(iteration);
+        record_eval(&mut metrics, &report);
+        MetricsLog::amend(&self.out_dir, &metrics)?;
+        Ok(Some(report))
+    }
+
+    /// Whether an evaluation follows `iteration`: every `[run] eval_every` iterations and after
+    /// the last one.
+    fn eval_due(&self, iteration: u32) -> bool {
+        let every = self.config.run.eval_every;
+        self.has_eval()
+            && ((every > 0 && iteration.is_multiple_of(every))
+                || iteration == self.config.run.iterations)
     }
 
     /// Ends a run that `error` (or a stop signal) cut short at `stage`: saves the last finished
