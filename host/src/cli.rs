@@ -247,6 +247,10 @@ pub struct ServeArgs {
     /// How long a batch waits for more requests to join it, in milliseconds.
     #[arg(long, default_value_t = 5)]
     pub batch_wait_ms: u64,
+    /// How long a client may pause while sending a request or reading an answer, or leave a
+    /// kept-alive connection idle, before the server closes its connection, in seconds.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_secs: u64,
     /// libtorch's CPU threads (0: libtorch's default).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -269,6 +273,7 @@ impl ServeArgs {
             max_running_requests: self.max_running_requests,
             max_body_bytes: self.max_body_bytes,
             batch_wait: std::time::Duration::from_millis(self.batch_wait_ms),
+            idle_timeout: std::time::Duration::from_secs(self.idle_timeout_secs),
             threads: self.threads,
         }
     }

@@ -11,7 +11,8 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -37,6 +38,11 @@ impl Served {
     /// Starts a server of `family`'s tiny model, served under the name `family`, on a free
     /// port and waits for its URL.
     fn start(family: &str) -> Self {
+        Self::start_with(family, &[])
+    }
+
+    /// [`Served::start`] with more `options`.
+    fn start_with(family: &str, options: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_drmas-host"))
             .args([
                 "serve",
@@ -47,6 +53,7 @@ impl Served {
                 "--served-model-name",
                 family,
             ])
+            .args(options)
             .arg("--model")
             .arg(tiny_model(family))
             .env("RUST_LOG", "warn")
@@ -495,6 +502,65 @@ fn check_refuses_bad_servers_before_any_work() {
     );
     assert!(output.status.success(), "{}", log(&output));
     assert!(log(&output).contains("over /v1/completions (healthy, same model)"));
+}
+
+#[test]
+fn serve_outlives_a_terabyte_content_length_and_clients_that_stall() {
+    let server = Served::start_with("llama", &["--idle-timeout-secs", "1"]);
+    let addr = server.url.trim_start_matches("http://").to_owned();
+    let connect = || {
+        let stream = TcpStream::connect(&addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        stream
+    };
+    let answer_of = |mut stream: TcpStream| {
+        let mut text = String::new();
+        let _ = stream.read_to_string(&mut text);
+        text
+    };
+    // Announced, not sent: refused from the header, unread.
+    let mut huge = connect();
+    huge.write_all(
+        b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000000\r\n\r\n{}",
+    )
+    .expect("send");
+    huge.shutdown(std::net::Shutdown::Write)
+        .expect("half-close");
+    let text = answer_of(huge);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains("--max-body-bytes"), "{text}");
+    // More stalled bodies than the server answers requests at once (64 generation slots and
+    // 4 spare): none of them holds a turn, and each is told why after the idle timeout.
+    let stalled: Vec<TcpStream> = (0..70)
+        .map(|_| {
+            let mut stream = connect();
+            stream
+                .write_all(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{\"input_ids\":")
+                .expect("send");
+            stream
+        })
+        .collect();
+    let asked = Instant::now();
+    assert_eq!(server.get("/get_model_info")["is_generation"], true);
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        asked.elapsed()
+    );
+    for stream in stalled {
+        let text = answer_of(stream);
+        assert!(
+            text.starts_with("HTTP/1.1 408") && text.contains("stalled"),
+            "{text}"
+        );
+    }
+    let (got, text) = server.post(
+        "/generate",
+        r#"{"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}"#,
+    );
+    assert_eq!(got, 200, "{text}");
 }
 
 #[test]

@@ -19,7 +19,7 @@ use drmas_host::plugins::{BuildProfile, ExternalLinks, Registry};
 use drmas_host::trainer::{TrainSummary, Trainer};
 use drmas_search::retriever::bm25::{Bm25Options, Bm25Retriever};
 use drmas_search::retriever::{Hit, Retriever, RetrieverError};
-use drmas_search::server::{RetrievalServer, ServerConfig, ServerHandle};
+use drmas_search::server::{RetrievalServer, ServerConfig, ServerError, ServerHandle};
 use serde_json::Value;
 
 /// How long the restarted server stays away: several of the client's retries.
@@ -61,7 +61,7 @@ impl Retriever for Counting {
 struct Running {
     retriever: Arc<Counting>,
     handle: ServerHandle,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<Result<(), ServerError>>>,
 }
 
 impl Running {
@@ -91,7 +91,10 @@ impl Drop for Running {
     fn drop(&mut self) {
         self.handle.stop();
         if let Some(thread) = self.thread.take() {
-            thread.join().expect("server thread");
+            thread
+                .join()
+                .expect("server thread")
+                .expect("the server served");
         }
     }
 }

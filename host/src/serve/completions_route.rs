@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::batcher::Served;
 use super::generate_route::{self, RequestLimits, Wanted};
-use super::http::Refusal;
+use super::refusal::Refusal;
 use crate::engine::remote::openai_wire::{
     ChoiceLogprobs, CompletionBody, CompletionChoice, ModelCard, ModelList, Prompt, Usage,
     DEFAULT_MAX_TOKENS, TOKEN_ID_PREFIX,

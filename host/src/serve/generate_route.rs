@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::batcher::Served;
-use super::http::Refusal;
+use super::refusal::Refusal;
 use crate::engine::remote::wire::{
     FinishReasonWire, GenerateBody, GenerateOutput, MetaInfo, OneOrEach, WireSamplingParams,
     DEFAULT_MAX_NEW_TOKENS,

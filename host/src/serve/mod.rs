@@ -3,29 +3,30 @@
 //! ([`crate::engine::remote::openai_wire`]), so a trainer's rollouts can run on other processes
 //! or machines, and the remote path is tested end to end with nothing fake in it.
 //!
-//! HTTP threads check each request and hand it to one engine thread (`batcher`), which runs
-//! the requests that arrive together as one batch and reloads weights between batches. What a
-//! client can make the server do is bounded: the body size, the prompts a request, the
-//! requests in progress (more are refused with 503, which clients retry), and prompt plus
-//! new tokens by the model's context. A bad request gets a 4xx answer naming the field and
-//! the limit; nothing a client sends stops the server.
+//! [`drmas_http_server`] reads each request, and the answering thread checks it and hands it to
+//! one engine thread (`batcher`), which runs the requests that arrive together as one batch and
+//! reloads weights between batches. What a client can make the server do is bounded: the body
+//! size, how long it may stall, the prompts a request, the requests in progress (more are
+//! refused with 503, which clients retry), and prompt plus new tokens by the model's context.
+//! A bad request gets a 4xx answer naming the field and the limit; nothing a client sends, or
+//! fails to send, stops the server.
 
 mod batcher;
 mod completions_route;
 mod generate_route;
-mod http;
+mod refusal;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
-use tiny_http::{Method, Request};
+use drmas_http_server::{HttpServer, Limits, Method, Reply, Request, Service};
 
 use self::batcher::{BatchLimits, Batcher};
 use self::generate_route::RequestLimits;
-use self::http::{answer, read_body, refuse, Refusal};
+use self::refusal::Refusal;
 use crate::engine::remote::openai_wire::{CompletionAnswer, COMPLETIONS_PATH, MODELS_PATH};
 use crate::engine::remote::wire::{
     ModelInfo, UpdateWeightsAnswer, UpdateWeightsBody, GENERATE_PATH, HEALTH_PATH, MODEL_INFO_PATH,
@@ -38,9 +39,9 @@ const WEIGHT_VERSION_PATH: &str = "/get_weight_version";
 const MAX_STOPS: usize = 64;
 /// The longest stop string, in bytes.
 const MAX_STOP_BYTES: usize = 1024;
-/// HTTP threads beyond the generation slots, so health and model-info probes are answered
-/// while every slot waits for the engine.
-const SPARE_THREADS: usize = 4;
+/// Requests answered at once beyond the generation slots, so health and model-info probes are
+/// answered while every slot waits for the engine.
+const SPARE_TURNS: usize = 4;
 
 /// What `drmas-host serve` serves and within which limits.
 #[derive(Debug, Clone)]
@@ -66,14 +67,20 @@ pub struct ServeOptions {
     pub max_body_bytes: usize,
     /// How long a batch waits for more requests to join it.
     pub batch_wait: Duration,
+    /// How long a client may stall mid-request or mid-answer, or leave a connection idle.
+    pub idle_timeout: Duration,
     /// libtorch's CPU threads (0: libtorch's default).
     pub threads: usize,
 }
 
 /// A bound server; [`Server::run`] serves until the process ends.
 pub struct Server {
-    http: tiny_http::Server,
-    addr: SocketAddr,
+    http: HttpServer,
+    endpoints: Arc<Endpoints>,
+}
+
+/// What the server answers on each path, and the state its answers share.
+struct Endpoints {
     batcher: Batcher,
     options: ServeOptions,
     running: AtomicUsize,
@@ -95,96 +102,91 @@ impl Server {
                 wait: options.batch_wait,
             },
         )?;
-        let http = tiny_http::Server::http(&options.addr).map_err(|e| {
+        let http = HttpServer::bind(&options.addr).map_err(|e| {
             anyhow::anyhow!(
                 "cannot listen on {}: {e}; pick another --host/--port (port 0 picks a free one)",
                 options.addr
             )
         })?;
-        let addr = http
-            .server_addr()
-            .to_ip()
-            .context("the server's address is not an IP address")?;
-        Ok(Self {
-            http,
-            addr,
+        let endpoints = Arc::new(Endpoints {
             batcher,
             options,
             running: AtomicUsize::new(0),
             next_id: AtomicU64::new(0),
             started: unix_seconds(),
-        })
+        });
+        Ok(Self { http, endpoints })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.http.local_addr()
     }
 
     /// The base URL (`http://host:port`).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.addr())
     }
 
-    /// Serves on one thread per generation slot plus a few for probes.
-    pub fn run(&self) {
-        let threads = self.options.max_running_requests.max(1) + SPARE_THREADS;
-        std::thread::scope(|scope| {
-            for _ in 0..threads {
-                scope.spawn(|| {
-                    while let Ok(request) = self.http.recv() {
-                        self.respond(request);
-                    }
-                });
-            }
-        });
+    /// Serves until the process ends: each generation slot and a few probes answered at once.
+    pub fn run(self) -> anyhow::Result<()> {
+        let options = &self.endpoints.options;
+        let limits = Limits {
+            max_body_bytes: options.max_body_bytes,
+            body_advice: "send fewer prompts a request, or raise the server's --max-body-bytes"
+                .to_owned(),
+            idle_timeout: options.idle_timeout,
+            max_requests: options.max_running_requests.max(1) + SPARE_TURNS,
+        };
+        self.http.serve(self.endpoints, limits)?;
+        Ok(())
     }
+}
 
-    fn respond(&self, request: Request) {
-        let path = request
-            .url()
-            .split('?')
-            .next()
-            .unwrap_or_default()
-            .to_owned();
-        match (request.method(), path.as_str()) {
-            (Method::Get, HEALTH_PATH) => answer(request, 200, &serde_json::json!({})),
-            (Method::Get, MODEL_INFO_PATH) => answer(request, 200, &self.model_info()),
-            (Method::Get, WEIGHT_VERSION_PATH) => {
+impl Service for Endpoints {
+    fn answer(&self, request: Request) -> Reply {
+        let path = request.path.as_str();
+        match (&request.method, path) {
+            (&Method::GET, HEALTH_PATH) => Reply::json(200, &serde_json::json!({})),
+            (&Method::GET, MODEL_INFO_PATH) => Reply::json(200, &self.model_info()),
+            (&Method::GET, WEIGHT_VERSION_PATH) => {
                 let version = self.batcher.served().weight_version;
-                answer(
-                    request,
-                    200,
-                    &serde_json::json!({ "weight_version": version }),
-                );
+                Reply::json(200, &serde_json::json!({ "weight_version": version }))
             }
-            (Method::Get, MODELS_PATH) => {
+            (&Method::GET, MODELS_PATH) => {
                 let served = self.batcher.served();
                 let name = &self.options.served_model_name;
-                answer(
-                    request,
-                    200,
-                    &completions_route::models(&served, name, self.started),
-                );
+                Reply::json(200, &completions_route::models(&served, name, self.started))
             }
-            (Method::Post, GENERATE_PATH) => self.admit(request, Self::generate_answer),
-            (Method::Post, COMPLETIONS_PATH) => self.admit(request, Self::completions_answer),
-            (Method::Post, UPDATE_WEIGHTS_PATH) => self.update_weights(request),
+            (&Method::POST, GENERATE_PATH) => self.admit(&request.body, Self::generate_answer),
+            (&Method::POST, COMPLETIONS_PATH) => {
+                self.admit(&request.body, Self::completions_answer)
+            }
+            (&Method::POST, UPDATE_WEIGHTS_PATH) => self.update_weights(&request.body),
             (_, GENERATE_PATH | COMPLETIONS_PATH | UPDATE_WEIGHTS_PATH) => {
-                refuse(request, Refusal::new(405, format!("{path} takes POST")));
+                Refusal::new(405, format!("{path} takes POST")).reply()
             }
             (_, HEALTH_PATH | MODEL_INFO_PATH | WEIGHT_VERSION_PATH | MODELS_PATH) => {
-                refuse(request, Refusal::new(405, format!("{path} takes GET")));
+                Refusal::new(405, format!("{path} takes GET")).reply()
             }
-            _ => refuse(
-                request,
-                Refusal::new(
-                    404,
-                    format!(
-                        "no endpoint {path}; served: POST {GENERATE_PATH}, POST \
-                         {COMPLETIONS_PATH}, POST {UPDATE_WEIGHTS_PATH}, GET {MODEL_INFO_PATH}, \
-                         GET {MODELS_PATH}, GET {WEIGHT_VERSION_PATH}, GET {HEALTH_PATH}"
-                    ),
+            _ => Refusal::new(
+                404,
+                format!(
+                    "no endpoint {path}; served: POST {GENERATE_PATH}, POST {COMPLETIONS_PATH}, \
+                     POST {UPDATE_WEIGHTS_PATH}, GET {MODEL_INFO_PATH}, GET {MODELS_PATH}, GET \
+                     {WEIGHT_VERSION_PATH}, GET {HEALTH_PATH}"
                 ),
-            ),
+            )
+            .reply(),
         }
     }
 
+    fn refusal(&self, status: u16, message: String) -> Reply {
+        Refusal::new(status, message).reply()
+    }
+}
+
+impl Endpoints {
     fn model_info(&self) -> ModelInfo {
         let served = self.batcher.served();
         ModelInfo {
@@ -199,39 +201,33 @@ impl Server {
         }
     }
 
-    /// A generation request (`/generate`, `/v1/completions`) answered by `respond`, within
-    /// the cap on requests in progress.
+    /// A generation request (`/generate`, `/v1/completions`) with `body` answered by
+    /// `respond`, within the cap on requests in progress.
     fn admit(
         &self,
-        mut request: Request,
-        respond: fn(&Self, &mut Request) -> Result<serde_json::Value, Refusal>,
-    ) {
+        body: &[u8],
+        respond: fn(&Self, &[u8]) -> Result<serde_json::Value, Refusal>,
+    ) -> Reply {
         let cap = self.options.max_running_requests.max(1);
         if self.running.fetch_add(1, Ordering::SeqCst) >= cap {
             self.running.fetch_sub(1, Ordering::SeqCst);
-            return refuse(
-                request,
-                Refusal::new(
-                    503,
-                    format!(
-                        "busy: {cap} requests in progress (--max-running-requests); retry later"
-                    ),
-                ),
-            );
+            return Refusal::new(
+                503,
+                format!("busy: {cap} requests in progress (--max-running-requests); retry later"),
+            )
+            .reply();
         }
-        let result = respond(self, &mut request);
+        let result = respond(self, body);
         self.running.fetch_sub(1, Ordering::SeqCst);
         match result {
-            Ok(body) => answer(request, 200, &body),
-            Err(refusal) => refuse(request, refusal),
+            Ok(answer) => Reply::json(200, &answer),
+            Err(refusal) => refusal.reply(),
         }
     }
 
-    fn generate_answer(&self, request: &mut Request) -> Result<serde_json::Value, Refusal> {
-        let body = read_body(request, self.options.max_body_bytes, "--max-body-bytes")?;
+    fn generate_answer(&self, body: &[u8]) -> Result<serde_json::Value, Refusal> {
         let served = self.batcher.served();
-        let parsed = generate_route::parse(&body, &served, self.limits())?;
-        drop(body);
+        let parsed = generate_route::parse(body, &served, self.limits())?;
         let (generations, version) = self
             .batcher
             .generate(parsed.requests.clone())
@@ -263,12 +259,10 @@ impl Server {
     }
 
     /// `POST /v1/completions`: vLLM's completion answer, one choice per prompt and sample.
-    fn completions_answer(&self, request: &mut Request) -> Result<serde_json::Value, Refusal> {
-        let body = read_body(request, self.options.max_body_bytes, "--max-body-bytes")?;
+    fn completions_answer(&self, body: &[u8]) -> Result<serde_json::Value, Refusal> {
         let served = self.batcher.served();
         let name = &self.options.served_model_name;
-        let parsed = completions_route::parse(&body, &served, name, self.limits())?;
-        drop(body);
+        let parsed = completions_route::parse(body, &served, name, self.limits())?;
         let (generations, _version) = self
             .batcher
             .generate(parsed.requests.clone())
@@ -320,15 +314,13 @@ impl Server {
     }
 
     /// `POST /update_weights_from_disk`: `{"success": true, ...}` once the new weights serve.
-    fn update_weights(&self, mut request: Request) {
-        let result = read_body(&mut request, self.options.max_body_bytes, "--max-body-bytes")
-            .and_then(|body| {
-                serde_json::from_slice::<UpdateWeightsBody>(&body).map_err(|e| {
-                    Refusal::new(
-                        400,
-                        format!("malformed request ({e}); expected {{\"model_path\": string, \"weight_version\": string}}"),
-                    )
-                })
+    fn update_weights(&self, body: &[u8]) -> Reply {
+        let result = serde_json::from_slice::<UpdateWeightsBody>(body)
+            .map_err(|e| {
+                Refusal::new(
+                    400,
+                    format!("malformed request ({e}); expected {{\"model_path\": string, \"weight_version\": string}}"),
+                )
             })
             .and_then(|body| {
                 if body.load_format.as_deref().is_some_and(|f| f != "auto") {
@@ -361,7 +353,7 @@ impl Server {
                 },
             ),
         };
-        answer(request, status, &reply);
+        Reply::json(status, &reply)
     }
 }
 
@@ -381,6 +373,5 @@ pub fn serve(options: ServeOptions) -> anyhow::Result<()> {
     println!("drmas-host serve: listening on {}", server.url());
     use std::io::Write;
     std::io::stdout().flush()?;
-    server.run();
-    Ok(())
+    server.run()
 }

@@ -86,10 +86,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let client = HttpRetriever::new(HttpRetrieverConfig::new(server.url()));
     let handle = server.handle();
     let (http_single, http_batched) = std::thread::scope(|scope| {
-        scope.spawn(|| server.run());
+        let served = scope.spawn(move || server.run());
         let measured = queries_per_second(&client, &queries, 1)
             .and_then(|single| Ok((single, queries_per_second(&client, &queries, BATCH)?)));
         handle.stop();
+        served.join().map_err(|_| "the server thread panicked")??;
         measured
     })?;
     println!("BM25 over HTTP (loopback): {http_single:.0} q/s one per request, {http_batched:.0} q/s in requests of {BATCH}");

@@ -9,16 +9,16 @@
 //! What one request may cost is bounded: its body by [`ServerConfig::max_body_bytes`], its search
 //! work by the retriever's [`QueryLimits`](crate::retriever::query::QueryLimits) (terms a query,
 //! terms a request), its passages, hence memory and response size, by
-//! [`ServerConfig::max_passages`]. The response is streamed, not built in memory.
+//! [`ServerConfig::max_passages`]. The response is streamed, not built in memory. How long a
+//! client may stall, and how many requests are answered at once, is [`drmas_http_server`]'s to
+//! bound ([`ServerConfig::idle_timeout`], [`ServerConfig::workers`]).
 
-mod response;
-
-use std::io::Read;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use tiny_http::{Method, Request, Server};
+use drmas_http_server::{HttpServer, Limits, Method, Reply, Request, Service, StopHandle};
+use serde::{Serialize, Serializer};
 
 use crate::retriever::api::{
     ErrorBody, RetrieveRequest, RetrieveResponse, WireItem, RETRIEVE_PATH,
@@ -37,8 +37,11 @@ pub struct ServerConfig {
     pub max_passages: usize,
     /// The largest request body accepted, in bytes.
     pub max_body_bytes: usize,
-    /// Threads answering requests.
+    /// Requests answered at once, each on a thread of its own; later ones wait their turn.
     pub workers: usize,
+    /// How long a client may pause mid-request or mid-answer, or leave a kept-alive connection
+    /// idle, before the server closes its connection.
+    pub idle_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -49,6 +52,7 @@ impl Default for ServerConfig {
             max_passages: 32_768,
             max_body_bytes: 16 << 20,
             workers: 4,
+            idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -66,32 +70,31 @@ pub enum ServerError {
         /// Why it failed.
         reason: String,
     },
+    /// Serving stopped on an error of the machine's (no threads, no event loop).
+    #[error("the retrieval server stopped: {0}")]
+    Serve(#[from] std::io::Error),
 }
 
 /// A bound retrieval server; [`RetrievalServer::run`] serves until [`ServerHandle::stop`].
 pub struct RetrievalServer {
-    http: Arc<Server>,
-    addr: SocketAddr,
+    http: HttpServer,
+    retrieval: Arc<Retrieval>,
+}
+
+/// The answers: the retriever and the limits it serves within.
+struct Retrieval {
     retriever: Arc<dyn Retriever>,
     config: ServerConfig,
-    stopping: Arc<AtomicBool>,
 }
 
 /// Stops a running [`RetrievalServer`] from another thread.
-#[derive(Clone)]
-pub struct ServerHandle {
-    http: Arc<Server>,
-    workers: usize,
-    stopping: Arc<AtomicBool>,
-}
+#[derive(Debug, Clone)]
+pub struct ServerHandle(StopHandle);
 
 impl ServerHandle {
     /// Makes [`RetrievalServer::run`] return once the requests in progress are answered.
     pub fn stop(&self) {
-        self.stopping.store(true, Ordering::SeqCst);
-        for _ in 0..self.workers {
-            self.http.unblock();
-        }
+        self.0.stop();
     }
 }
 
@@ -102,109 +105,73 @@ impl RetrievalServer {
         retriever: Arc<dyn Retriever>,
         config: ServerConfig,
     ) -> Result<RetrievalServer, ServerError> {
-        let bind_error = |reason: String| ServerError::Bind {
+        let http = HttpServer::bind(addr).map_err(|error| ServerError::Bind {
             addr: addr.to_owned(),
-            reason,
-        };
-        let http = Server::http(addr).map_err(|error| bind_error(error.to_string()))?;
-        let bound = http
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| bind_error("not an IP address".to_owned()))?;
+            reason: error.to_string(),
+        })?;
         Ok(RetrievalServer {
-            http: Arc::new(http),
-            addr: bound,
-            retriever,
-            config,
-            stopping: Arc::new(AtomicBool::new(false)),
+            http,
+            retrieval: Arc::new(Retrieval { retriever, config }),
         })
     }
 
     /// The address the server listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.http.local_addr()
     }
 
     /// The base URL of the server (`http://host:port`).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.local_addr())
     }
 
     /// A handle to stop the server.
     pub fn handle(&self) -> ServerHandle {
-        ServerHandle {
-            http: Arc::clone(&self.http),
-            workers: self.config.workers.max(1),
-            stopping: Arc::clone(&self.stopping),
-        }
+        ServerHandle(self.http.stop_handle())
     }
 
-    /// Serves requests on [`ServerConfig::workers`] threads until stopped.
-    pub fn run(&self) {
-        std::thread::scope(|scope| {
-            for _ in 0..self.config.workers.max(1) {
-                scope.spawn(|| self.work());
-            }
-        });
-    }
-
-    /// One worker's loop.
-    fn work(&self) {
-        loop {
-            match self.http.recv() {
-                Ok(request) => self.answer(request),
-                Err(_) if self.stopping.load(Ordering::SeqCst) => return,
-                // An accept error concerns one client only; keep serving the others.
-                Err(_) => continue,
-            }
-        }
-    }
-
-    /// Answers one request; a client that went away is not the server's problem.
-    fn answer(&self, mut request: Request) {
-        let reply = self.respond(&mut request);
-        let mut connection = request.into_writer();
-        // The only error is a write to a closed connection.
-        let _ = match reply {
-            Reply::Hits { hits, with_scores } => {
-                let result = hits
-                    .iter()
-                    .map(|list| {
-                        list.iter()
-                            .map(|hit| WireItem::from_hit(hit, with_scores))
-                            .collect()
-                    })
-                    .collect();
-                response::write_json(&mut *connection, 200, &RetrieveResponse { result })
-            }
-            Reply::Health => {
-                response::write_json(&mut *connection, 200, &serde_json::json!({"status": "ok"}))
-            }
-            Reply::Error { status, message } => {
-                response::write_json(&mut *connection, status, &ErrorBody { error: message })
-            }
+    /// Serves requests, [`ServerConfig::workers`] at once, until stopped.
+    pub fn run(self) -> Result<(), ServerError> {
+        let config = &self.retrieval.config;
+        let limits = Limits {
+            max_body_bytes: config.max_body_bytes,
+            body_advice: "send fewer queries a request, or raise the server's --max-body-bytes"
+                .to_owned(),
+            idle_timeout: config.idle_timeout,
+            max_requests: config.workers.max(1),
         };
+        self.http.serve(self.retrieval, limits)?;
+        Ok(())
+    }
+}
+
+impl Service for Retrieval {
+    fn answer(&self, request: Request) -> Reply {
+        match self.respond(&request) {
+            Answer::Hits(hits) => Reply::json_streamed(200, hits),
+            Answer::Health => Reply::json(200, &serde_json::json!({"status": "ok"})),
+            Answer::Error { status, message } => self.refusal(status, message),
+        }
     }
 
+    fn refusal(&self, status: u16, message: String) -> Reply {
+        Reply::json(status, &ErrorBody { error: message })
+    }
+}
+
+impl Retrieval {
     /// What to answer to a request.
-    fn respond(&self, request: &mut Request) -> Reply {
-        let path = request
-            .url()
-            .split('?')
-            .next()
-            .unwrap_or_default()
-            .to_owned();
-        let method = request.method().clone();
-        match (path.as_str(), method) {
-            (RETRIEVE_PATH, Method::Post) => self
-                .retrieve(request)
-                .unwrap_or_else(|(status, message)| Reply::Error { status, message }),
-            ("/health", Method::Get) => Reply::Health,
-            (RETRIEVE_PATH, other) => Reply::Error {
+    fn respond(&self, request: &Request) -> Answer {
+        match (request.path.as_str(), &request.method) {
+            (RETRIEVE_PATH, &Method::POST) => self
+                .retrieve(&request.body)
+                .unwrap_or_else(|(status, message)| Answer::Error { status, message }),
+            ("/health", &Method::GET) => Answer::Health,
+            (RETRIEVE_PATH, other) => Answer::Error {
                 status: 405,
                 message: format!("{other} {RETRIEVE_PATH} is not allowed; use POST"),
             },
-            (other, _) => Reply::Error {
+            (other, _) => Answer::Error {
                 status: 404,
                 message: format!("no endpoint {other}; use POST {RETRIEVE_PATH} or GET /health"),
             },
@@ -212,24 +179,8 @@ impl RetrievalServer {
     }
 
     /// Handles `POST /retrieve`: the hits, or an error status and message.
-    fn retrieve(&self, request: &mut Request) -> Result<Reply, (u16, String)> {
-        let limit = self.config.max_body_bytes;
-        let mut body = Vec::new();
-        request
-            .as_reader()
-            .take(limit as u64 + 1)
-            .read_to_end(&mut body)
-            .map_err(|error| (400, format!("cannot read the request body: {error}")))?;
-        if body.len() > limit {
-            return Err((
-                413,
-                format!(
-                    "request body over {limit} bytes; send fewer queries a request, or raise the \
-                     server's --max-body-bytes"
-                ),
-            ));
-        }
-        let parsed: RetrieveRequest = serde_json::from_slice(&body).map_err(|error| {
+    fn retrieve(&self, body: &[u8]) -> Result<Answer, (u16, String)> {
+        let parsed: RetrieveRequest = serde_json::from_slice(body).map_err(|error| {
             (
                 400,
                 format!(
@@ -238,7 +189,6 @@ impl RetrievalServer {
                 ),
             )
         })?;
-        drop(body);
         let top_k = match parsed.topk {
             None | Some(0) => self.config.default_top_k,
             Some(k) => k,
@@ -283,22 +233,17 @@ impl RetrievalServer {
                 ),
                 _ => (500, format!("retrieval failed: {error}")),
             })?;
-        Ok(Reply::Hits {
+        Ok(Answer::Hits(HitLists {
             hits,
             with_scores: parsed.return_scores,
-        })
+        }))
     }
 }
 
 /// What the server answers.
-enum Reply {
+enum Answer {
     /// `200`, the result lists of a retrieval.
-    Hits {
-        /// One list per query.
-        hits: Vec<Vec<Hit>>,
-        /// Whether each document comes with its score.
-        with_scores: bool,
-    },
+    Hits(HitLists),
     /// `200`, `{"status": "ok"}`.
     Health,
     /// An error status, `{"error": message}`.
@@ -308,4 +253,27 @@ enum Reply {
         /// What went wrong and what to do.
         message: String,
     },
+}
+
+/// A retrieval's result lists, serialised as a [`RetrieveResponse`].
+struct HitLists {
+    /// One list per query.
+    hits: Vec<Vec<Hit>>,
+    /// Whether each document comes with its score.
+    with_scores: bool,
+}
+
+impl Serialize for HitLists {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let result = self
+            .hits
+            .iter()
+            .map(|list| {
+                list.iter()
+                    .map(|hit| WireItem::from_hit(hit, self.with_scores))
+                    .collect()
+            })
+            .collect();
+        RetrieveResponse { result }.serialize(serializer)
+    }
 }

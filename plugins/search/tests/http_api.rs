@@ -14,21 +14,21 @@ use drmas_search::retriever::bm25::{Bm25Options, Bm25Retriever};
 use drmas_search::retriever::http::{HttpRetriever, HttpRetrieverConfig};
 use drmas_search::retriever::query::QueryLimits;
 use drmas_search::retriever::{Retriever, RetrieverError};
-use drmas_search::server::{RetrievalServer, ServerConfig, ServerHandle};
+use drmas_search::server::{RetrievalServer, ServerConfig, ServerError, ServerHandle};
 use serde_json::{json, Value};
 
 /// A server on an ephemeral loopback port that stops when dropped.
 struct Running {
     url: String,
     handle: ServerHandle,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<Result<(), ServerError>>>,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         self.handle.stop();
         if let Some(thread) = self.thread.take() {
-            thread.join().expect("server thread");
+            thread.join().expect("server thread").expect("served");
         }
     }
 }

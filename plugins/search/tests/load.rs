@@ -108,7 +108,7 @@ fn normal_queries_keep_answering_while_hostile_requests_are_refused() {
     let normal_done = AtomicBool::new(false);
 
     std::thread::scope(|scope| {
-        scope.spawn(|| server.run());
+        let served = scope.spawn(move || server.run());
         let clients: Vec<_> = (0..HOSTILE_CLIENTS)
             .map(|client| {
                 let (addr, body, normal_done) = (&addr, &hostile[client % 2], &normal_done);
@@ -159,5 +159,6 @@ fn normal_queries_keep_answering_while_hostile_requests_are_refused() {
             questions.len()
         );
         handle.stop();
+        served.join().expect("server thread").expect("served");
     });
 }

@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use drmas_search::retriever::bm25::{Bm25Options, Bm25Retriever};
@@ -41,9 +42,13 @@ enum Command {
         /// Passages per query when a request has no topk.
         #[arg(long, default_value_t = 3)]
         topk: usize,
-        /// Threads answering requests.
-        #[arg(long, default_value_t = 4)]
+        /// Requests answered at once; later ones wait their turn.
+        #[arg(long, default_value_t = ServerConfig::default().workers)]
         workers: usize,
+        /// How long a client may pause mid-request or mid-answer, or leave a kept-alive
+        /// connection idle, before the server closes its connection, in seconds.
+        #[arg(long, default_value_t = ServerConfig::default().idle_timeout.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+        idle_timeout_secs: u64,
         /// The largest topk a request may ask for.
         #[arg(long, default_value_t = ServerConfig::default().max_top_k)]
         max_topk: usize,
@@ -75,6 +80,7 @@ fn main() -> ExitCode {
         port,
         topk,
         workers,
+        idle_timeout_secs,
         max_topk,
         max_passages,
         max_body_bytes,
@@ -102,6 +108,7 @@ fn main() -> ExitCode {
         max_passages,
         max_body_bytes,
         workers,
+        idle_timeout: Duration::from_secs(idle_timeout_secs),
     };
     let server = match RetrievalServer::bind(&format!("{host}:{port}"), Arc::new(retriever), config)
     {
@@ -112,6 +119,11 @@ fn main() -> ExitCode {
         }
     };
     eprintln!("drmas-retriever: serving POST {}/retrieve", server.url());
-    server.run();
-    ExitCode::SUCCESS
+    match server.run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("drmas-retriever: {error}");
+            ExitCode::FAILURE
+        }
+    }
 }
