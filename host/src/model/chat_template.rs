@@ -8,6 +8,11 @@ use super::error::ModelError;
 
 /// The name the template is registered under in its minijinja environment.
 const TEMPLATE_NAME: &str = "chat_template";
+/// The most template instructions one render may run. ChatML runs under 200 per message (a
+/// conversation of 100,000 messages fits); a template that loops without end (a corrupt or
+/// hostile model file: minijinja bounds each `range` to 100,000 items, not loops inside loops)
+/// fails within about a second instead of hanging every call.
+const RENDER_FUEL: u64 = 20_000_000;
 
 /// One message as the template sees it (`message['role']`, `message['content']`).
 #[derive(Debug, Clone, Serialize)]
@@ -51,6 +56,7 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
+        env.set_fuel(Some(RENDER_FUEL));
         env.add_function(
             "raise_exception",
             |message: String| -> Result<String, Error> {
@@ -104,7 +110,14 @@ impl ChatTemplate {
                 bos_token => &self.bos_token,
                 eos_token => &self.eos_token,
             })
-            .map_err(|e| ModelError::Input(format!("chat template failed to render: {e:#}")))
+            .map_err(|e| match e.kind() {
+                ErrorKind::OutOfFuel => ModelError::Config(format!(
+                    "the chat template ran more than {RENDER_FUEL} instructions in one render, \
+                     which no chat template needs: the model's chat_template (in \
+                     tokenizer_config.json or the GGUF metadata) loops without end; replace it"
+                )),
+                _ => ModelError::Input(format!("chat template failed to render: {e:#}")),
+            })
     }
 
     /// Renders `messages` for the model to answer: with the assistant's turn opened after
@@ -234,6 +247,31 @@ mod tests {
             )
             .expect_err("raises");
         assert!(err.to_string().contains("first must be user"), "{err}");
+    }
+
+    #[test]
+    fn a_template_that_loops_without_end_fails_and_a_long_conversation_renders() {
+        let endless = "{% for i in range(100000) %}{% for j in range(100000) %}{{ '' }}\
+                       {% endfor %}{% endfor %}";
+        let template = ChatTemplate::new(endless, "", "").expect("compiles");
+        let started = std::time::Instant::now();
+        let err = template.render(&[], true).expect_err("out of fuel");
+        assert!(err.to_string().contains("loops without end"), "{err}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        // Far more turns than any rollout has, well within the bound.
+        let chatml = ChatTemplate::new(CHATML, "", "<|im_end|>").expect("compiles");
+        let messages: Vec<TemplateMessage<'_>> = (0..10_000)
+            .map(|i| TemplateMessage {
+                role: if i % 2 == 0 { "user" } else { "assistant" },
+                content: "a turn",
+            })
+            .collect();
+        let text = chatml.render(&messages, true).expect("renders");
+        assert_eq!(text.matches("<|im_start|>").count(), 10_001);
     }
 
     #[test]
