@@ -53,11 +53,6 @@ impl Reply {
         }
     }
 
-    /// The reply's HTTP status.
-    pub fn status(&self) -> u16 {
-        self.status
-    }
-
     fn serialisation_failed(error: &serde_json::Error) -> Self {
         let message = serde_json::json!({
             "error": { "message": format!("cannot serialise the answer: {error}") }
