@@ -13,6 +13,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -43,7 +44,13 @@ impl Served {
 
     /// [`Served::start`] with more `options`.
     fn start_with(family: &str, options: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_drmas-host"))
+        Self::launch(Self::command(family, options))
+    }
+
+    /// The command that starts [`Served::start_with`]'s server.
+    fn command(family: &str, options: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_drmas-host"));
+        command
             .args([
                 "serve",
                 "--port",
@@ -59,9 +66,13 @@ impl Served {
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start drmas-host serve");
+            .stderr(Stdio::inherit());
+        command
+    }
+
+    /// Runs `command` and waits for the server's URL.
+    fn launch(mut command: Command) -> Self {
+        let mut child = command.spawn().expect("start drmas-host serve");
         let stdout = child.stdout.take().expect("stdout");
         let (sender, lines) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -561,6 +572,58 @@ fn serve_outlives_a_terabyte_content_length_and_clients_that_stall() {
         r#"{"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}"#,
     );
     assert_eq!(got, 200, "{text}");
+}
+
+#[test]
+fn serve_holds_more_connections_than_the_soft_open_file_limit_it_started_under() {
+    // A soft limit far below the hard one, as a default of 1024 is (scaled down to keep the
+    // test quick); each connection is an open file of the server's.
+    const SOFT_LIMIT: libc::rlim_t = 128;
+    let mut command = Served::command("llama", &[]);
+    // SAFETY: between fork and exec the closure only calls getrlimit and setrlimit, which are
+    // async-signal-safe, on a local it owns.
+    unsafe {
+        command.pre_exec(|| {
+            let mut limit = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            limit.rlim_cur = limit.rlim_cur.min(SOFT_LIMIT);
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let server = Served::launch(command);
+    let addr = server.url.trim_start_matches("http://").to_owned();
+    // Each connection asks once and stays open, kept alive.
+    let held: Vec<TcpStream> = (0..3 * SOFT_LIMIT)
+        .map(|index| {
+            let mut stream = TcpStream::connect(&addr).expect("connect");
+            stream
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("timeout");
+            stream
+                .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                .expect("send");
+            let mut answer = [0u8; 256];
+            let read = stream
+                .read(&mut answer)
+                .unwrap_or_else(|error| panic!("connection {index} got no answer: {error}"));
+            let answer = String::from_utf8_lossy(&answer[..read]);
+            assert!(
+                answer.starts_with("HTTP/1.1 200"),
+                "connection {index}: {answer}"
+            );
+            stream
+        })
+        .collect();
+    assert_eq!(server.get("/get_model_info")["is_generation"], true);
+    drop(held);
 }
 
 #[test]

@@ -12,9 +12,12 @@
 //! - each connection is a task, not a thread, and a body is read before its request waits for
 //!   a turn, so stalled clients hold neither a thread nor a turn; at most
 //!   [`Limits::max_requests`] requests are answered at once, the others wait their turn;
-//! - a service that panics answers 500, and the server goes on.
+//! - a service that panics answers 500, and the server goes on;
+//! - the process's soft limit on open files is raised to its hard limit, so that these bounds,
+//!   not a default of 1024 files, decide how many connections it holds.
 
 mod body;
+mod open_files;
 mod reply;
 mod server;
 mod service;

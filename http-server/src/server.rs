@@ -13,10 +13,12 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_io_timeout::TimeoutStream;
 
 use crate::body::{self, BodyLimits, ChunkWriter, OutgoingBody};
+use crate::open_files;
 use crate::reply::ReplyBody;
 use crate::{Reply, Request, Service};
 
@@ -56,7 +58,7 @@ pub struct StopHandle(Arc<Notify>);
 
 impl StopHandle {
     /// Makes [`HttpServer::serve`] stop accepting and return once the requests in progress
-    /// are answered (also when called before it starts).
+    /// are answered and their answers sent (also when called before it starts).
     pub fn stop(&self) {
         self.0.notify_one();
     }
@@ -86,7 +88,21 @@ impl HttpServer {
 
     /// Serves `service` within `limits` until stopped: connections on a runtime of two threads,
     /// each answer on a thread of its own (at most [`Limits::max_requests`] at once).
+    ///
+    /// Once stopped, it accepts no more connections and closes the idle ones; each other
+    /// connection finishes the request it is on, its answer sent, and is closed (one that
+    /// stalls is ended by the idle timeout, as ever), and `serve` returns when all of them are.
+    ///
+    /// It first raises the process's soft limit on open files to the hard limit: each
+    /// connection holds a file.
     pub fn serve(self, service: Arc<dyn Service>, limits: Limits) -> io::Result<()> {
+        match open_files::raise_to_hard_limit() {
+            Ok((before, after)) if before < after => {
+                tracing::debug!("raised the limit on open files from {before} to {after}");
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!("cannot raise the limit on open files: {error}"),
+        }
         let max_requests = limits.max_requests.max(1);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -99,9 +115,17 @@ impl HttpServer {
             limits,
             requests: Arc::new(Semaphore::new(max_requests)),
         });
-        let result = runtime.block_on(accept_loop(self.listener, self.stop, Arc::clone(&shared)));
-        // Every request in progress holds a permit: all of them back means all answered.
+        let connections = GracefulShutdown::new();
+        let result = runtime.block_on(accept_loop(
+            self.listener,
+            self.stop,
+            &connections,
+            Arc::clone(&shared),
+        ));
         runtime.block_on(async {
+            connections.shutdown().await;
+            // An answer whose client left still runs, holding its permit: all of them back
+            // means all answered.
             let permits = u32::try_from(max_requests).unwrap_or(u32::MAX);
             let _all = shared.requests.acquire_many(permits).await;
         });
@@ -117,9 +141,12 @@ struct Shared {
     requests: Arc<Semaphore>,
 }
 
+/// Accepts connections until `stop`, each served on a task of its own that `connections`
+/// watches.
 async fn accept_loop(
     listener: TcpListener,
     stop: Arc<Notify>,
+    connections: &GracefulShutdown,
     shared: Arc<Shared>,
 ) -> io::Result<()> {
     listener.set_nonblocking(true)?;
@@ -131,7 +158,8 @@ async fn accept_loop(
                 Ok((stream, _)) => {
                     // Answers leave in one write with their head; no waiting on delayed ACKs.
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(connection(stream, Arc::clone(&shared)));
+                    let watcher = connections.watcher();
+                    tokio::spawn(connection(stream, watcher, Arc::clone(&shared)));
                 }
                 Err(error) => {
                     tracing::warn!("cannot accept a connection: {error}; retrying");
@@ -142,8 +170,9 @@ async fn accept_loop(
     }
 }
 
-/// Serves the requests of one connection until the client closes it or a timeout ends it.
-async fn connection(stream: tokio::net::TcpStream, shared: Arc<Shared>) {
+/// Serves the requests of one connection until the client closes it, a timeout ends it, or
+/// the server stops (`watcher`: the request in progress is answered first).
+async fn connection(stream: tokio::net::TcpStream, watcher: Watcher, shared: Arc<Shared>) {
     let idle = shared.limits.idle_timeout;
     // Writes only: hyper reads the connection while an answer is worked on (to see the client
     // leave), which a read timeout would end; heads and bodies have timeouts of their own.
@@ -151,13 +180,13 @@ async fn connection(stream: tokio::net::TcpStream, shared: Arc<Shared>) {
     stream.set_write_timeout(Some(idle));
     let io = TokioIo::new(Box::pin(stream));
     let service = service_fn(move |request| respond(request, Arc::clone(&shared)));
-    let served = http1::Builder::new()
+    let connection = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(idle)
         // A client that closes its sending side after its request still gets the answer.
         .half_close(true)
-        .serve_connection(io, service)
-        .await;
+        .serve_connection(io, service);
+    let served = watcher.watch(connection).await;
     if let Err(error) = served {
         tracing::debug!("connection ended: {error}");
     }

@@ -96,8 +96,13 @@ impl Drop for Running {
 
 /// Reads one answer (status line, headers, `Content-Length` bytes of body).
 fn read_answer(stream: &mut TcpStream) -> (u16, String) {
+    read_answer_pausing(stream, Duration::ZERO)
+}
+
+/// [`read_answer`], pausing for `pause` after each read of the body, as a slow client does.
+fn read_answer_pausing(stream: &mut TcpStream, pause: Duration) -> (u16, String) {
     let mut bytes = Vec::new();
-    let mut buffer = [0u8; 4096];
+    let mut buffer = vec![0u8; 1 << 16];
     loop {
         if let Some(end) = find(&bytes, b"\r\n\r\n") {
             let head = String::from_utf8_lossy(&bytes[..end]).to_string();
@@ -115,6 +120,7 @@ fn read_answer(stream: &mut TcpStream) -> (u16, String) {
                 let read = stream.read(&mut buffer).expect("the body");
                 assert!(read > 0, "the connection closed mid-body");
                 bytes.extend_from_slice(&buffer[..read]);
+                std::thread::sleep(pause);
             }
             return (
                 status,
@@ -297,4 +303,32 @@ fn a_service_that_panics_answers_500_and_the_server_goes_on() {
     assert_eq!(status, 500);
     assert!(text.contains("its log says why"), "{text}");
     assert_eq!(server.get("/health").0, 200);
+}
+
+#[test]
+fn a_stopped_server_sends_the_answers_in_progress_whole_then_accepts_no_more() {
+    let mut server = Running::start(2);
+    let mut slow = server.connect();
+    slow.write_all(b"GET /sleep HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .expect("send");
+    let mut big = server.connect();
+    big.write_all(b"GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .expect("send");
+    // Read slowly (64 KiB each 5 ms: 1.5 s for 20 MB), the streamed answer ends last.
+    let big = std::thread::spawn(move || read_answer_pausing(&mut big, Duration::from_millis(5)));
+    // Both answers are under way when the server is told to stop.
+    std::thread::sleep(IDLE / 5);
+    server.stop.stop();
+    let serving = server.thread.take().expect("the server thread");
+
+    assert_eq!(read_answer(&mut slow), (200, "{\"slept\":true}".to_owned()));
+    let (status, text) = big.join().expect("the reader");
+    assert_eq!(status, 200);
+    let parsed: Vec<String> = serde_json::from_str(&text).expect("the whole answer");
+    assert_eq!(parsed.len(), 20_000);
+    serving.join().expect("the server thread").expect("serve");
+    assert!(
+        TcpStream::connect(server.addr).is_err(),
+        "a stopped server still accepts connections"
+    );
 }

@@ -92,7 +92,8 @@ struct Retrieval {
 pub struct ServerHandle(StopHandle);
 
 impl ServerHandle {
-    /// Makes [`RetrievalServer::run`] return once the requests in progress are answered.
+    /// Makes [`RetrievalServer::run`] return once the requests in progress are answered and
+    /// their answers sent.
     pub fn stop(&self) {
         self.0.stop();
     }
