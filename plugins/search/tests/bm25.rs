@@ -162,6 +162,45 @@ fn reuses_the_index_until_the_corpus_changes() {
 }
 
 #[test]
+fn builders_pointed_at_one_folder_at_once_build_it_once_and_all_open_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Enough passages that a build takes a while, so the others arrive during it.
+    let ids: Vec<String> = (0..3000).map(|i| format!("p{i}")).collect();
+    let lines: Vec<(&str, &str, &str)> = ids
+        .iter()
+        .map(|id| {
+            (
+                id.as_str(),
+                "Filler",
+                "Some words about nothing in particular, again.",
+            )
+        })
+        .collect();
+    let corpus = write_corpus(dir.path(), &lines);
+    let index = dir.path().join("index");
+    let opened: Vec<(u64, Vec<String>)> = std::thread::scope(|scope| {
+        let builders: Vec<_> = (0..6)
+            .map(|_| {
+                scope.spawn(|| {
+                    let (bm25, messages) = open(&corpus, &index);
+                    (bm25.num_docs(), messages)
+                })
+            })
+            .collect();
+        builders
+            .into_iter()
+            .map(|builder| builder.join().expect("a builder"))
+            .collect()
+    });
+    let builds = opened
+        .iter()
+        .filter(|(_, messages)| messages.iter().any(|m| m.starts_with("building")))
+        .count();
+    assert_eq!(builds, 1, "{opened:?}");
+    assert!(opened.iter().all(|(docs, _)| *docs == 3000), "{opened:?}");
+}
+
+#[test]
 fn refuses_to_overwrite_a_foreign_folder() {
     let dir = tempfile::tempdir().expect("temp dir");
     let corpus = write_corpus(dir.path(), &PASSAGES);
@@ -176,7 +215,11 @@ fn refuses_to_overwrite_a_foreign_folder() {
         error.to_string().contains("refusing to overwrite"),
         "{error}"
     );
-    assert!(foreign.join("cat.jpg").is_file());
+    let left: Vec<_> = std::fs::read_dir(&foreign)
+        .expect("the folder")
+        .map(|entry| entry.expect("an entry").file_name())
+        .collect();
+    assert_eq!(left, ["cat.jpg"], "the foreign folder is left as it was");
 }
 
 #[test]

@@ -11,8 +11,9 @@
 //! which thread took which passage).
 //!
 //! The folder holds the tantivy files, a marker file naming it a drmas BM25 index (so that a
-//! rebuild only ever deletes a folder this module created) and the corpus [`Fingerprint`],
-//! written last: a folder without a matching fingerprint is rebuilt.
+//! rebuild only ever deletes a folder this module created), a lock file held while the index is
+//! checked or built (so that processes sharing the folder build it once), and the corpus
+//! [`Fingerprint`], written last: a folder without a matching fingerprint is rebuilt.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -33,6 +34,7 @@ use tantivy::{
 };
 
 use super::fingerprint::{FileStamp, Fingerprint};
+use super::index_folder::IndexFolder;
 use super::query::{counted_terms, QueryLimits};
 use super::{Hit, Retriever, RetrieverError};
 use crate::corpus::{CorpusReader, Passage};
@@ -41,8 +43,6 @@ use crate::corpus::{CorpusReader, Passage};
 const LAYOUT: u32 = 3;
 /// The analyzer's name in the index's tokenizer manager.
 const ANALYZER: &str = "drmas_en";
-/// The file marking a folder as a drmas BM25 index.
-const MARKER_FILE: &str = "drmas-bm25-index";
 /// The file holding the fingerprint of the corpus the index was built from.
 const FINGERPRINT_FILE: &str = "corpus-fingerprint.json";
 /// The fast field holding each passage's position in the corpus.
@@ -142,7 +142,8 @@ impl Bm25Retriever {
     /// or one built from another corpus (or an older layout). Progress goes to `progress`.
     ///
     /// `index_dir` is created if needed; an existing folder that is neither empty nor a drmas
-    /// BM25 index is refused rather than overwritten.
+    /// BM25 index is refused rather than overwritten. While another process (or thread) checks
+    /// or builds the same folder, this one waits for it, then reuses its index.
     pub fn open_or_build(
         corpus: &Path,
         index_dir: &Path,
@@ -158,6 +159,7 @@ impl Bm25Retriever {
             source,
         };
         let stamp = FileStamp::of(corpus).map_err(corpus_io)?;
+        let folder = IndexFolder::lock(index_dir, progress).map_err(index_error)?;
         let fingerprint_path = index_dir.join(FINGERPRINT_FILE);
         if let Some(stored) = Fingerprint::load(&fingerprint_path).filter(|f| f.layout == LAYOUT) {
             let fresh = if stored.stamp_matches(stamp) {
@@ -188,7 +190,7 @@ impl Bm25Retriever {
                 return Ok(retriever);
             }
         }
-        Bm25Retriever::build(corpus, index_dir, options, progress)
+        Bm25Retriever::build_in(&folder, corpus, index_dir, options, progress)
     }
 
     /// Opens an existing index without checking it against a corpus.
@@ -228,6 +230,22 @@ impl Bm25Retriever {
         options: &Bm25Options,
         progress: &dyn Fn(&str),
     ) -> Result<Bm25Retriever, RetrieverError> {
+        let folder =
+            IndexFolder::lock(index_dir, progress).map_err(|reason| RetrieverError::Index {
+                dir: index_dir.to_owned(),
+                reason,
+            })?;
+        Bm25Retriever::build_in(&folder, corpus, index_dir, options, progress)
+    }
+
+    /// [`Bm25Retriever::build`] in `folder` (`index_dir`, locked).
+    fn build_in(
+        folder: &IndexFolder,
+        corpus: &Path,
+        index_dir: &Path,
+        options: &Bm25Options,
+        progress: &dyn Fn(&str),
+    ) -> Result<Bm25Retriever, RetrieverError> {
         let index_error = |reason: String| RetrieverError::Index {
             dir: index_dir.to_owned(),
             reason,
@@ -239,7 +257,7 @@ impl Bm25Retriever {
         let started = Instant::now();
         // Fingerprint before reading: a corpus edited during the build is then seen as changed.
         let fingerprint = Fingerprint::compute(corpus, LAYOUT).map_err(corpus_io)?;
-        prepare_folder(index_dir).map_err(index_error)?;
+        folder.clear().map_err(index_error)?;
         progress(&format!(
             "building BM25 index of {} in {}",
             corpus.display(),
@@ -455,28 +473,4 @@ impl Retriever for Bm25Retriever {
             Ok(results)
         })
     }
-}
-
-/// Makes `dir` an empty folder marked as ours: creates it, or empties it when it holds a drmas
-/// BM25 index; refuses a non-empty folder without the marker.
-fn prepare_folder(dir: &Path) -> Result<(), String> {
-    if dir.exists() {
-        let mut entries = std::fs::read_dir(dir).map_err(|e| e.to_string())?;
-        let empty = entries.next().is_none();
-        if !empty {
-            if !dir.join(MARKER_FILE).is_file() {
-                return Err(format!(
-                    "the folder is not empty and holds no drmas BM25 index (no {MARKER_FILE}); \
-                     refusing to overwrite it: pick a new or empty folder"
-                ));
-            }
-            std::fs::remove_dir_all(dir).map_err(|e| format!("cannot clear the old index: {e}"))?;
-        }
-    }
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create the folder: {e}"))?;
-    std::fs::write(
-        dir.join(MARKER_FILE),
-        "BM25 index of a drmas search corpus; safe to delete\n",
-    )
-    .map_err(|e| format!("cannot write {MARKER_FILE}: {e}"))
 }

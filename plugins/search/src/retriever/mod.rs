@@ -6,6 +6,7 @@ pub mod bm25;
 pub mod error;
 pub mod fingerprint;
 pub mod http;
+mod index_folder;
 pub mod query;
 
 pub use error::RetrieverError;
