@@ -223,7 +223,8 @@ impl Bm25Retriever {
         })
     }
 
-    /// Builds the index of `corpus` in `index_dir` from scratch.
+    /// Builds the index of `corpus` in `index_dir` from scratch (once another builder of the
+    /// folder, if any, is done).
     pub fn build(
         corpus: &Path,
         index_dir: &Path,

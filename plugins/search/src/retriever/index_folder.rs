@@ -8,7 +8,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// The file marking a folder as a drmas BM25 index.
-pub(super) const MARKER_FILE: &str = "drmas-bm25-index";
+const MARKER_FILE: &str = "drmas-bm25-index";
 /// The file locked while the index is checked or built; it outlives rebuilds.
 const LOCK_FILE: &str = "drmas-bm25-index.lock";
 
