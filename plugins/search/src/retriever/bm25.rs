@@ -190,7 +190,7 @@ impl Bm25Retriever {
                 return Ok(retriever);
             }
         }
-        Bm25Retriever::build_in(&folder, corpus, index_dir, options, progress)
+        Bm25Retriever::build_in(&folder, corpus, options, progress)
     }
 
     /// Opens an existing index without checking it against a corpus.
@@ -236,17 +236,17 @@ impl Bm25Retriever {
                 dir: index_dir.to_owned(),
                 reason,
             })?;
-        Bm25Retriever::build_in(&folder, corpus, index_dir, options, progress)
+        Bm25Retriever::build_in(&folder, corpus, options, progress)
     }
 
-    /// [`Bm25Retriever::build`] in `folder` (`index_dir`, locked).
+    /// [`Bm25Retriever::build`] in `folder`, locked.
     fn build_in(
         folder: &IndexFolder,
         corpus: &Path,
-        index_dir: &Path,
         options: &Bm25Options,
         progress: &dyn Fn(&str),
     ) -> Result<Bm25Retriever, RetrieverError> {
+        let index_dir = folder.dir();
         let index_error = |reason: String| RetrieverError::Index {
             dir: index_dir.to_owned(),
             reason,

@@ -65,6 +65,11 @@ impl IndexFolder {
         })
     }
 
+    /// The folder.
+    pub(super) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Empties the folder but for its lock and marks it as ours, for a build.
     pub(super) fn clear(&self) -> Result<(), String> {
         let entries = std::fs::read_dir(&self.dir).map_err(|e| e.to_string())?;
