@@ -46,13 +46,17 @@ struct Running {
 
 impl Running {
     fn start(max_requests: usize) -> Self {
+        Self::start_with_idle_timeout(max_requests, IDLE)
+    }
+
+    fn start_with_idle_timeout(max_requests: usize, idle_timeout: Duration) -> Self {
         let server = HttpServer::bind("127.0.0.1:0").expect("bind");
         let addr = server.local_addr();
         let stop = server.stop_handle();
         let limits = Limits {
             max_body_bytes: 1 << 20,
             body_advice: "send less".to_owned(),
-            idle_timeout: IDLE,
+            idle_timeout,
             max_requests,
         };
         let thread = std::thread::spawn(move || server.serve(Arc::new(Echo), limits));
@@ -331,4 +335,33 @@ fn a_stopped_server_sends_the_answers_in_progress_whole_then_accepts_no_more() {
         TcpStream::connect(server.addr).is_err(),
         "a stopped server still accepts connections"
     );
+}
+
+#[test]
+fn a_stopped_server_closes_a_connection_that_never_sent_a_request_at_once() {
+    let idle = Duration::from_secs(30);
+    let mut server = Running::start_with_idle_timeout(1, idle);
+    let mut silent = server.connect();
+    let mut kept_alive = server.connect();
+    kept_alive
+        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("send");
+    assert_eq!(read_answer(&mut kept_alive).0, 200);
+    // The accept loop has taken the silent connection by the time the other one was answered.
+    let stopped = Instant::now();
+    server.stop.stop();
+    server
+        .thread
+        .take()
+        .expect("the server thread")
+        .join()
+        .expect("the server thread")
+        .expect("serve");
+    assert!(
+        stopped.elapsed() < Duration::from_secs(5),
+        "serve returned {:?} after the stop, waiting on a connection that sent nothing",
+        stopped.elapsed()
+    );
+    assert!(closed_within(&mut silent, Duration::from_secs(1)));
+    assert!(closed_within(&mut kept_alive, Duration::from_secs(1)));
 }
