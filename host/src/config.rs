@@ -100,6 +100,9 @@ pub struct RunSection {
     /// ([`SAVE_NEVER`]): never, not even when the run is cut short).
     #[serde(default)]
     pub save_every: i64,
+    /// Also write the metrics as TensorBoard scalars in `output_dir/tensorboard/`.
+    #[serde(default)]
+    pub tensorboard: bool,
 }
 
 /// `[run] save_every = -1`: a run that writes no checkpoint (a benchmark or sweep that only

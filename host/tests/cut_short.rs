@@ -139,7 +139,8 @@ fn assert_same_end(run: &Run, reference: &Run, iterations: u32) {
 
 #[test]
 fn sigint_saves_a_checkpoint_and_resume_ends_where_an_uninterrupted_run_does() {
-    let run_file = common::pair_run_file(ITERATIONS, 0, "");
+    let run_file =
+        common::pair_run_file(ITERATIONS, 0, "").replace("[run]\n", "[run]\ntensorboard = true\n");
     let mut reference = Run::named("reference", &run_file);
     assert!(reference.run().success(), "{}", reference.last_log());
 
@@ -166,6 +167,26 @@ fn sigint_saves_a_checkpoint_and_resume_ends_where_an_uninterrupted_run_does() {
     let status = run.run();
     assert!(status.success(), "{status}:\n{}", run.last_log());
     assert_same_end(&run, &reference, ITERATIONS);
+    // The resumed run's TensorBoard scalars are its metrics, each iteration once.
+    let scalars = common::tensorboard_scalars(&run.out());
+    let metrics = common::metrics(&run.out());
+    assert_eq!(
+        scalars.keys().collect::<Vec<_>>(),
+        metrics.keys().collect::<Vec<_>>()
+    );
+    for (iteration, line) in &metrics {
+        let numbers: std::collections::BTreeMap<String, f32> = line
+            .as_object()
+            .expect("an object")
+            .iter()
+            .filter(|(key, _)| key.as_str() != "iteration")
+            .filter_map(|(key, value)| Some((key.clone(), value.as_f64()? as f32)))
+            .collect();
+        assert_eq!(
+            scalars[iteration], numbers,
+            "the scalars of iteration {iteration}"
+        );
+    }
 }
 
 #[test]

@@ -11,6 +11,7 @@ use anyhow::Context;
 use serde_json::{Map, Value};
 
 use super::eval::EvalReport;
+use super::tensorboard::TensorBoardLog;
 use super::WorkerGroup;
 use crate::advantage::{Diagnostics, PerToken, Sample};
 use crate::plot::figures::{GENERATED_GROUPS, KEPT_GROUPS};
@@ -45,30 +46,40 @@ impl Metrics {
         self.0.keys().map(String::as_str)
     }
 
+    /// The record's fields, `iteration` among them.
+    pub fn fields(&self) -> &Map<String, Value> {
+        &self.0
+    }
+
     /// The record as one JSON line (no newline).
     pub fn to_line(&self) -> String {
         Value::Object(self.0.clone()).to_string()
     }
 }
 
-/// The run's metrics file, opened for appending.
+/// The run's metrics file, opened for appending, and its TensorBoard copy when the run asks
+/// for one.
 pub struct MetricsLog {
     path: PathBuf,
     writer: BufWriter<File>,
+    tensorboard: Option<TensorBoardLog>,
 }
 
 impl MetricsLog {
-    /// Opens `dir/metrics.jsonl` for appending (a resumed run continues the same file).
-    pub fn open(dir: &Path) -> anyhow::Result<Self> {
+    /// Opens `dir/metrics.jsonl` for appending (a resumed run continues the same file); with
+    /// `tensorboard`, also a new TensorBoard event file holding what it has so far.
+    pub fn open(dir: &Path, tensorboard: bool) -> anyhow::Result<Self> {
         let path = dir.join("metrics.jsonl");
         let file = OpenOptions::new()
             .create(true)
             .append(true)
             .open(&path)
             .with_context(|| format!("opening {}", path.display()))?;
+        let tensorboard = tensorboard.then(|| TensorBoardLog::open(dir)).transpose()?;
         Ok(Self {
             path,
             writer: BufWriter::new(file),
+            tensorboard,
         })
     }
 
@@ -118,12 +129,22 @@ impl MetricsLog {
     pub fn write(&mut self, metrics: &Metrics) -> anyhow::Result<()> {
         writeln!(self.writer, "{}", metrics.to_line())
             .and_then(|()| self.writer.flush())
-            .with_context(|| format!("writing {}", self.path.display()))
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        match &mut self.tensorboard {
+            Some(tensorboard) => tensorboard.write(metrics),
+            None => Ok(()),
+        }
     }
 
     /// Where the file is.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The folder of the TensorBoard event file, when there is one.
+    pub fn tensorboard_dir(&self) -> Option<PathBuf> {
+        let file = self.tensorboard.as_ref()?.path();
+        file.parent().map(Path::to_owned)
     }
 }
 

@@ -14,6 +14,7 @@ pub mod run_folder;
 mod setup;
 mod stopped;
 mod task_order;
+mod tensorboard;
 mod worker_group;
 
 use std::path::{Path, PathBuf};
@@ -109,6 +110,8 @@ pub struct TrainSummary {
     pub out_dir: PathBuf,
     /// The newest checkpoint.
     pub checkpoint: Option<PathBuf>,
+    /// The TensorBoard folder, when the run writes one.
+    pub tensorboard: Option<PathBuf>,
 }
 
 impl TrainSummary {
@@ -162,6 +165,9 @@ impl TrainSummary {
             "metrics                 {}",
             self.out_dir.join("metrics.jsonl").display()
         );
+        if let Some(tensorboard) = &self.tensorboard {
+            let _ = writeln!(out, "tensorboard             {}", tensorboard.display());
+        }
         if let Some(checkpoint) = &self.checkpoint {
             let _ = writeln!(out, "checkpoint              {}", checkpoint.display());
         }
@@ -285,7 +291,7 @@ impl Trainer {
     /// (see `Self::stopped`).
     pub fn train(&mut self) -> anyhow::Result<TrainSummary> {
         let cut_short_eval = self.finish_cut_short_eval()?;
-        let mut log = MetricsLog::open(&self.out_dir)?;
+        let mut log = MetricsLog::open(&self.out_dir, self.config.run.tensorboard)?;
         let total = self.config.run.iterations;
         let first = self.iteration + 1;
         let before = if self.has_eval() && self.iteration == 0 {
@@ -365,6 +371,7 @@ impl Trainer {
             failed: self.failed,
             out_dir: self.out_dir.clone(),
             checkpoint,
+            tensorboard: log.tensorboard_dir(),
         })
     }
 

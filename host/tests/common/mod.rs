@@ -167,6 +167,116 @@ pub fn deterministic(line: &Value) -> BTreeMap<String, Value> {
         .collect()
 }
 
+/// The scalars of the TensorBoard event file in `run/tensorboard/` (which must hold exactly one),
+/// by step then tag; a step written twice fails.
+pub fn tensorboard_scalars(run: &Path) -> BTreeMap<u32, BTreeMap<String, f32>> {
+    let dir = run.join("tensorboard");
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.expect("an entry").path())
+        .collect();
+    assert_eq!(
+        files.len(),
+        1,
+        "one event file in {}: {files:?}",
+        dir.display()
+    );
+    let bytes = std::fs::read(&files[0]).expect("the event file");
+    let mut scalars = BTreeMap::new();
+    let mut rest = bytes.as_slice();
+    while !rest.is_empty() {
+        // TFRecord: length (u64), its CRC (u32), the event, its CRC (u32).
+        let length = u64::from_le_bytes(rest[..8].try_into().expect("a length")) as usize;
+        let event = &rest[12..12 + length];
+        rest = &rest[16 + length..];
+        let mut step = 0;
+        let mut values = BTreeMap::new();
+        for (field, value) in protobuf_fields(event) {
+            match (field, value) {
+                (2, Field::Varint(value)) => step = u32::try_from(value).expect("a step"),
+                (5, Field::Bytes(summary)) => {
+                    for (_, value) in protobuf_fields(summary) {
+                        let Field::Bytes(value) = value else {
+                            panic!("a summary value")
+                        };
+                        let (mut tag, mut number) = (String::new(), f32::NAN);
+                        for field in protobuf_fields(value) {
+                            match field {
+                                (1, Field::Bytes(text)) => {
+                                    tag = String::from_utf8(text.to_vec()).expect("a tag");
+                                }
+                                (2, Field::Fixed32(bits)) => number = f32::from_bits(bits),
+                                other => panic!("unexpected field of a value: {other:?}"),
+                            }
+                        }
+                        values.insert(tag, number);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !values.is_empty() {
+            assert!(
+                scalars.insert(step, values).is_none(),
+                "step {step} written twice in {}",
+                files[0].display()
+            );
+        }
+    }
+    scalars
+}
+
+/// A protocol-buffer field's value.
+#[derive(Debug)]
+pub enum Field<'a> {
+    Varint(u64),
+    Fixed64(u64),
+    Bytes(&'a [u8]),
+    Fixed32(u32),
+}
+
+/// The fields of a protocol-buffer message, by number.
+pub fn protobuf_fields(mut message: &[u8]) -> Vec<(u64, Field<'_>)> {
+    fn varint(bytes: &mut &[u8]) -> u64 {
+        let mut value = 0;
+        for shift in (0..64).step_by(7) {
+            let byte = bytes[0];
+            *bytes = &bytes[1..];
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                break;
+            }
+        }
+        value
+    }
+    let mut fields = Vec::new();
+    while !message.is_empty() {
+        let key = varint(&mut message);
+        let value = match key & 7 {
+            0 => Field::Varint(varint(&mut message)),
+            1 => {
+                let (bytes, rest) = message.split_at(8);
+                message = rest;
+                Field::Fixed64(u64::from_le_bytes(bytes.try_into().expect("8 bytes")))
+            }
+            2 => {
+                let length = varint(&mut message) as usize;
+                let (bytes, rest) = message.split_at(length);
+                message = rest;
+                Field::Bytes(bytes)
+            }
+            5 => {
+                let (bytes, rest) = message.split_at(4);
+                message = rest;
+                Field::Fixed32(u32::from_le_bytes(bytes.try_into().expect("4 bytes")))
+            }
+            wire => panic!("wire type {wire}"),
+        };
+        fields.push((key >> 3, value));
+    }
+    fields
+}
+
 /// A training run folder `dir/run` with its run file `dir/run.toml`, started as a child process
 /// again and again (with `--resume` after the first start) on the fixture plugins.
 pub struct TrainRun {
