@@ -483,6 +483,10 @@ pub struct LossSection {
     pub grad_clip: f64,
     /// Linear learning-rate warmup steps.
     pub warmup_steps: u32,
+    /// What the learning rate does after the warmup.
+    pub lr_schedule: LrDecay,
+    /// The floor of a linear or cosine decay, as a fraction of the peak learning rate.
+    pub min_lr_ratio: f64,
     /// AdamW decoupled weight decay.
     pub weight_decay: f64,
 }
@@ -500,6 +504,8 @@ impl Default for LossSection {
             kl_type: KlType::LowVarKl,
             grad_clip: 1.0,
             warmup_steps: 0,
+            lr_schedule: LrDecay::Constant,
+            min_lr_ratio: 0.0,
             weight_decay: 0.01,
         }
     }
@@ -529,6 +535,19 @@ impl LossAggregation {
             Self::SeqMeanTokenSumNorm => "seq-mean-token-sum-norm",
         }
     }
+}
+
+/// What a worker group's learning rate does after its warmup (see
+/// [`crate::update::LrSchedule`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LrDecay {
+    /// Stays at the peak.
+    Constant,
+    /// Falls linearly to `min_lr_ratio` × the peak at the run's last iteration.
+    Linear,
+    /// Falls along half a cosine to `min_lr_ratio` × the peak at the run's last iteration.
+    Cosine,
 }
 
 /// KL estimators between policy and reference (Schulman's k1/k2/k3).

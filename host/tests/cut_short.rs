@@ -139,10 +139,22 @@ fn assert_same_end(run: &Run, reference: &Run, iterations: u32) {
 
 #[test]
 fn sigint_saves_a_checkpoint_and_resume_ends_where_an_uninterrupted_run_does() {
-    let run_file =
-        common::pair_run_file(ITERATIONS, 0, "").replace("[run]\n", "[run]\ntensorboard = true\n");
+    // With TensorBoard scalars and a decaying learning rate, which a resumed run continues.
+    let run_file = common::pair_run_file(ITERATIONS, 0, "")
+        .replace("[run]\n", "[run]\ntensorboard = true\n")
+        + "\n[algorithm.loss]\nlr_schedule = \"cosine\"\nmin_lr_ratio = 0.1\n";
     let mut reference = Run::named("reference", &run_file);
     assert!(reference.run().success(), "{}", reference.last_log());
+    let rates: Vec<f64> = common::metrics(&reference.out())
+        .values()
+        .filter_map(|line| line["lr/shared"].as_f64())
+        .collect();
+    assert_eq!(rates.len(), ITERATIONS as usize, "{rates:?}");
+    assert_eq!(rates[0], 1e-3, "the first step at the peak");
+    assert!(
+        rates.windows(2).all(|pair| pair[1] < pair[0]) && rates[rates.len() - 1] > 1e-4,
+        "a cosine decay towards 1e-4: {rates:?}"
+    );
 
     let mut run = Run::named("sigint", &run_file);
     // Right after an iteration's line (its metrics and the next rollout), then a little later.

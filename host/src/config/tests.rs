@@ -272,6 +272,37 @@ fn dapo_and_dr_grpo_numbers_are_checked_where_they_are_written() {
 }
 
 #[test]
+fn a_learning_rate_schedule_is_read_and_its_floor_checked() {
+    let config = parse(&format!(
+        "{VALID}\n[algorithm.loss]\nlr_schedule = \"cosine\"\nmin_lr_ratio = 0.1\n"
+    ))
+    .expect("a cosine decay to a tenth");
+    assert_eq!(config.algorithm.loss.lr_schedule, LrDecay::Cosine);
+    assert_eq!(config.algorithm.loss.min_lr_ratio, 0.1);
+    let too_low = error(&format!(
+        "{VALID}\n[algorithm.loss]\nlr_schedule = \"linear\"\nmin_lr_ratio = 1.5\n"
+    ));
+    assert!(
+        too_low.contains("[algorithm.loss] min_lr_ratio = 1.5 must be a number in [0, 1]"),
+        "{too_low}"
+    );
+    let without_decay = error(&format!("{VALID}\n[algorithm.loss]\nmin_lr_ratio = 0.1\n"));
+    assert!(
+        without_decay.contains(
+            "[algorithm.loss] min_lr_ratio = 0.1 must be left out with lr_schedule = \"constant\""
+        ),
+        "{without_decay}"
+    );
+    let unknown = error(&format!(
+        "{VALID}\n[algorithm.loss]\nlr_schedule = \"cosine_with_restarts\"\n"
+    ));
+    assert!(
+        unknown.contains("expected one of `constant`, `linear`, `cosine`"),
+        "{unknown}"
+    );
+}
+
+#[test]
 fn a_value_left_out_is_never_out_of_range() {
     let config = parse(VALID).expect("the defaults are in range");
     assert_eq!(config.algorithm.loss.weight_decay, 0.01);

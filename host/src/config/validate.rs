@@ -4,7 +4,7 @@
 //! each with its line:col. `check` and `train` both parse through this.
 
 use super::locate::Step;
-use super::{ConfigError, RunConfig, RunFile, SAVE_NEVER};
+use super::{ConfigError, LrDecay, RunConfig, RunFile, SAVE_NEVER};
 
 /// Episodes one iteration may roll out (`prompts_per_batch × group_size`) at most.
 pub const MAX_EPISODES_PER_ITERATION: usize = 1 << 20;
@@ -32,6 +32,8 @@ enum Range {
     Probability,
     /// In [0, 1) (lower clip ratio, dropout).
     Fraction,
+    /// In [0, 1] (the floor of a learning-rate decay).
+    UnitInterval,
     /// 0 (off) or finite and > 1 (the dual-clip constant).
     OffOrAboveOne,
     /// Finite and ≥ 1 (the cap of an importance weight).
@@ -46,6 +48,7 @@ impl Range {
             Range::Finite => x.is_finite(),
             Range::Probability => x > 0.0 && x <= 1.0,
             Range::Fraction => (0.0..1.0).contains(&x),
+            Range::UnitInterval => (0.0..=1.0).contains(&x),
             Range::OffOrAboveOne => x == 0.0 || (x.is_finite() && x > 1.0),
             Range::AtLeastOne => x.is_finite() && x >= 1.0,
         }
@@ -58,6 +61,7 @@ impl Range {
             Range::Finite => "a finite number",
             Range::Probability => "a number in (0, 1]",
             Range::Fraction => "a number in [0, 1)",
+            Range::UnitInterval => "a number in [0, 1]",
             Range::OffOrAboveOne => "0 (off) or a finite number > 1",
             Range::AtLeastOne => "a finite number ≥ 1",
         }
@@ -174,6 +178,15 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
     s.float("kl_coef", loss.kl_coef, Range::NonNegative);
     s.float("grad_clip", loss.grad_clip, Range::NonNegative);
     s.float("weight_decay", loss.weight_decay, Range::NonNegative);
+    s.float("min_lr_ratio", loss.min_lr_ratio, Range::UnitInterval);
+    if loss.lr_schedule == LrDecay::Constant && loss.min_lr_ratio != 0.0 {
+        s.report(
+            "min_lr_ratio",
+            loss.min_lr_ratio,
+            "left out with lr_schedule = \"constant\": it is the floor of a \"linear\" or \
+             \"cosine\" decay",
+        );
+    }
     if let Some(factor) = loss.loss_scale_factor {
         s.float("loss_scale_factor", factor, Range::Positive);
     }

@@ -48,7 +48,7 @@ use crate::preflight::{resolve_model, Plan};
 use crate::rng::SeededRng;
 use crate::rollout::{self, AgentCall, Rollout, RolloutLimits, TeamMember};
 use crate::update::{
-    update_group, warmup_lr, AgentTraining, MicroBatch, NonFinite, Reference, UpdateReport,
+    update_group, AgentTraining, LrSchedule, MicroBatch, NonFinite, Reference, UpdateReport,
 };
 
 /// Sequences in one generation batch at most (bounds KV-cache memory).
@@ -811,11 +811,15 @@ impl Trainer {
             .collect();
         let calls: Vec<_> = own.iter().map(|&i| &rollout.calls[i]).collect();
         let group_advantages = advantages.select(&own);
-        let lr = warmup_lr(
-            group.learning_rate,
-            group.optimizer.steps() + 1,
-            self.config.algorithm.loss.warmup_steps,
-        );
+        let loss = &self.config.algorithm.loss;
+        let schedule = LrSchedule {
+            peak: group.learning_rate,
+            warmup_steps: loss.warmup_steps,
+            decay: loss.lr_schedule,
+            total_steps: self.config.run.iterations,
+            min_lr_ratio: loss.min_lr_ratio,
+        };
+        let lr = schedule.at(group.optimizer.steps() + 1);
         let reference = match (&group.reference, group.adapter_names.is_empty()) {
             (Some(reference), _) => Reference::Model(&reference.model),
             (None, false) => Reference::Base,

@@ -126,7 +126,7 @@ impl WorkerGroup {
     }
 
     /// Gives adapter `slot` the peak learning rate `rates[slot]` (the optimizer scales those
-    /// adapters' steps by the ratio to the group's rate, warmup included).
+    /// adapters' steps by the ratio to the group's rate, schedule included).
     pub fn set_adapter_learning_rates(&mut self, rates: Vec<f64>) {
         for (slot, &rate) in rates.iter().enumerate() {
             self.optimizer.scale_rates(

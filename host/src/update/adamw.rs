@@ -259,22 +259,13 @@ fn master_of(param: &Tensor) -> Option<Tensor> {
     (param.kind() != Kind::Float).then(|| param.detach().to_kind(Kind::Float))
 }
 
-/// The learning rate of optimizer step `step` (1-based): a linear ramp from `base / warmup`
-/// to `base` over the first `warmup` steps, then `base`.
-pub fn warmup_lr(base: f64, step: u64, warmup: u32) -> f64 {
-    if warmup == 0 || step >= u64::from(warmup) {
-        base
-    } else {
-        base * step as f64 / f64::from(warmup)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use tch::nn::{self, OptimizerConfig};
     use tch::Device;
 
     use super::*;
+    use crate::update::LrSchedule;
 
     fn values(t: &Tensor) -> Vec<f64> {
         Vec::<f64>::try_from(t.to_kind(Kind::Double).flatten(0, -1)).expect("values")
@@ -293,7 +284,7 @@ mod tests {
             .build(&theirs_vs, 0.1)
             .expect("libtorch AdamW");
         for step in 1..=5 {
-            let lr = warmup_lr(0.1, step, 2);
+            let lr = LrSchedule::constant(0.1, 2).at(step);
             optimizer.zero_grad().expect("cleared");
             (&ours - &target).square().sum(Kind::Float).backward();
             optimizer.step(lr).expect("step");
@@ -414,12 +405,5 @@ mod tests {
             3 * 4,
             "two moments and a master of one f32"
         );
-    }
-
-    #[test]
-    fn warmup_ramps_linearly() {
-        assert_eq!(warmup_lr(1.0, 1, 4), 0.25);
-        assert_eq!(warmup_lr(1.0, 4, 4), 1.0);
-        assert_eq!(warmup_lr(1.0, 9, 0), 1.0);
     }
 }

@@ -12,12 +12,13 @@ mod grad_norm;
 mod gradient_lists;
 mod kl;
 mod loss;
+mod lr_schedule;
 mod micro_batch;
 mod rollout_correction;
 mod step;
 mod value_loss;
 
-pub use adamw::{warmup_lr, AdamW};
+pub use adamw::AdamW;
 pub use aggregate::{Aggregation, BatchTotals};
 pub use batch::{prompts_run_once, TrainingBatch};
 pub use chunked_head::ChunkedHead;
@@ -25,6 +26,7 @@ pub use critic::{Critic, CriticReport};
 pub use grad_norm::{global_norm, GradientLedger};
 pub use kl::kl_penalty;
 pub use loss::{policy_loss, LossInputs, LossStats};
+pub use lr_schedule::LrSchedule;
 pub use micro_batch::MicroBatch;
 pub use rollout_correction::{
     recompute_old_logprobs, tis_weights, Mismatch, RolloutCorrection, MISMATCH_THRESHOLD,
