@@ -461,6 +461,9 @@ pub enum SpreadMetric {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LossSection {
+    /// Whose probability ratio the surrogate clips: each token's (PPO) or each response's
+    /// (GSPO).
+    pub policy_loss: PolicyLoss,
     /// Lower clip: ratios below 1 − clip_low are clipped.
     pub clip_low: f64,
     /// Upper clip: ratios above 1 + clip_high are clipped (DAPO's decoupled clip).
@@ -494,6 +497,7 @@ pub struct LossSection {
 impl Default for LossSection {
     fn default() -> Self {
         Self {
+            policy_loss: PolicyLoss::Ppo,
             clip_low: 0.2,
             clip_high: 0.28,
             dual_clip: 3.0,
@@ -535,6 +539,17 @@ impl LossAggregation {
             Self::SeqMeanTokenSumNorm => "seq-mean-token-sum-norm",
         }
     }
+}
+
+/// The clipped surrogate's probability ratio.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyLoss {
+    /// PPO's: each token's ratio π/π_old, clipped token by token.
+    Ppo,
+    /// GSPO's (Zheng et al. 2025, arXiv 2507.18071): each response's ratio, the geometric mean
+    /// of its tokens' (exp of their mean log-ratio), clipped response by response.
+    Gspo,
 }
 
 /// What a worker group's learning rate does after its warmup (see

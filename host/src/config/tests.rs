@@ -303,6 +303,25 @@ fn a_learning_rate_schedule_is_read_and_its_floor_checked() {
 }
 
 #[test]
+fn gspo_is_read_and_needs_its_aggregation() {
+    let config = parse(&format!(
+        "{VALID}\n[algorithm.loss]\npolicy_loss = \"gspo\"\naggregation = \"seq-mean-token-mean\"\n"
+    ))
+    .expect("gspo with its aggregation");
+    assert_eq!(config.algorithm.loss.policy_loss, PolicyLoss::Gspo);
+    let message = error(&format!(
+        "{VALID}\n[algorithm.loss]\npolicy_loss = \"gspo\"\n"
+    ));
+    assert!(
+        message.contains(
+            "[algorithm.loss] aggregation = token-mean must be seq-mean-token-mean with \
+             policy_loss = \"gspo\""
+        ),
+        "{message}"
+    );
+}
+
+#[test]
 fn a_value_left_out_is_never_out_of_range() {
     let config = parse(VALID).expect("the defaults are in range");
     assert_eq!(config.algorithm.loss.weight_decay, 0.01);

@@ -4,7 +4,7 @@
 //! each with its line:col. `check` and `train` both parse through this.
 
 use super::locate::Step;
-use super::{ConfigError, LrDecay, RunConfig, RunFile, SAVE_NEVER};
+use super::{ConfigError, LossAggregation, LrDecay, PolicyLoss, RunConfig, RunFile, SAVE_NEVER};
 
 /// Episodes one iteration may roll out (`prompts_per_batch × group_size`) at most.
 pub const MAX_EPISODES_PER_ITERATION: usize = 1 << 20;
@@ -179,6 +179,15 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
     s.float("grad_clip", loss.grad_clip, Range::NonNegative);
     s.float("weight_decay", loss.weight_decay, Range::NonNegative);
     s.float("min_lr_ratio", loss.min_lr_ratio, Range::UnitInterval);
+    if loss.policy_loss == PolicyLoss::Gspo && loss.aggregation != LossAggregation::SeqMeanTokenMean
+    {
+        s.report(
+            "aggregation",
+            loss.aggregation.name(),
+            "seq-mean-token-mean with policy_loss = \"gspo\" (GSPO averages each response's \
+             token losses, then the responses)",
+        );
+    }
     if loss.lr_schedule == LrDecay::Constant && loss.min_lr_ratio != 0.0 {
         s.report(
             "min_lr_ratio",

@@ -1,10 +1,11 @@
-//! The policy loss: PPO's clipped surrogate with separate lower and upper clip ratios (DAPO),
-//! the dual clip for negative advantages, an optional entropy bonus and an optional KL term.
+//! The policy loss: PPO's clipped surrogate (or GSPO's, whose ratio is each response's) with
+//! separate lower and upper clip ratios (DAPO), the dual clip for negative advantages, an
+//! optional entropy bonus and an optional KL term.
 
 use tch::{Kind, Tensor};
 
 use super::{kl_penalty, Aggregation, BatchTotals};
-use crate::config::LossSection;
+use crate::config::{LossSection, PolicyLoss};
 
 /// One micro-batch's inputs, all `[B, T]` over response positions except `advantages` (`[B, T]`,
 /// or `[B]`: one per sample, broadcast over its tokens) and `totals`.
@@ -57,7 +58,20 @@ pub fn policy_loss(settings: &LossSection, inputs: &LossInputs<'_>) -> (Tensor, 
         1 => inputs.advantages.unsqueeze(1),
         _ => inputs.advantages.shallow_clone(),
     };
-    let ratio = (inputs.logprobs - inputs.old_logprobs).exp();
+    let log_ratio = inputs.logprobs - inputs.old_logprobs;
+    let log_ratio = match settings.policy_loss {
+        PolicyLoss::Ppo => log_ratio,
+        // Each token takes its response's mean log-ratio as its value and its own
+        // log-probability's gradient: the response's ratio s, whose gradient is s times the mean
+        // of its tokens' (GSPO-token; with one advantage per response, GSPO itself).
+        PolicyLoss::Gspo => {
+            let kind = log_ratio.kind();
+            let tokens = mask.sum_dim_intlist(-1, true, kind).clamp_min(1.0);
+            let mean = ((&log_ratio * mask).sum_dim_intlist(-1, true, kind) / tokens).detach();
+            inputs.logprobs - inputs.logprobs.detach() + mean
+        }
+    };
+    let ratio = log_ratio.exp();
 
     let unclipped = -&advantages * &ratio;
     let clipped = -&advantages * ratio.clamp(1.0 - settings.clip_low, 1.0 + settings.clip_high);

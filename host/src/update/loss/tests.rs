@@ -1,5 +1,5 @@
 use super::*;
-use crate::config::{KlType, LossAggregation};
+use crate::config::{KlType, LossAggregation, PolicyLoss};
 use crate::update::BatchTotals;
 
 fn t(rows: &[&[f32]]) -> Tensor {
@@ -333,4 +333,65 @@ fn tis_weights_multiply_each_tokens_policy_loss_and_its_gradient() {
     close(logprobs.grad().double_value(&[0, 0]), -1.5 * 2.0 / 4.0);
     close(logprobs.grad().double_value(&[1, 0]), 2.0 * 1.0 / 4.0);
     close(logprobs.grad().double_value(&[1, 1]), 0.0);
+}
+
+/// GSPO's loss and gradient written out for two responses: `s = exp(mean log-ratio)` per
+/// response, loss `mean over responses of max(−A·s, −A·clip(s))`, and each token's
+/// log-probability gradient `−A·s / (N·|y|)` where the response's ratio is not clipped, 0
+/// where it is.
+#[test]
+fn gspo_clips_each_responses_geometric_mean_ratio_and_spreads_its_gradient_over_its_tokens() {
+    let old = t(&[&[-1.0, -2.0, -0.5], &[-0.3, -9.0, -9.0]]);
+    // Response 0: log-ratios 0.1, −0.05, 0.01 (mean 0.02, inside the clip range); response 1:
+    // log-ratio 0.5 on its one token (s = e^0.5, above 1 + clip_high).
+    let shift = t(&[&[0.1, -0.05, 0.01], &[0.5, 7.0, -3.0]]);
+    let logprobs = (&old + &shift).set_requires_grad(true);
+    let advantages = Tensor::from_slice(&[2.0f32, 1.5]);
+    let mask = mask();
+    let mut settings = loss(LossAggregation::SeqMeanTokenMean);
+    settings.policy_loss = PolicyLoss::Gspo;
+    let (value, stats) = policy_loss(&settings, &inputs(&logprobs, &old, &advantages, &mask));
+
+    let s0 = (0.02f64).exp();
+    let s1 = (0.5f64).exp();
+    let clipped1 = 1.28f64;
+    close(value.double_value(&[]), (-2.0 * s0 - 1.5 * clipped1) / 2.0);
+    // The one token of the clipped response, of four.
+    close(stats.clip_fraction, 0.25);
+    assert!(s1 > clipped1);
+
+    value.backward();
+    let gradient = logprobs.grad();
+    let expected = [-2.0 * s0 / (2.0 * 3.0); 3];
+    for (token, want) in expected.iter().enumerate() {
+        close(gradient.double_value(&[0, token as i64]), *want);
+    }
+    for token in 0..3 {
+        close(gradient.double_value(&[1, token]), 0.0);
+    }
+}
+
+#[test]
+fn gspo_at_ratio_one_is_ppo_and_differs_from_it_off_policy() {
+    let old = t(&[&[-1.0, -2.0, -0.5], &[-0.3, -9.0, -9.0]]);
+    let advantages = Tensor::from_slice(&[2.0f32, -1.0]);
+    let mask = mask();
+    let mut gspo = loss(LossAggregation::SeqMeanTokenMean);
+    gspo.policy_loss = PolicyLoss::Gspo;
+    let ppo = loss(LossAggregation::SeqMeanTokenMean);
+    let on_policy = inputs(&old, &old, &advantages, &mask);
+    close(
+        policy_loss(&gspo, &on_policy).0.double_value(&[]),
+        policy_loss(&ppo, &on_policy).0.double_value(&[]),
+    );
+    // Token log-ratios of ±0.1 that cancel: GSPO's response ratio is 1, PPO's tokens are not.
+    let logprobs = &old + t(&[&[0.1, -0.1, 0.0], &[0.0, 0.0, 0.0]]);
+    let off_policy = inputs(&logprobs, &old, &advantages, &mask);
+    close(
+        policy_loss(&gspo, &off_policy).0.double_value(&[]),
+        -(2.0 - 1.0) / 2.0,
+    );
+    let ppo_value = policy_loss(&ppo, &off_policy).0.double_value(&[]);
+    let ppo_expected = (-2.0 * ((0.1f64).exp() + (-0.1f64).exp() + 1.0) / 3.0 + 1.0) / 2.0;
+    close(ppo_value, ppo_expected);
 }
