@@ -1,7 +1,9 @@
 //! [`LrSchedule`]: a worker group's learning rate at each optimizer step — a linear warmup to
 //! the peak, then constant (the default) or a linear or cosine decay towards a floor at the
-//! run's last step, as transformers' `get_linear_schedule_with_warmup` and
-//! `get_cosine_with_min_lr_schedule_with_warmup` (TRL's and verl's schedules) shape it.
+//! run's last step. Without a warmup the decays equal transformers'
+//! `get_linear_schedule_with_warmup` and `get_cosine_with_min_lr_schedule_with_warmup` (TRL's
+//! and verl's schedules) step for step; a warmup here starts at `peak / W` rather than 0, so it
+//! reaches the peak, and the decay starts, one step earlier than theirs.
 
 use crate::config::LrDecay;
 
