@@ -5,10 +5,12 @@
 //! `metrics.jsonl` stays the record: opening the log writes a new event file holding every line
 //! the metrics file has so far (a resumed run's file is truncated to its checkpoint and amended
 //! first), replacing the event files of earlier processes, so the scalars never hold the
-//! iterations a resumed run redid twice. The format is TensorFlow's: TFRecord framing (length,
+//! iterations a resumed run redid twice. Each replayed iteration keeps the wall time the earlier
+//! files gave it, so TensorBoard's time axes stay true across restarts. The format is TensorFlow's: TFRecord framing (length,
 //! masked CRC-32C of the length, data, masked CRC-32C of the data) around `Event` protocol
 //! buffers, written here by hand for the three fields a scalar needs.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -40,6 +42,7 @@ impl TensorBoardLog {
     pub fn open(run_dir: &Path) -> anyhow::Result<Self> {
         let dir = run_dir.join(TENSORBOARD_DIR);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let written_at = earlier_wall_times(&dir);
         remove_event_files(&dir)?;
         let now = wall_time();
         let path = dir.join(format!(
@@ -57,7 +60,9 @@ impl TensorBoardLog {
         if let Ok(text) = std::fs::read_to_string(&metrics_path) {
             for line in text.lines() {
                 if let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(line) {
-                    log.append(&scalars_event(now, &fields))?;
+                    let step = fields.get("iteration").and_then(Value::as_i64).unwrap_or(0);
+                    let time = written_at.get(&step).copied().unwrap_or(now);
+                    log.append(&scalars_event(time, &fields))?;
                 }
             }
         }
@@ -87,6 +92,112 @@ impl TensorBoardLog {
             .flush()
             .with_context(|| format!("writing {}", self.path.display()))
     }
+}
+
+/// The wall time of each step's scalars in the event files of `dir`, read in name order (the
+/// time comes first in a name, so a later file's time wins). A file that cannot be read, or its
+/// rest from a torn or corrupt record on, is skipped: the times are a nicety.
+fn earlier_wall_times(dir: &Path) -> BTreeMap<i64, f64> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .contains(EVENT_FILE_MARK)
+        })
+        .map(|entry| entry.path())
+        .collect();
+    files.sort();
+    let mut times = BTreeMap::new();
+    for file in files {
+        let Ok(bytes) = std::fs::read(&file) else {
+            continue;
+        };
+        let mut rest = bytes.as_slice();
+        while let Some((event, after)) = next_record(rest) {
+            rest = after;
+            let (mut time, mut step, mut scalars) = (None, 0, false);
+            for (field, value) in fields(event) {
+                match (field, value) {
+                    (1, FieldValue::Fixed64(bits)) => time = Some(f64::from_bits(bits)),
+                    (2, FieldValue::Varint(value)) => step = value as i64,
+                    (5, FieldValue::LengthDelimited) => scalars = true,
+                    _ => {}
+                }
+            }
+            if let Some(time) = time.filter(|_| scalars) {
+                times.insert(step, time);
+            }
+        }
+    }
+    times
+}
+
+/// The first record of `bytes` and what follows it, if it is whole and its CRCs hold.
+fn next_record(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let length_bytes = bytes.get(..8)?;
+    let length_crc = u32::from_le_bytes(bytes.get(8..12)?.try_into().ok()?);
+    let length = usize::try_from(u64::from_le_bytes(length_bytes.try_into().ok()?)).ok()?;
+    let data = bytes.get(12..12usize.checked_add(length)?)?;
+    let data_crc_at = 12 + length;
+    let data_crc = u32::from_le_bytes(bytes.get(data_crc_at..data_crc_at + 4)?.try_into().ok()?);
+    (length_crc == masked_crc(length_bytes) && data_crc == masked_crc(data))
+        .then(|| (data, &bytes[data_crc_at + 4..]))
+}
+
+/// A protocol-buffer field's value, for [`fields`].
+enum FieldValue {
+    Varint(u64),
+    Fixed64(u64),
+    LengthDelimited,
+    Fixed32,
+}
+
+/// The fields of a protocol-buffer message, by number, up to the first malformed one.
+fn fields(mut message: &[u8]) -> Vec<(u64, FieldValue)> {
+    fn read_varint(bytes: &mut &[u8]) -> Option<u64> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&byte, rest) = bytes.split_first()?;
+            *bytes = rest;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                return Some(value);
+            }
+        }
+        None
+    }
+    fn take<'a>(bytes: &mut &'a [u8], count: usize) -> Option<&'a [u8]> {
+        let taken = bytes.get(..count)?;
+        *bytes = &bytes[count..];
+        Some(taken)
+    }
+    let mut found = Vec::new();
+    while !message.is_empty() {
+        let Some(key) = read_varint(&mut message) else {
+            break;
+        };
+        let value = match key & 7 {
+            0 => read_varint(&mut message).map(FieldValue::Varint),
+            1 => take(&mut message, 8)
+                .and_then(|bytes| bytes.try_into().ok())
+                .map(|bytes| FieldValue::Fixed64(u64::from_le_bytes(bytes))),
+            2 => read_varint(&mut message)
+                .and_then(|length| usize::try_from(length).ok())
+                .and_then(|length| take(&mut message, length))
+                .map(|_| FieldValue::LengthDelimited),
+            5 => take(&mut message, 4).map(|_| FieldValue::Fixed32),
+            _ => None,
+        };
+        let Some(value) = value else {
+            break;
+        };
+        found.push((key >> 3, value));
+    }
+    found
 }
 
 /// Removes the event files in `dir` (files whose names hold [`EVENT_FILE_MARK`]).
@@ -350,6 +461,56 @@ mod tests {
             length_delimited(&mut expected, 5, &values);
             assert_eq!(summary, expected.as_slice());
         }
+    }
+
+    /// The wall time of each scalar event of `file`, by step.
+    fn times_in(file: &Path) -> BTreeMap<i64, f64> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::copy(file, dir.path().join("events.out.tfevents.copy")).expect("copy");
+        earlier_wall_times(dir.path())
+    }
+
+    #[test]
+    fn a_restarted_log_keeps_the_wall_times_of_the_iterations_it_replays() {
+        let run = tempfile::tempdir().expect("temp dir");
+        std::fs::write(
+            run.path().join("metrics.jsonl"),
+            "{\"iteration\":0,\"eval/avg@2\":0.25}\n",
+        )
+        .expect("metrics");
+        let mut first = TensorBoardLog::open(run.path()).expect("open");
+        let mut metrics = Metrics::new(1);
+        metrics.set("reward/mean", 0.5);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        first.write(&metrics).expect("write");
+        let mut line = metrics.to_line();
+        line.push('\n');
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(run.path().join("metrics.jsonl"))
+            .expect("metrics");
+        file.write_all(line.as_bytes()).expect("append");
+        let before = times_in(first.path());
+        assert_eq!(before.len(), 2);
+        assert!(before[&1] > before[&0], "{before:?}");
+        // A torn record at the end of the earlier file is ignored.
+        drop(first);
+        let earlier = std::fs::read_dir(run.path().join(TENSORBOARD_DIR))
+            .expect("dir")
+            .next()
+            .expect("a file")
+            .expect("entry")
+            .path();
+        let mut torn = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&earlier)
+            .expect("event file");
+        torn.write_all(&[7, 0, 0]).expect("torn bytes");
+
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let second = TensorBoardLog::open(run.path()).expect("reopen");
+        assert!(!earlier.exists() || earlier == second.path());
+        assert_eq!(times_in(second.path()), before);
     }
 
     #[test]
