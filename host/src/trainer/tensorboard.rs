@@ -60,8 +60,7 @@ impl TensorBoardLog {
         if let Ok(text) = std::fs::read_to_string(&metrics_path) {
             for line in text.lines() {
                 if let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(line) {
-                    let step = fields.get("iteration").and_then(Value::as_i64).unwrap_or(0);
-                    let time = written_at.get(&step).copied().unwrap_or(now);
+                    let time = written_at.get(&step_of(&fields)).copied().unwrap_or(now);
                     log.append(&scalars_event(time, &fields))?;
                 }
             }
@@ -113,27 +112,32 @@ fn earlier_wall_times(dir: &Path) -> BTreeMap<i64, f64> {
     files.sort();
     let mut times = BTreeMap::new();
     for file in files {
-        let Ok(bytes) = std::fs::read(&file) else {
-            continue;
-        };
-        let mut rest = bytes.as_slice();
-        while let Some((event, after)) = next_record(rest) {
-            rest = after;
-            let (mut time, mut step, mut scalars) = (None, 0, false);
-            for (field, value) in fields(event) {
-                match (field, value) {
-                    (1, FieldValue::Fixed64(bits)) => time = Some(f64::from_bits(bits)),
-                    (2, FieldValue::Varint(value)) => step = value as i64,
-                    (5, FieldValue::LengthDelimited) => scalars = true,
-                    _ => {}
-                }
-            }
-            if let Some(time) = time.filter(|_| scalars) {
-                times.insert(step, time);
-            }
+        if let Ok(bytes) = std::fs::read(&file) {
+            note_wall_times(&bytes, &mut times);
         }
     }
     times
+}
+
+/// Adds the wall time of each scalar event of the event file `bytes` to `times`, by step, up
+/// to its first torn or corrupt record.
+fn note_wall_times(bytes: &[u8], times: &mut BTreeMap<i64, f64>) {
+    let mut rest = bytes;
+    while let Some((event, after)) = next_record(rest) {
+        rest = after;
+        let (mut time, mut step, mut scalars) = (None, 0, false);
+        for (field, value) in fields(event) {
+            match (field, value) {
+                (1, FieldValue::Fixed64(bits)) => time = Some(f64::from_bits(bits)),
+                (2, FieldValue::Varint(value)) => step = value as i64,
+                (5, FieldValue::LengthDelimited) => scalars = true,
+                _ => {}
+            }
+        }
+        if let Some(time) = time.filter(|_| scalars) {
+            times.insert(step, time);
+        }
+    }
 }
 
 /// The first record of `bytes` and what follows it, if it is whole and its CRCs hold.
@@ -236,7 +240,7 @@ fn version_event(wall_time: f64) -> Vec<u8> {
 /// `Event { wall_time, step: iteration, summary }` with one `simple_value` per finite number of
 /// `fields` but the iteration.
 fn scalars_event(wall_time: f64, fields: &serde_json::Map<String, Value>) -> Vec<u8> {
-    let step = fields.get("iteration").and_then(Value::as_i64).unwrap_or(0);
+    let step = step_of(fields);
     let mut summary = Vec::new();
     for (tag, value) in fields {
         let Some(number) = value.as_f64().filter(|_| tag != "iteration") else {
@@ -252,6 +256,11 @@ fn scalars_event(wall_time: f64, fields: &serde_json::Map<String, Value>) -> Vec
     event_head(&mut event, wall_time, step);
     length_delimited(&mut event, 5, &summary);
     event
+}
+
+/// The step of a metrics record: its iteration.
+fn step_of(fields: &serde_json::Map<String, Value>) -> i64 {
+    fields.get("iteration").and_then(Value::as_i64).unwrap_or(0)
 }
 
 /// An event's `wall_time` (field 1) and `step` (field 2, left out when 0 as proto3 does).
@@ -373,20 +382,14 @@ mod tests {
         assert_eq!(hex, TENSORBOARD_BYTES);
     }
 
-    /// The records of an event file, their CRCs checked.
+    /// The records of an event file, every one whole with its CRCs holding.
     fn read_records(bytes: &[u8]) -> Vec<Vec<u8>> {
         let mut records = Vec::new();
         let mut rest = bytes;
         while !rest.is_empty() {
-            let (length, tail) = rest.split_at(8);
-            let crc = u32::from_le_bytes(tail[..4].try_into().expect("4 bytes"));
-            assert_eq!(crc, masked_crc(length), "length CRC");
-            let length = u64::from_le_bytes(length.try_into().expect("8 bytes")) as usize;
-            let (data, tail) = tail[4..].split_at(length);
-            let crc = u32::from_le_bytes(tail[..4].try_into().expect("4 bytes"));
-            assert_eq!(crc, masked_crc(data), "data CRC");
+            let (data, after) = next_record(rest).expect("a whole record whose CRCs hold");
             records.push(data.to_vec());
-            rest = &tail[4..];
+            rest = after;
         }
         records
     }
@@ -465,9 +468,9 @@ mod tests {
 
     /// The wall time of each scalar event of `file`, by step.
     fn times_in(file: &Path) -> BTreeMap<i64, f64> {
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::copy(file, dir.path().join("events.out.tfevents.copy")).expect("copy");
-        earlier_wall_times(dir.path())
+        let mut times = BTreeMap::new();
+        note_wall_times(&std::fs::read(file).expect("event file"), &mut times);
+        times
     }
 
     #[test]

@@ -265,6 +265,7 @@ mod tests {
     use tch::Device;
 
     use super::*;
+    use crate::config::LrDecay;
     use crate::update::LrSchedule;
 
     fn values(t: &Tensor) -> Vec<f64> {
@@ -284,7 +285,14 @@ mod tests {
             .build(&theirs_vs, 0.1)
             .expect("libtorch AdamW");
         for step in 1..=5 {
-            let lr = LrSchedule::constant(0.1, 2).at(step);
+            let lr = LrSchedule {
+                peak: 0.1,
+                warmup_steps: 2,
+                decay: LrDecay::Constant,
+                total_steps: 5,
+                min_lr_ratio: 0.0,
+            }
+            .at(step);
             optimizer.zero_grad().expect("cleared");
             (&ours - &target).square().sum(Kind::Float).backward();
             optimizer.step(lr).expect("step");

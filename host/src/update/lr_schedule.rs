@@ -23,17 +23,6 @@ pub struct LrSchedule {
 }
 
 impl LrSchedule {
-    /// A constant `peak` after `warmup_steps` of warmup.
-    pub fn constant(peak: f64, warmup_steps: u32) -> Self {
-        Self {
-            peak,
-            warmup_steps,
-            decay: LrDecay::Constant,
-            total_steps: 0,
-            min_lr_ratio: 0.0,
-        }
-    }
-
     /// The learning rate of optimizer step `step` (1 for the first). Step `s` of a warmup of
     /// `W` takes `peak · s / W`, so step `W` is the first at the peak. From there to
     /// `total_steps`, decay step `i` (0 at the peak) of those `D` steps takes
@@ -79,10 +68,10 @@ mod tests {
 
     #[test]
     fn warmup_ramps_linearly_then_a_constant_schedule_holds_the_peak() {
-        let constant = LrSchedule::constant(1.0, 4);
+        let constant = schedule(LrDecay::Constant, 4, 6, 0.0);
         let rates: Vec<f64> = (1..=6).map(|step| constant.at(step)).collect();
         assert_eq!(rates, [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]);
-        assert_eq!(LrSchedule::constant(1.0, 0).at(9), 1.0);
+        assert_eq!(schedule(LrDecay::Constant, 0, 6, 0.0).at(9), 1.0);
     }
 
     #[test]
