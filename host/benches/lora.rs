@@ -28,7 +28,7 @@ use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rng::SeededRng;
 use drmas_host::rollout::AgentCall;
 use drmas_host::update::{
-    update_group, AdamW, AgentTraining, MicroBatch, Reference, RolloutCorrection,
+    update_group, AdamW, AgentTraining, MicroBatch, Reference, RolloutCorrection, UpdateSettings,
 };
 use settings::setting;
 use tch::{Device, Kind, Tensor};
@@ -160,8 +160,7 @@ fn measure(side: &str, steps: usize) {
             &refs,
             &advantages,
             &agents,
-            1.0,
-            1e-5,
+            &UpdateSettings::one_step(1.0, 1e-5),
         )
         .expect("an update");
         assert!(report.skipped.is_none(), "the update was skipped");

@@ -484,7 +484,14 @@ pub struct LossSection {
     pub kl_type: KlType,
     /// Clip gradients to this global norm (0 disables).
     pub grad_clip: f64,
-    /// Linear learning-rate warmup steps.
+    /// Optimizer steps per pass over an iteration's calls: each worker group's episodes split
+    /// into this many mini-batches (verl's `ppo_mini_batch_size`, as a count).
+    pub mini_batches: usize,
+    /// Passes over an iteration's calls, each through the same mini-batches (verl's
+    /// `ppo_epochs`, TRL's `num_iterations`).
+    pub ppo_epochs: usize,
+    /// Linear learning-rate warmup, in optimizer steps (`mini_batches × ppo_epochs` per
+    /// iteration).
     pub warmup_steps: u32,
     /// What the learning rate does after the warmup.
     pub lr_schedule: LrDecay,
@@ -507,6 +514,8 @@ impl Default for LossSection {
             kl_coef: 0.0,
             kl_type: KlType::LowVarKl,
             grad_clip: 1.0,
+            mini_batches: 1,
+            ppo_epochs: 1,
             warmup_steps: 0,
             lr_schedule: LrDecay::Constant,
             min_lr_ratio: 0.0,
@@ -559,9 +568,10 @@ pub enum PolicyLoss {
 pub enum LrDecay {
     /// Stays at the peak.
     Constant,
-    /// Falls linearly to `min_lr_ratio` × the peak at the run's last iteration.
+    /// Falls linearly to `min_lr_ratio` × the peak at the run's last optimizer step.
     Linear,
-    /// Falls along half a cosine to `min_lr_ratio` × the peak at the run's last iteration.
+    /// Falls along half a cosine to `min_lr_ratio` × the peak at the run's last optimizer
+    /// step.
     Cosine,
 }
 

@@ -204,9 +204,25 @@ fn sigint_saves_a_checkpoint_and_resume_ends_where_an_uninterrupted_run_does() {
 #[test]
 fn sigint_during_the_update_finishes_and_saves_that_iteration_and_resume_ends_where_an_uninterrupted_run_does(
 ) {
-    let run_file = common::pair_run_file(ITERATIONS, 0, "");
+    // Four optimizer steps per iteration (two epochs of two mini-batches), the rate falling
+    // linearly over all of them: the signal lands between steps of one update.
+    let run_file = common::pair_run_file(ITERATIONS, 0, "")
+        + "\n[algorithm.loss]\nmini_batches = 2\nppo_epochs = 2\nlr_schedule = \"linear\"\n";
     let mut reference = Run::named("update-reference", &run_file);
     assert!(reference.run().success(), "{}", reference.last_log());
+    let rates: Vec<(u32, f64)> = common::metrics(&reference.out())
+        .into_iter()
+        .filter_map(|(iteration, line)| Some((iteration, line["lr/shared"].as_f64()?)))
+        .collect();
+    assert_eq!(rates.len(), ITERATIONS as usize, "{rates:?}");
+    for (iteration, rate) in rates {
+        // The iteration's first step is step 4(i − 1) + 1 of 4 × ITERATIONS.
+        let expected = 1e-3 * (1.0 - f64::from(iteration - 1) / f64::from(ITERATIONS));
+        assert!(
+            (rate - expected).abs() < 1e-12,
+            "iteration {iteration}: lr {rate}, expected {expected}"
+        );
+    }
 
     let mut run = Run::named("sigint-update", &run_file);
     run.log_filter = "warn,drmas_host::trainer=debug".to_owned();

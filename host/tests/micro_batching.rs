@@ -13,6 +13,7 @@ use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rollout::AgentCall;
 use drmas_host::update::{
     update_group, AdamW, AgentTraining, MicroBatch, Reference, RolloutCorrection, TrainingBatch,
+    UpdateSettings,
 };
 use tch::{Device, Kind};
 
@@ -88,8 +89,7 @@ fn step(aggregation: LossAggregation, micro: MicroBatch) -> [f64; 4] {
         &refs,
         &broadcast(&refs, &advantages),
         &[agent.clone(), agent],
-        0.0,
-        1e-3,
+        &UpdateSettings::one_step(0.0, 1e-3),
     )
     .expect("update");
     assert!(

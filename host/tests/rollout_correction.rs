@@ -15,7 +15,7 @@ use drmas_host::rng::SeededRng;
 use drmas_host::rollout::AgentCall;
 use drmas_host::update::{
     recompute_old_logprobs, update_group, AdamW, AgentTraining, MicroBatch, Reference,
-    RolloutCorrection, TrainingBatch, UpdateReport,
+    RolloutCorrection, TrainingBatch, UpdateReport, UpdateSettings,
 };
 use tch::{Device, Kind};
 
@@ -103,8 +103,7 @@ fn update(pretrained: &Pretrained, calls: &[AgentCall], tis_cap: Option<f64>) ->
         &refs,
         &advantages,
         &[agent],
-        0.0,
-        0.0,
+        &UpdateSettings::one_step(0.0, 0.0),
     )
     .expect("update")
 }

@@ -9,6 +9,7 @@ use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rollout::AgentCall;
 use drmas_host::update::{
     update_group, AdamW, AgentTraining, MicroBatch, NonFinite, Reference, RolloutCorrection,
+    UpdateSettings,
 };
 use tch::{Device, Kind};
 
@@ -47,8 +48,7 @@ fn a_nan_advantage_skips_the_step_naming_the_agent_and_keeps_the_weights() {
             &calls.iter().map(|c| c.response.len()).collect::<Vec<_>>(),
         ),
         &[training.clone(), training],
-        1.0,
-        1e-3,
+        &UpdateSettings::one_step(1.0, 1e-3),
     )
     .expect("the update runs");
     assert_eq!(report.skipped, Some(NonFinite::Loss { agent: 1 }));

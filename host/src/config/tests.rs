@@ -272,6 +272,38 @@ fn dapo_and_dr_grpo_numbers_are_checked_where_they_are_written() {
 }
 
 #[test]
+fn mini_batches_and_epochs_are_read_and_a_mini_batch_needs_an_episode() {
+    let config = parse(&format!(
+        "{VALID}\n[algorithm.loss]\nmini_batches = 2\nppo_epochs = 3\n"
+    ))
+    .expect("two mini-batches, three epochs");
+    assert_eq!(config.algorithm.loss.mini_batches, 2);
+    assert_eq!(config.algorithm.loss.ppo_epochs, 3);
+    let default = parse(VALID).expect("the defaults");
+    assert_eq!(
+        (
+            default.algorithm.loss.mini_batches,
+            default.algorithm.loss.ppo_epochs
+        ),
+        (1, 1)
+    );
+    let message = error(&format!(
+        "{VALID}\n[rollout]\nprompts_per_batch = 2\ngroup_size = 4\n\n[algorithm.loss]\n\
+         mini_batches = 9\nppo_epochs = 0\n"
+    ));
+    for needle in [
+        "[algorithm.loss] mini_batches = 9 must be an integer from 1 to [rollout] \
+         prompts_per_batch × group_size (8): each mini-batch holds at least one episode",
+        "[algorithm.loss] ppo_epochs = 0 must be an integer from 1 to 1024",
+    ] {
+        assert!(
+            message.contains(needle),
+            "missing `{needle}` in:\n{message}"
+        );
+    }
+}
+
+#[test]
 fn a_learning_rate_schedule_is_read_and_its_floor_checked() {
     let config = parse(&format!(
         "{VALID}\n[algorithm.loss]\nlr_schedule = \"cosine\"\nmin_lr_ratio = 0.1\n"

@@ -16,6 +16,8 @@ pub const MAX_BATCH_WAIT_MS: u64 = 600_000;
 pub const MAX_PLUGIN_CALL_TIMEOUT_S: u64 = 86_400;
 /// Rollouts one iteration may run under dynamic sampling at most.
 pub const MAX_ROLLOUT_BATCHES: u64 = 1024;
+/// Passes over an iteration's calls (`[algorithm.loss] ppo_epochs`) at most.
+pub const MAX_PPO_EPOCHS: u64 = 1024;
 /// The largest LoRA rank accepted (no model this host loads is wider).
 pub const MAX_LORA_RANK: i64 = 65_536;
 
@@ -179,6 +181,23 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
     s.float("grad_clip", loss.grad_clip, Range::NonNegative);
     s.float("weight_decay", loss.weight_decay, Range::NonNegative);
     s.float("min_lr_ratio", loss.min_lr_ratio, Range::UnitInterval);
+    s.size("ppo_epochs", loss.ppo_epochs as u64, 1, MAX_PPO_EPOCHS);
+    // Each mini-batch holds at least one episode.
+    let episodes = config
+        .rollout
+        .prompts_per_batch
+        .saturating_mul(config.rollout.group_size)
+        .clamp(1, MAX_EPISODES_PER_ITERATION);
+    if !(1..=episodes).contains(&loss.mini_batches) {
+        s.report(
+            "mini_batches",
+            loss.mini_batches,
+            &format!(
+                "an integer from 1 to [rollout] prompts_per_batch × group_size ({episodes}): \
+                 each mini-batch holds at least one episode"
+            ),
+        );
+    }
     if loss.policy_loss == PolicyLoss::Gspo && loss.aggregation != LossAggregation::SeqMeanTokenMean
     {
         s.report(

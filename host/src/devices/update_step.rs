@@ -20,7 +20,7 @@ use crate::rng::SeededRng;
 use crate::rollout::AgentCall;
 use crate::update::{
     update_group, AdamW, AgentTraining, ChunkedHead, MicroBatch, Reference, RolloutCorrection,
-    TrainingBatch, UpdateReport,
+    TrainingBatch, UpdateReport, UpdateSettings,
 };
 
 /// Tokens of each prompt of the batch.
@@ -258,8 +258,7 @@ fn measure(
             &refs,
             &advantages,
             &agents,
-            1.0,
-            LEARNING_RATE,
+            &UpdateSettings::one_step(1.0, LEARNING_RATE),
         )?)
     };
     // The first step warms up libtorch and moves the weights: the loss and norms compared are

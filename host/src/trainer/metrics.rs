@@ -364,9 +364,9 @@ pub(super) fn record_update(
     metrics: &mut Metrics,
     group: &WorkerGroup,
     report: &UpdateReport,
-    lr: f64,
     team: &[TeamMember],
 ) {
+    let lr = report.learning_rate;
     let name = &group.name;
     metrics.set(format!("grad_norm/group/{name}"), report.grad_norm);
     for (agent, norm) in &report.agent_grad_norms {

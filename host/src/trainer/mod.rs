@@ -49,6 +49,7 @@ use crate::rng::SeededRng;
 use crate::rollout::{self, AgentCall, Rollout, RolloutLimits, TeamMember};
 use crate::update::{
     update_group, AgentTraining, LrSchedule, MicroBatch, NonFinite, Reference, UpdateReport,
+    UpdateSettings,
 };
 
 /// Sequences in one generation batch at most (bounds KV-cache memory).
@@ -574,9 +575,9 @@ impl Trainer {
                 self.update_critic(index, rollout, values, returns, &mut metrics)?;
             }
             if !critic_warmup {
-                let (report, lr) = self.update(index, rollout, &collected.advantages)?;
+                let report = self.update(index, rollout, &collected.advantages)?;
                 trained_tokens += report.forward_tokens;
-                record_update(&mut metrics, &self.groups[index], &report, lr, &self.team);
+                record_update(&mut metrics, &self.groups[index], &report, &self.team);
             }
             let group = &mut self.groups[index];
             if let Some(seconds) = group.take_offload_seconds() {
@@ -774,17 +775,20 @@ impl Trainer {
                 &returns.select(&own),
                 &values.select(&own),
                 &self.config.algorithm.critic_settings(),
+                self.config.algorithm.loss.mini_batches,
+                self.config.algorithm.loss.ppo_epochs,
             )
             .with_context(|| format!("updating the critic of worker group `{}`", group.name))
             .map_err(|error| out_of_memory::in_critic(error, &group.name, &self.config))?;
-        if report.skipped {
-            self.skipped_steps += 1;
+        if report.skipped_steps > 0 {
+            self.skipped_steps += report.skipped_steps as u64;
             tracing::warn!(
                 "worker group `{}`, iteration {}: the critic's loss or gradient is not finite; \
-                 its optimizer step was skipped. Check [algorithm.critic] learning_rate and the \
-                 rewards",
+                 {} of its optimizer steps skipped. Check [algorithm.critic] learning_rate and \
+                 the rewards",
                 group.name,
-                self.iteration
+                self.iteration,
+                report.skipped_steps
             );
         }
         metrics.set(format!("critic/vf_loss/{}", group.name), report.stats.loss);
@@ -797,13 +801,13 @@ impl Trainer {
     }
 
     /// Worker group `index`'s update on its calls of `rollout` (`advantages` has one row per
-    /// call); returns the update's report and learning rate.
+    /// call).
     fn update(
         &mut self,
         index: usize,
         rollout: &Rollout,
         advantages: &PerToken,
-    ) -> anyhow::Result<(UpdateReport, f64)> {
+    ) -> anyhow::Result<UpdateReport> {
         let group = &mut self.groups[index];
         group.prepare_update();
         let own: Vec<usize> = (0..rollout.calls.len())
@@ -812,14 +816,19 @@ impl Trainer {
         let calls: Vec<_> = own.iter().map(|&i| &rollout.calls[i]).collect();
         let group_advantages = advantages.select(&own);
         let loss = &self.config.algorithm.loss;
-        let schedule = LrSchedule {
-            peak: group.learning_rate,
-            warmup_steps: loss.warmup_steps,
-            decay: loss.lr_schedule,
-            total_steps: self.config.run.iterations,
-            min_lr_ratio: loss.min_lr_ratio,
+        let steps_per_iteration = (loss.mini_batches * loss.ppo_epochs) as u64;
+        let settings = UpdateSettings {
+            mini_batches: loss.mini_batches,
+            epochs: loss.ppo_epochs,
+            grad_clip: loss.grad_clip,
+            schedule: LrSchedule {
+                peak: group.learning_rate,
+                warmup_steps: loss.warmup_steps,
+                decay: loss.lr_schedule,
+                total_steps: u64::from(self.config.run.iterations) * steps_per_iteration,
+                min_lr_ratio: loss.min_lr_ratio,
+            },
         };
-        let lr = schedule.at(group.optimizer.steps() + 1);
         let reference = match (&group.reference, group.adapter_names.is_empty()) {
             (Some(reference), _) => Reference::Model(&reference.model),
             (None, false) => Reference::Base,
@@ -837,8 +846,7 @@ impl Trainer {
             &calls,
             &group_advantages,
             &self.agent_training,
-            self.config.algorithm.loss.grad_clip,
-            lr,
+            &settings,
         )
         .with_context(|| format!("updating worker group `{}`", group.name))
         .map_err(|error| {
@@ -846,7 +854,7 @@ impl Trainer {
         })?;
         group.offload_after_update();
         if let Some(reason) = &report.skipped {
-            self.skipped_steps += 1;
+            self.skipped_steps += report.skipped_steps as u64;
             let what = match reason {
                 NonFinite::Loss { agent } => format!(
                     "the loss of agent `{}`'s calls is not finite",
@@ -856,16 +864,22 @@ impl Trainer {
                     format!("the gradient of {parameter} (the first such parameter) is not finite")
                 }
             };
+            let skipped = match report.skipped_steps + report.steps {
+                1 => "the optimizer step was skipped".to_owned(),
+                all => format!(
+                    "{} of its {all} optimizer steps were skipped",
+                    report.skipped_steps
+                ),
+            };
             tracing::warn!(
-                "worker group `{}`, iteration {}: {what}; the optimizer step was skipped ({} \
-                 skipped so far). Check the group's learning_rate, its model's weights and the \
-                 rewards",
+                "worker group `{}`, iteration {}: {what}; {skipped} ({} skipped so far). Check \
+                 the group's learning_rate, its model's weights and the rewards",
                 group.name,
                 self.iteration,
                 self.skipped_steps
             );
         }
-        Ok((report, lr))
+        Ok(report)
     }
 
     /// Appends the first prompt group's calls (role, text, validity, episode and own reward) to

@@ -4,6 +4,7 @@
 use tch::nn::VarStore;
 use tch::{Kind, Tensor};
 
+use super::mini_batch::split_by_episode;
 use super::step::batching_order;
 use super::value_loss::{value_loss, ValueLossStats};
 use super::{AdamW, BatchTotals, GradientLedger, MicroBatch, TrainingBatch};
@@ -27,15 +28,16 @@ pub struct Critic {
     pub optimizer: AdamW,
 }
 
-/// What one critic update did.
+/// What one critic update did, averaged over its optimizer steps.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct CriticReport {
-    /// The value loss and clip fraction over every call.
+    /// The value loss and clip fraction, each step's over its mini-batch, averaged.
     pub stats: ValueLossStats,
-    /// The gradient norm before clipping (NaN when the step was skipped).
+    /// The gradient norm before clipping, averaged over the steps taken (NaN when every step
+    /// was skipped).
     pub grad_norm: f64,
-    /// Whether the step was skipped because a loss or gradient was not finite.
-    pub skipped: bool,
+    /// Optimizer steps skipped because a loss or gradient was not finite.
+    pub skipped_steps: usize,
 }
 
 impl Critic {
@@ -92,27 +94,71 @@ impl Critic {
         Ok(PerToken::from_rows(rows))
     }
 
-    /// One optimizer step on the clipped value loss of `calls` against their `returns`, with
-    /// `old_values` the values the returns were computed with (all aligned with `calls`).
+    /// The clipped value loss of `calls` against their `returns`, with `old_values` the values
+    /// the returns were computed with (all aligned with `calls`): `epochs` passes, each one
+    /// optimizer step per mini-batch of episodes (`mini_batches` of them, as the policy's).
     pub fn update(
         &mut self,
         calls: &[&AgentCall],
         returns: &PerToken,
         old_values: &PerToken,
         settings: &CriticSection,
+        mini_batches: usize,
+        epochs: usize,
     ) -> Result<CriticReport, ModelError> {
         let mut report = CriticReport::default();
         if calls.is_empty() {
             return Ok(report);
         }
+        let parts = split_by_episode(calls, mini_batches);
+        let (mut steps, mut taken, mut norm_sum) = (0.0, 0.0, 0.0);
+        for _ in 0..epochs.max(1) {
+            for part in &parts {
+                let step = self.step(calls, part, returns, old_values, settings)?;
+                report.stats.loss += step.stats.loss;
+                report.stats.clip_fraction += step.stats.clip_fraction;
+                steps += 1.0;
+                if step.skipped_steps > 0 {
+                    report.skipped_steps += 1;
+                } else {
+                    taken += 1.0;
+                    norm_sum += step.grad_norm;
+                }
+            }
+        }
+        if steps > 0.0 {
+            report.stats.loss /= steps;
+            report.stats.clip_fraction /= steps;
+        }
+        report.grad_norm = if taken > 0.0 {
+            norm_sum / taken
+        } else {
+            f64::NAN
+        };
+        Ok(report)
+    }
+
+    /// One optimizer step on the calls `indices` of `calls` (see [`Self::update`]).
+    fn step(
+        &mut self,
+        calls: &[&AgentCall],
+        indices: &[usize],
+        returns: &PerToken,
+        old_values: &PerToken,
+        settings: &CriticSection,
+    ) -> Result<CriticReport, ModelError> {
+        let mut report = CriticReport::default();
         let totals = BatchTotals {
-            sequences: calls.len() as f64,
-            tokens: calls.iter().map(|c| c.response.len()).sum::<usize>() as f64,
+            sequences: indices.len() as f64,
+            tokens: indices
+                .iter()
+                .map(|&i| calls[i].response.len())
+                .sum::<usize>() as f64,
         };
         self.optimizer.zero_grad()?;
         let ledger =
             GradientLedger::new(self.optimizer.params().map(Tensor::shallow_clone).collect());
-        let order = batching_order((0..calls.len()).collect(), calls);
+        let order = batching_order(indices.to_vec(), calls);
         for chunk in MicroBatch::for_critic(settings).cut(&order, calls) {
             let micro: Vec<&AgentCall> = chunk.iter().map(|&i| calls[i]).collect();
             let batch = self.batch(&micro);
@@ -133,7 +179,7 @@ impl Critic {
         // A finite norm means every gradient is finite; only a non-finite one needs the search.
         let non_finite_gradient = !grad_norm.is_finite() && ledger.first_non_finite().is_some();
         if !report.stats.loss.is_finite() || non_finite_gradient {
-            report.skipped = true;
+            report.skipped_steps = 1;
             report.grad_norm = f64::NAN;
             self.optimizer.zero_grad()?;
             return Ok(report);

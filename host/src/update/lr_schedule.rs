@@ -16,8 +16,8 @@ pub struct LrSchedule {
     pub warmup_steps: u32,
     /// What follows the warmup.
     pub decay: LrDecay,
-    /// The run's optimizer steps (one per iteration): the decay's end.
-    pub total_steps: u32,
+    /// The run's optimizer steps: the decay's end.
+    pub total_steps: u64,
     /// The decay's floor, as a fraction of `peak`.
     pub min_lr_ratio: f64,
 }
@@ -35,9 +35,7 @@ impl LrSchedule {
             return self.peak * step as f64 / warmup as f64;
         }
         let first_at_peak = warmup.max(1);
-        let decay_steps = (u64::from(self.total_steps) + 1)
-            .saturating_sub(first_at_peak)
-            .max(1);
+        let decay_steps = (self.total_steps + 1).saturating_sub(first_at_peak).max(1);
         let progress = (step.saturating_sub(first_at_peak) as f64 / decay_steps as f64).min(1.0);
         let factor = match self.decay {
             LrDecay::Constant => return self.peak,
@@ -52,7 +50,7 @@ impl LrSchedule {
 mod tests {
     use super::*;
 
-    fn schedule(decay: LrDecay, warmup_steps: u32, total_steps: u32, min: f64) -> LrSchedule {
+    fn schedule(decay: LrDecay, warmup_steps: u32, total_steps: u64, min: f64) -> LrSchedule {
         LrSchedule {
             peak: 1.0,
             warmup_steps,

@@ -14,6 +14,7 @@ mod kl;
 mod loss;
 mod lr_schedule;
 mod micro_batch;
+mod mini_batch;
 mod rollout_correction;
 mod step;
 mod value_loss;
@@ -31,5 +32,5 @@ pub use micro_batch::MicroBatch;
 pub use rollout_correction::{
     recompute_old_logprobs, tis_weights, Mismatch, RolloutCorrection, MISMATCH_THRESHOLD,
 };
-pub use step::{update_group, AgentTraining, NonFinite, Reference, UpdateReport};
+pub use step::{update_group, AgentTraining, NonFinite, Reference, UpdateReport, UpdateSettings};
 pub use value_loss::{value_loss, ValueLossStats};
