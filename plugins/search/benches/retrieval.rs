@@ -77,7 +77,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let single = queries_per_second(&bm25, &queries, 1)?;
-    let serial = Bm25Retriever::open(&index_dir)?.with_search_threads(1);
+    let serial = Bm25Retriever::open_or_build(&corpus, &index_dir, &options, &|_| {})?
+        .with_search_threads(1);
     let batched_serial = queries_per_second(&serial, &queries, BATCH)?;
     let batched = queries_per_second(&bm25, &queries, BATCH)?;
     println!("BM25 in process: {single:.0} q/s one at a time, {batched_serial:.0} q/s in batches of {BATCH} on 1 thread, {batched:.0} q/s in batches of {BATCH} on {cores} threads");

@@ -181,7 +181,7 @@ impl Bm25Retriever {
                 false
             };
             if fresh {
-                let retriever = Bm25Retriever::open(index_dir)?;
+                let retriever = Bm25Retriever::open_checked(index_dir)?;
                 progress(&format!(
                     "reusing BM25 index {} ({} passages)",
                     index_dir.display(),
@@ -193,8 +193,9 @@ impl Bm25Retriever {
         Bm25Retriever::build_in(&folder, corpus, options, progress)
     }
 
-    /// Opens an existing index without checking it against a corpus.
-    pub fn open(index_dir: &Path) -> Result<Bm25Retriever, RetrieverError> {
+    /// Opens the index in `index_dir`, which the caller holds locked and has checked against
+    /// its corpus.
+    fn open_checked(index_dir: &Path) -> Result<Bm25Retriever, RetrieverError> {
         let index_error = |reason: String| RetrieverError::Index {
             dir: index_dir.to_owned(),
             reason,
