@@ -461,8 +461,8 @@ pub enum SpreadMetric {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LossSection {
-    /// Whose probability ratio the surrogate clips: each token's (PPO) or each response's
-    /// (GSPO).
+    /// Whose probability ratio the surrogate clips, each token's (PPO) or each response's
+    /// (GSPO), or CISPO's clipped importance weights instead of a surrogate.
     pub policy_loss: PolicyLoss,
     /// Lower clip: ratios below 1 − clip_low are clipped.
     pub clip_low: f64,
@@ -559,6 +559,10 @@ pub enum PolicyLoss {
     /// GSPO's (Zheng et al. 2025, arXiv 2507.18071): each response's ratio, the geometric mean
     /// of its tokens' (exp of their mean log-ratio), clipped response by response.
     Gspo,
+    /// CISPO's (MiniMax-M1, arXiv 2506.13585): no clipped surrogate; each token's policy
+    /// gradient weighted by its ratio clipped to [1 − clip_low, 1 + clip_high], so no token's
+    /// gradient is dropped.
+    Cispo,
 }
 
 /// What a worker group's learning rate does after its warmup (see

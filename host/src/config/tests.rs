@@ -272,6 +272,20 @@ fn dapo_and_dr_grpo_numbers_are_checked_where_they_are_written() {
 }
 
 #[test]
+fn cispo_may_leave_its_weight_unbounded_below_and_a_surrogate_may_not() {
+    let cispo = parse(&format!(
+        "{VALID}\n[algorithm.loss]\npolicy_loss = \"cispo\"\nclip_low = 1.0\nclip_high = 4.0\n"
+    ))
+    .expect("CISPO without a lower bound");
+    assert_eq!(cispo.algorithm.loss.policy_loss, PolicyLoss::Cispo);
+    let ppo = error(&format!("{VALID}\n[algorithm.loss]\nclip_low = 1.0\n"));
+    assert!(
+        ppo.contains("[algorithm.loss] clip_low = 1 must be a number in [0, 1)"),
+        "{ppo}"
+    );
+}
+
+#[test]
 fn mini_batches_and_epochs_are_read_and_a_mini_batch_needs_an_episode() {
     let config = parse(&format!(
         "{VALID}\n[algorithm.loss]\nmini_batches = 2\nppo_epochs = 3\n"

@@ -93,6 +93,12 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
             s.size("limit", limit as u64, 1, u64::MAX);
         }
     }
+    // CISPO's weight may go down to 0 (clip_low = 1: no lower bound, as MiniMax-M1 runs it);
+    // a surrogate's clipped ratio must stay above 0.
+    let clip_low_range = match config.algorithm.loss.policy_loss {
+        PolicyLoss::Cispo => Range::UnitInterval,
+        PolicyLoss::Ppo | PolicyLoss::Gspo => Range::Fraction,
+    };
     for (index, agent) in config.agents.iter().enumerate() {
         let label = format!("[[agents]] role `{}`:", agent.role.get_ref());
         let mut s = problems.section(label, &[Step::Key("agents"), Step::Index(index)]);
@@ -100,7 +106,7 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
             ("learning_rate", agent.learning_rate, Range::Positive),
             ("temperature", agent.temperature, Range::NonNegative),
             ("top_p", agent.top_p, Range::Probability),
-            ("clip_low", agent.clip_low, Range::Fraction),
+            ("clip_low", agent.clip_low, clip_low_range),
             ("clip_high", agent.clip_high, Range::NonNegative),
             ("entropy_coef", agent.entropy_coef, Range::Finite),
             ("kl_coef", agent.kl_coef, Range::NonNegative),
@@ -173,7 +179,7 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
         );
     let loss = &algorithm.loss;
     let mut s = problems.section("[algorithm.loss]".into(), &["algorithm", "loss"]);
-    s.float("clip_low", loss.clip_low, Range::Fraction);
+    s.float("clip_low", loss.clip_low, clip_low_range);
     s.float("clip_high", loss.clip_high, Range::NonNegative);
     s.float("dual_clip", loss.dual_clip, Range::OffOrAboveOne);
     s.float("entropy_coef", loss.entropy_coef, Range::Finite);

@@ -1,6 +1,7 @@
 //! The policy loss: PPO's clipped surrogate (or GSPO's, whose ratio is each response's) with
-//! separate lower and upper clip ratios (DAPO), the dual clip for negative advantages, an
-//! optional entropy bonus and an optional KL term.
+//! separate lower and upper clip ratios (DAPO) and the dual clip for negative advantages, or
+//! CISPO's clipped importance weight on the plain policy gradient; an optional entropy bonus
+//! and an optional KL term.
 
 use tch::{Kind, Tensor};
 
@@ -33,9 +34,10 @@ pub struct LossInputs<'a> {
 /// the micro-batches' stats add up to the mini-batch's.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct LossStats {
-    /// The clipped surrogate alone.
+    /// The clipped surrogate alone (under `cispo`, its objective −ŵ·A·log π).
     pub policy_loss: f64,
-    /// Fraction of response tokens whose ratio was clipped.
+    /// Fraction of response tokens whose ratio was clipped (under `cispo`: whose importance
+    /// weight was, whatever the advantage's sign).
     pub clip_fraction: f64,
     /// Fraction of response tokens where the dual clip bound the loss.
     pub dual_clip_fraction: f64,
@@ -58,42 +60,15 @@ pub fn policy_loss(settings: &LossSection, inputs: &LossInputs<'_>) -> (Tensor, 
         1 => inputs.advantages.unsqueeze(1),
         _ => inputs.advantages.shallow_clone(),
     };
-    let log_ratio = inputs.logprobs - inputs.old_logprobs;
-    let log_ratio = match settings.policy_loss {
-        PolicyLoss::Ppo => log_ratio,
-        // Each token takes its response's mean log-ratio as its value and its own
-        // log-probability's gradient: the response's ratio s, whose gradient is s times the mean
-        // of its tokens' (GSPO-token; with one advantage per response, GSPO itself).
-        PolicyLoss::Gspo => {
-            let kind = log_ratio.kind();
-            let tokens = mask.sum_dim_intlist(-1, true, kind).clamp_min(1.0);
-            let mean = ((&log_ratio * mask).sum_dim_intlist(-1, true, kind) / tokens).detach();
-            inputs.logprobs - inputs.logprobs.detach() + mean
+    let token_count = inputs.totals.tokens.max(1.0);
+    let (token_losses, clipped, dual_clip_fraction) = match settings.policy_loss {
+        PolicyLoss::Ppo | PolicyLoss::Gspo => clipped_surrogate(settings, inputs, &advantages),
+        PolicyLoss::Cispo => {
+            let (token_losses, clipped) = cispo(settings, inputs, &advantages);
+            (token_losses, clipped, 0.0)
         }
     };
-    let ratio = log_ratio.exp();
-
-    let unclipped = -&advantages * &ratio;
-    let clipped = -&advantages * ratio.clamp(1.0 - settings.clip_low, 1.0 + settings.clip_high);
-    let mut token_losses = unclipped.maximum(&clipped);
-    let token_count = inputs.totals.tokens.max(1.0);
-    let clip_fraction = (clipped.gt_tensor(&unclipped).to_kind(Kind::Double) * mask)
-        .sum(Kind::Double)
-        / token_count;
-
-    let mut dual_clip_fraction = 0.0;
-    if settings.dual_clip > 1.0 {
-        let bound = -&advantages * settings.dual_clip;
-        let negative = advantages.lt(0.0).expand_as(&token_losses);
-        let bounded = token_losses.minimum(&bound);
-        let hit = negative
-            .logical_and(&token_losses.gt_tensor(&bound))
-            .to_kind(Kind::Double)
-            * mask;
-        dual_clip_fraction = (hit.sum(Kind::Double) / token_count).double_value(&[]);
-        token_losses = bounded.where_self(&negative, &token_losses);
-    }
-
+    let clip_fraction = clipped / token_count;
     let token_losses = match inputs.tis_weights {
         Some(weights) => token_losses * weights,
         None => token_losses,
@@ -128,6 +103,63 @@ pub fn policy_loss(settings: &LossSection, inputs: &LossInputs<'_>) -> (Tensor, 
         .into_iter()
         .fold(policy_loss, |total, term| total + term);
     (loss, stats)
+}
+
+/// PPO's (or GSPO's) clipped surrogate per token, max(−A·r, −A·clip(r)), the dual clip bounding
+/// it for negative advantages; with the number of clipped tokens (a tensor) and the fraction of
+/// the mini-batch's tokens the dual clip bound.
+fn clipped_surrogate(
+    settings: &LossSection,
+    inputs: &LossInputs<'_>,
+    advantages: &Tensor,
+) -> (Tensor, Tensor, f64) {
+    let mask = inputs.mask;
+    let log_ratio = inputs.logprobs - inputs.old_logprobs;
+    let log_ratio = match settings.policy_loss {
+        // Each token takes its response's mean log-ratio as its value and its own
+        // log-probability's gradient: the response's ratio s, whose gradient is s times the mean
+        // of its tokens' (GSPO-token; with one advantage per response, GSPO itself).
+        PolicyLoss::Gspo => {
+            let kind = log_ratio.kind();
+            let tokens = mask.sum_dim_intlist(-1, true, kind).clamp_min(1.0);
+            let mean = ((&log_ratio * mask).sum_dim_intlist(-1, true, kind) / tokens).detach();
+            inputs.logprobs - inputs.logprobs.detach() + mean
+        }
+        PolicyLoss::Ppo | PolicyLoss::Cispo => log_ratio,
+    };
+    let ratio = log_ratio.exp();
+
+    let unclipped = -advantages * &ratio;
+    let clipped = -advantages * ratio.clamp(1.0 - settings.clip_low, 1.0 + settings.clip_high);
+    let mut token_losses = unclipped.maximum(&clipped);
+    let clipped_tokens =
+        (clipped.gt_tensor(&unclipped).to_kind(Kind::Double) * mask).sum(Kind::Double);
+
+    let mut dual_clip_fraction = 0.0;
+    if settings.dual_clip > 1.0 {
+        let bound = -advantages * settings.dual_clip;
+        let negative = advantages.lt(0.0).expand_as(&token_losses);
+        let bounded = token_losses.minimum(&bound);
+        let hit = negative
+            .logical_and(&token_losses.gt_tensor(&bound))
+            .to_kind(Kind::Double)
+            * mask;
+        dual_clip_fraction =
+            (hit.sum(Kind::Double) / inputs.totals.tokens.max(1.0)).double_value(&[]);
+        token_losses = bounded.where_self(&negative, &token_losses);
+    }
+    (token_losses, clipped_tokens, dual_clip_fraction)
+}
+
+/// CISPO's token losses (MiniMax-M1, arXiv 2506.13585), −sg(ŵ)·A·log π with ŵ the token's ratio
+/// clipped to [1 − clip_low, 1 + clip_high]: a clipped token keeps its gradient, at the clipped
+/// weight (PPO's clip drops it); with the number of tokens whose weight was clipped (a tensor).
+fn cispo(settings: &LossSection, inputs: &LossInputs<'_>, advantages: &Tensor) -> (Tensor, Tensor) {
+    let ratio = (inputs.logprobs - inputs.old_logprobs).detach().exp();
+    let weight = ratio.clamp(1.0 - settings.clip_low, 1.0 + settings.clip_high);
+    let clipped_tokens =
+        (weight.ne_tensor(&ratio).to_kind(Kind::Double) * inputs.mask).sum(Kind::Double);
+    (-advantages * weight * inputs.logprobs, clipped_tokens)
 }
 
 #[cfg(test)]

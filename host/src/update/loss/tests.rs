@@ -127,12 +127,17 @@ fn micro_batch_shares_add_up_to_the_whole_batch_under_each_aggregation() {
 /// One token per sample with the given ratio and advantage; returns (loss, gradient wrt logp,
 /// stats).
 fn single(ratio: f64, advantage: f32) -> (f64, f64, LossStats) {
+    single_under(&loss(LossAggregation::TokenMean), ratio, advantage)
+}
+
+/// [`single`] under `settings`, the old log-probability −1.
+fn single_under(settings: &LossSection, ratio: f64, advantage: f32) -> (f64, f64, LossStats) {
     let old = Tensor::from_slice(&[-1.0f32]).view([1, 1]);
     let logprobs = (&old + ratio.ln()).set_requires_grad(true);
     let advantages = Tensor::from_slice(&[advantage]);
     let mask = Tensor::ones([1, 1], (Kind::Float, tch::Device::Cpu));
     let inputs = inputs(&logprobs, &old, &advantages, &mask);
-    let (value, stats) = policy_loss(&loss(LossAggregation::TokenMean), &inputs);
+    let (value, stats) = policy_loss(settings, &inputs);
     value.backward();
     (
         value.double_value(&[]),
@@ -394,4 +399,50 @@ fn gspo_at_ratio_one_is_ppo_and_differs_from_it_off_policy() {
     let ppo_value = policy_loss(&ppo, &off_policy).0.double_value(&[]);
     let ppo_expected = (-2.0 * ((0.1f64).exp() + (-0.1f64).exp() + 1.0) / 3.0 + 1.0) / 2.0;
     close(ppo_value, ppo_expected);
+}
+
+/// CISPO: value −ŵ·A·log π and gradient −ŵ·A per token, ŵ the ratio clipped to [0.8, 1.28]:
+/// where PPO's clip leaves a token no gradient, CISPO keeps it at the clipped weight, and the
+/// dual clip plays no part.
+#[test]
+fn cispo_weights_every_tokens_gradient_by_its_clipped_ratio() {
+    let mut cispo = loss(LossAggregation::TokenMean);
+    cispo.policy_loss = PolicyLoss::Cispo;
+    for (ratio, advantage, weight, clipped) in [
+        (1.1, 2.0, 1.1, 0.0),
+        (1.5, 2.0, 1.28, 1.0),
+        (0.5, -1.0, 0.8, 1.0),
+        (5.0, -1.0, 1.28, 1.0),
+    ] {
+        let (value, grad, stats) = single_under(&cispo, ratio, advantage);
+        let logprob = -1.0 + ratio.ln();
+        close(value, -weight * f64::from(advantage) * logprob);
+        close(grad, -weight * f64::from(advantage));
+        close(stats.clip_fraction, clipped);
+        close(stats.dual_clip_fraction, 0.0);
+        // PPO's clip (or, at ratio 5, its dual clip) leaves these tokens no gradient.
+        let (_, ppo_grad, _) = single(ratio, advantage);
+        if clipped == 1.0 {
+            close(ppo_grad, 0.0);
+        }
+    }
+}
+
+#[test]
+fn cispo_on_policy_has_ppos_gradient() {
+    let old = t(&[&[-1.0, -2.0, -0.5], &[-0.3, -9.0, -9.0]]);
+    let advantages = Tensor::from_slice(&[2.0f32, -1.0]);
+    let mask = mask();
+    let gradient = |policy_loss_kind: PolicyLoss| {
+        let logprobs = old.copy().set_requires_grad(true);
+        let mut settings = loss(LossAggregation::TokenMean);
+        settings.policy_loss = policy_loss_kind;
+        let (value, _) = policy_loss(&settings, &inputs(&logprobs, &old, &advantages, &mask));
+        value.backward();
+        logprobs.grad()
+    };
+    let (cispo, ppo) = (gradient(PolicyLoss::Cispo), gradient(PolicyLoss::Ppo));
+    let difference = (&cispo - &ppo).abs().max().double_value(&[]);
+    assert!(difference < 1e-7, "{cispo} vs {ppo}");
+    close(cispo.double_value(&[0, 0]), -2.0 / 4.0);
 }
