@@ -24,10 +24,12 @@ mod overlong;
 mod penalty;
 mod per_token;
 mod registry;
+mod reinforce_pp;
 mod reinforce_pp_baseline;
 mod rloo;
 mod stats;
 mod trajectory_mean;
+mod whiten;
 
 #[cfg(test)]
 mod reference;

@@ -82,6 +82,17 @@ pub trait Estimator: Send + Sync + fmt::Debug {
     }
 }
 
+/// Panics unless a token-level input has exactly one reward and one length per sample (see
+/// [`assert_aligned`]).
+pub(super) fn assert_token_input_aligned(input: &TokenInput<'_>) {
+    assert_aligned(input.samples, input.rewards);
+    assert_eq!(
+        input.samples.len(),
+        input.lengths.len(),
+        "one length per call"
+    );
+}
+
 /// Panics unless there is exactly one reward per sample: a mismatch is a caller bug that would
 /// otherwise silently pair rewards with the wrong calls.
 pub(super) fn assert_aligned(samples: &[Sample], rewards: &[f64]) {

@@ -1,7 +1,8 @@
 //! A slow, literal reference for the estimators, written from the Dr. MAS code
 //! (langfengQ/DrMAS at 19c632bc, `verl/trainer/ppo/core_algos.py`: `compute_grpo_outcome_advantage`,
 //! `compute_rloo_outcome_advantage`, `compute_reinforce_plus_plus_baseline_outcome_advantage`,
-//! `compute_grpo_passk_outcome_advantage`, and `ray_trainer.compute_advantage`'s grouping).
+//! `compute_grpo_passk_outcome_advantage`, `compute_reinforce_plus_plus_outcome_advantage`,
+//! and `ray_trainer.compute_advantage`'s grouping).
 //!
 //! It follows their dictionary walks step for step — group index `uid` or `uid_agent`
 //! (`group_by_agent_id`), trajectory index `traj_uid`, scores in batch order — so the fast
@@ -202,6 +203,57 @@ pub(super) fn reinforce_pp_baseline(
         advantages[i] = (x - mean) / (var + 1e-8).sqrt();
     }
     advantages
+}
+
+/// `compute_reinforce_plus_plus_outcome_advantage` on the calls that are not padding (each row
+/// right-padded to the longest, its reward on its last token): the returns walked backwards
+/// with the running return reset past each row's end, then `masked_whiten` (mean and unbiased
+/// variance over the real tokens, + 1e-8) and the mask. Rows in the order of `samples`, padding
+/// samples' all 0.
+pub(super) fn reinforce_plus_plus(
+    samples: &[Sample],
+    rewards: &[f64],
+    lengths: &[usize],
+    gamma: f64,
+) -> Vec<Vec<f64>> {
+    let live = live(samples);
+    let width = live.iter().map(|&i| lengths[i]).max().unwrap_or(0);
+    let mask = |row: usize, t: usize| if t < lengths[live[row]] { 1.0 } else { 0.0 };
+    let mut returns = vec![vec![0.0; width]; live.len()];
+    for (row, &i) in live.iter().enumerate() {
+        let mut running = 0.0;
+        for t in (0..width).rev() {
+            let token_reward = if t + 1 == lengths[i] { rewards[i] } else { 0.0 };
+            running = token_reward + gamma * running;
+            returns[row][t] = running;
+            running *= mask(row, t);
+        }
+    }
+    let (mut sum, mut count) = (0.0, 0.0);
+    for (row, values) in returns.iter().enumerate() {
+        for (t, value) in values.iter().enumerate() {
+            sum += value * mask(row, t);
+            count += mask(row, t);
+        }
+    }
+    let mean = sum / count;
+    let mut squares = 0.0;
+    for (row, values) in returns.iter().enumerate() {
+        for (t, value) in values.iter().enumerate() {
+            squares += (value - mean).powi(2) * mask(row, t);
+        }
+    }
+    let variance = squares / count * (count / (count - 1.0));
+    let mut rows = vec![Vec::new(); samples.len()];
+    for (i, length) in lengths.iter().enumerate() {
+        rows[i] = vec![0.0; *length];
+    }
+    for (row, &i) in live.iter().enumerate() {
+        for t in 0..lengths[i] {
+            rows[i][t] = (returns[row][t] - mean) / (variance + 1e-8).sqrt() * mask(row, t);
+        }
+    }
+    rows
 }
 
 /// `compute_grpo_passk_outcome_advantage`: only the best score's sample gets the margin over

@@ -14,6 +14,7 @@ use super::gigpo::{Gigpo, GigpoParams};
 use super::group_normalised::{GroupNormalised, Score};
 use super::grouping::GroupBy;
 use super::grpo_passk::GrpoPassk;
+use super::reinforce_pp::{ReinforcePp, ReinforcePpParams};
 use super::reinforce_pp_baseline::ReinforcePpBaseline;
 use super::rloo::Rloo;
 use super::{Estimator, NormParams};
@@ -227,6 +228,15 @@ const REGISTRY: &[(&str, &str, Constructor)] = &[
                 by: GroupBy::PromptAgent,
                 params: gigpo_params(t)?,
             }))
+        },
+    ),
+    (
+        "reinforce_pp",
+        "REINFORCE++: each token's discounted return, whitened (batch or agent)",
+        |t| {
+            let params: ReinforcePpParams = parse(t)?;
+            params.validate()?;
+            Ok(Box::new(ReinforcePp { params }))
         },
     ),
     (

@@ -52,9 +52,10 @@ fn assert_advantages(name: &str, samples: &[Sample], rewards: &[f64], expected: 
     assert_close(&advantages, expected);
 }
 
-/// The built-ins with a per-call form (every one but those with a critic).
+/// The built-ins with a per-call form.
 fn outcome_names() -> impl Iterator<Item = &'static str> {
-    names().filter(|name| !estimator(name).uses_critic())
+    // `ppo` and `reinforce_pp` give one advantage per token and refuse the per-call form.
+    names().filter(|name| estimator(name).advantages(&[], &[]).is_ok())
 }
 
 fn estimator_with(name: &str, params: &str) -> Box<dyn Estimator> {
@@ -545,6 +546,7 @@ fn registry_lists_every_builtin_and_builds_it_under_its_name() {
             "grpo_passk_agent",
             "gigpo",
             "gigpo_drmas",
+            "reinforce_pp",
             "ppo",
         ]
     );
@@ -609,6 +611,7 @@ fn bad_param_names_the_estimator_and_the_param() {
         ("rloo", "epsilon = 1e-6", "epsilon"),
         ("ppo", "lam = 1.5", "lam"),
         ("ppo", "whiten = \"group\"", "whiten"),
+        ("reinforce_pp", "gamma = 2.0", "gamma"),
         (
             "reinforce_pp_baseline_agent",
             "norm_by_std = true",
@@ -724,6 +727,40 @@ fn multi_step_batches() -> impl Strategy<Value = Vec<Sample>> {
 }
 
 proptest! {
+    #[test]
+    fn reinforce_pp_equals_the_dr_mas_reference(
+        samples in batches().prop_shuffle(),
+        lengths in proptest::collection::vec(2..=6usize, 200),
+        padding in proptest::collection::vec(any::<bool>(), 200),
+        gamma in prop_oneof![Just(1.0), Just(0.9), 0.5..1.0f64],
+    ) {
+        // Padding samples (never the first, so some real tokens remain) are left out by the
+        // reference.
+        let samples: Vec<Sample> = samples
+            .iter()
+            .zip(padding.iter().cycle())
+            .enumerate()
+            .map(|(i, (s, &pad))| Sample { padding: pad && i > 0, ..*s })
+            .collect();
+        let lengths = &lengths[..samples.len()];
+        let rewards = raw(&samples);
+        let estimate = estimator_with("reinforce_pp", &format!("gamma = {gamma}"))
+            .token_advantages(&TokenInput {
+                samples: &samples,
+                rewards: &rewards,
+                lengths,
+                values: None,
+            })
+            .unwrap();
+        let expected = reference::reinforce_plus_plus(&samples, &rewards, lengths, gamma);
+        for (i, row) in expected.iter().enumerate() {
+            for (t, e) in row.iter().enumerate() {
+                let g = estimate.advantages.row(i)[t];
+                prop_assert!((g - e).abs() <= 1e-9 * e.abs().max(1.0), "call {i} token {t}: {g} vs {e}");
+            }
+        }
+    }
+
     #[test]
     fn gigpo_equals_the_dr_mas_reference(
         samples in multi_step_batches().prop_shuffle(),
