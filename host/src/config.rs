@@ -499,6 +499,10 @@ pub struct LossSection {
     pub min_lr_ratio: f64,
     /// AdamW decoupled weight decay.
     pub weight_decay: f64,
+    /// AdamW's β₁ and β₂, the decay rates of its moments.
+    pub adam_betas: [f64; 2],
+    /// AdamW's ε, added to the second moment's square root.
+    pub adam_epsilon: f64,
 }
 
 impl Default for LossSection {
@@ -520,6 +524,8 @@ impl Default for LossSection {
             lr_schedule: LrDecay::Constant,
             min_lr_ratio: 0.0,
             weight_decay: 0.01,
+            adam_betas: [0.9, 0.999],
+            adam_epsilon: 1e-8,
         }
     }
 }

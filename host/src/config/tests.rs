@@ -272,6 +272,28 @@ fn dapo_and_dr_grpo_numbers_are_checked_where_they_are_written() {
 }
 
 #[test]
+fn adamws_betas_and_epsilon_are_read_and_checked() {
+    let config = parse(&format!(
+        "{VALID}\n[algorithm.loss]\nadam_betas = [0.9, 0.95]\nadam_epsilon = 1e-6\n"
+    ))
+    .expect("other betas");
+    assert_eq!(config.algorithm.loss.adam_betas, [0.9, 0.95]);
+    assert_eq!(config.algorithm.loss.adam_epsilon, 1e-6);
+    let message = error(&format!(
+        "{VALID}\n[algorithm.loss]\nadam_betas = [0.9, 1.0]\nadam_epsilon = 0.0\n"
+    ));
+    for needle in [
+        "[algorithm.loss] adam_betas = 1 must be a number in [0, 1)",
+        "[algorithm.loss] adam_epsilon = 0 must be a finite number > 0",
+    ] {
+        assert!(
+            message.contains(needle),
+            "missing `{needle}` in:\n{message}"
+        );
+    }
+}
+
+#[test]
 fn cispo_may_leave_its_weight_unbounded_below_and_a_surrogate_may_not() {
     let cispo = parse(&format!(
         "{VALID}\n[algorithm.loss]\npolicy_loss = \"cispo\"\nclip_low = 1.0\nclip_high = 4.0\n"

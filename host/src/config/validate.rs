@@ -186,6 +186,10 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
     s.float("kl_coef", loss.kl_coef, Range::NonNegative);
     s.float("grad_clip", loss.grad_clip, Range::NonNegative);
     s.float("weight_decay", loss.weight_decay, Range::NonNegative);
+    for beta in loss.adam_betas {
+        s.float("adam_betas", beta, Range::Fraction);
+    }
+    s.float("adam_epsilon", loss.adam_epsilon, Range::Positive);
     s.float("min_lr_ratio", loss.min_lr_ratio, Range::UnitInterval);
     s.size("ppo_epochs", loss.ppo_epochs as u64, 1, MAX_PPO_EPOCHS);
     // Each mini-batch holds at least one episode.

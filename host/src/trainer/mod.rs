@@ -201,6 +201,10 @@ impl Trainer {
                 learning_rate,
                 config.algorithm.loss.weight_decay,
             )?;
+            let [beta1, beta2] = config.algorithm.loss.adam_betas;
+            group
+                .optimizer
+                .set_betas_and_epsilon((beta1, beta2), config.algorithm.loss.adam_epsilon);
             group.set_adapter_learning_rates(setup::adapter_learning_rates(&config, name));
             if plan.estimator.uses_critic() {
                 group.add_critic(config.algorithm.critic_settings().weight_decay)?;

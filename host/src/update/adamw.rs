@@ -25,16 +25,18 @@ pub struct AdamW {
     masters: Vec<Option<Tensor>>,
     steps: u64,
     weight_decay: f64,
+    betas: (f64, f64),
+    epsilon: f64,
 }
 
-/// β₁, β₂ and ε of PyTorch's defaults.
-const BETA1: f64 = 0.9;
-const BETA2: f64 = 0.999;
-const EPSILON: f64 = 1e-8;
+/// β₁ and β₂ of PyTorch's defaults.
+const DEFAULT_BETAS: (f64, f64) = (0.9, 0.999);
+/// ε of PyTorch's default.
+const DEFAULT_EPSILON: f64 = 1e-8;
 
 impl AdamW {
     /// An optimizer over `params` (name, trainable tensor) with zero moments, and an f32 master
-    /// copy of each parameter that is not f32.
+    /// copy of each parameter that is not f32; β₁, β₂ and ε are PyTorch's defaults.
     pub fn new(params: Vec<(String, Tensor)>, weight_decay: f64) -> Self {
         let zeros = |params: &[(String, Tensor)]| -> Vec<Tensor> {
             params
@@ -50,7 +52,15 @@ impl AdamW {
             params,
             steps: 0,
             weight_decay,
+            betas: DEFAULT_BETAS,
+            epsilon: DEFAULT_EPSILON,
         }
+    }
+
+    /// Sets the moments' decay rates β₁, β₂ and the denominator's ε.
+    pub fn set_betas_and_epsilon(&mut self, betas: (f64, f64), epsilon: f64) {
+        self.betas = betas;
+        self.epsilon = epsilon;
     }
 
     /// Optimizer steps taken so far.
@@ -165,9 +175,9 @@ impl AdamW {
             for (scale, tensors) in &batches {
                 let settings = AdamWSettings {
                     lr: lr * scale,
-                    betas: (BETA1, BETA2),
+                    betas: self.betas,
                     weight_decay: self.weight_decay,
-                    eps: EPSILON,
+                    eps: self.epsilon,
                     step,
                 };
                 fused_adamw(tensors, settings)?;
@@ -305,6 +315,50 @@ mod tests {
             assert!((a - b).abs() < 1e-6, "{a} vs {b}");
         }
         assert_eq!(optimizer.steps(), 5);
+    }
+
+    #[test]
+    fn other_betas_and_epsilon_match_libtorch_adamw_with_them() {
+        let init = [0.5f32, -1.5, 2.0, 0.25];
+        let target = Tensor::from_slice(&[1.0f32, 0.0, -1.0, 3.0]);
+        let ours_vs = nn::VarStore::new(Device::Cpu);
+        let ours = ours_vs.root().var_copy("w", &Tensor::from_slice(&init));
+        let mut optimizer = AdamW::new(vec![("w".into(), ours.shallow_clone())], 0.01);
+        optimizer.set_betas_and_epsilon((0.5, 0.95), 1e-3);
+        let theirs_vs = nn::VarStore::new(Device::Cpu);
+        let theirs = theirs_vs.root().var_copy("w", &Tensor::from_slice(&init));
+        let mut reference = nn::AdamW {
+            beta1: 0.5,
+            beta2: 0.95,
+            wd: 0.01,
+            eps: 1e-3,
+            amsgrad: false,
+        }
+        .build(&theirs_vs, 0.1)
+        .expect("libtorch AdamW");
+        let defaults_vs = nn::VarStore::new(Device::Cpu);
+        let defaults = defaults_vs.root().var_copy("w", &Tensor::from_slice(&init));
+        let mut with_defaults = AdamW::new(vec![("w".into(), defaults.shallow_clone())], 0.01);
+        for _ in 0..4 {
+            optimizer.zero_grad().expect("cleared");
+            (&ours - &target).square().sum(Kind::Float).backward();
+            optimizer.step(0.1).expect("step");
+            reference.zero_grad();
+            (&theirs - &target).square().sum(Kind::Float).backward();
+            reference.step();
+            with_defaults.zero_grad().expect("cleared");
+            (&defaults - &target).square().sum(Kind::Float).backward();
+            with_defaults.step(0.1).expect("step");
+        }
+        for (a, b) in values(&ours).iter().zip(values(&theirs)) {
+            assert!((a - b).abs() < 1e-6, "{a} vs {b}");
+        }
+        let apart = values(&ours)
+            .iter()
+            .zip(values(&defaults))
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        assert!(apart > 1e-3, "the defaults step elsewhere: {apart}");
     }
 
     #[test]
