@@ -185,6 +185,7 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
             .into());
         }
     }
+    check_kl_references(config, file)?;
     let mut models = Vec::new();
     for (name, group) in &config.worker_groups {
         if let Some(lora) = &group.lora {
@@ -283,6 +284,44 @@ pub fn resolve_model(model: &str, file: &RunFile) -> anyhow::Result<PathBuf> {
         );
     }
     Ok(path)
+}
+
+/// Refuses a KL term to a reference that does not exist: an agent whose `kl_coef` (its own or
+/// `[algorithm.loss]`'s) is above 0 on a worker group with neither a `reference_model` nor LoRA
+/// adapters (whose base is the reference) would otherwise train without it, silently.
+fn check_kl_references(config: &RunConfig, file: &RunFile) -> anyhow::Result<()> {
+    for (index, agent) in config.agents.iter().enumerate() {
+        let coef = agent.kl_coef.unwrap_or(config.algorithm.loss.kl_coef);
+        let group_name = agent.worker_group.get_ref();
+        let Some(group) = config.worker_groups.get(group_name) else {
+            continue;
+        };
+        if coef == 0.0 || group.reference_model.is_some() || group.lora.is_some() {
+            continue;
+        }
+        let path: Vec<Step<'_>> = if agent.kl_coef.is_some() {
+            vec![
+                Step::Key("agents"),
+                Step::Index(index),
+                Step::Key("kl_coef"),
+            ]
+        } else {
+            vec!["algorithm".into(), "loss".into(), "kl_coef".into()]
+        };
+        return Err(file
+            .invalid_at(
+                &path,
+                format!(
+                    "kl_coef = {coef} for agent `{role}` needs a reference model, and worker group \
+                     `{group_name}` has none: set [worker_groups.{group_name}] reference_model \
+                     (usually the group's own starting model), train LoRA adapters there (their \
+                     base is the reference), or set kl_coef = 0",
+                    role = agent.role.get_ref()
+                ),
+            )
+            .into());
+    }
+    Ok(())
 }
 
 /// Refuses a CUDA device this process cannot use (libtorch would panic creating the model),

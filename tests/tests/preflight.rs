@@ -194,6 +194,39 @@ fn dr_grpo_is_refused_without_its_loss_aggregation() {
 }
 
 #[test]
+fn a_kl_term_without_a_reference_is_refused_at_its_line() {
+    let text = demo_text().replace("[algorithm.loss]\n", "[algorithm.loss]\nkl_coef = 0.05\n");
+    let error = prepare(&text).expect_err("no reference for the KL term");
+    let line = demo_line(&text, "kl_coef = 0.05");
+    assert!(
+        error.contains(&format!(
+            "run.toml:{line}:11: kl_coef = 0.05 for agent `solver` needs a reference model, and \
+             worker group `shared` has none"
+        )),
+        "{error}"
+    );
+    // An agent's own coefficient is named at its own line.
+    let text = demo_text().replace(
+        "max_new_tokens = 8\n",
+        "max_new_tokens = 8\nkl_coef = 0.1\n",
+    );
+    let error = prepare(&text).expect_err("no reference for the verifier's KL term");
+    let line = demo_line(&text, "kl_coef = 0.1");
+    assert!(
+        error.contains(&format!(
+            "run.toml:{line}:11: kl_coef = 0.1 for agent `verifier`"
+        )),
+        "{error}"
+    );
+    // With a reference model the term is accepted.
+    let text = text.replace(
+        "[worker_groups.shared]\n",
+        "[worker_groups.shared]\nreference_model = \"builtin:smollm2-135m\"\n",
+    );
+    prepare(&text).expect("a KL term to the reference model");
+}
+
+#[test]
 fn a_missing_model_file_is_named() {
     let error = prepare(&demo_text().replace("builtin:smollm2-135m", "models/missing.gguf"))
         .expect_err("no model");
