@@ -218,6 +218,17 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
             .with_context(|| format!("worker group `{name}` in {}", file.origin))?;
         check_context(config, file, name, &path, &model_config)?;
         if let Some(reference) = &group.reference_model {
+            if !config.agents.iter().any(|agent| {
+                agent.worker_group.get_ref() == name
+                    && agent.kl_coef.unwrap_or(config.algorithm.loss.kl_coef) > 0.0
+            }) {
+                warnings.push(format!(
+                    "{}: worker group `{name}` loads reference_model `{reference}`, but no agent \
+                     on it has kl_coef > 0, so nothing reads it: it only takes memory; set \
+                     [algorithm.loss] kl_coef or remove reference_model",
+                    file.origin
+                ));
+            }
             let reference = resolve_model(reference, file)?;
             describe_model(&reference).with_context(|| {
                 format!(

@@ -218,12 +218,24 @@ fn a_kl_term_without_a_reference_is_refused_at_its_line() {
         )),
         "{error}"
     );
-    // With a reference model the term is accepted.
-    let text = text.replace(
-        "[worker_groups.shared]\n",
-        "[worker_groups.shared]\nreference_model = \"builtin:smollm2-135m\"\n",
+    // With a reference model the term is accepted; a reference model nothing reads is a
+    // warning.
+    let with_reference = |text: &str| {
+        text.replace(
+            "[worker_groups.shared]\n",
+            "[worker_groups.shared]\nreference_model = \"builtin:smollm2-135m\"\n",
+        )
+    };
+    let summary = prepare(&with_reference(&text)).expect("a KL term to the reference model");
+    assert!(!summary.contains("warning"), "{summary}");
+    let summary = prepare(&with_reference(&demo_text())).expect("an unread reference");
+    assert!(
+        summary.contains(
+            "warning: run.toml: worker group `shared` loads reference_model \
+             `builtin:smollm2-135m`, but no agent on it has kl_coef > 0"
+        ),
+        "{summary}"
     );
-    prepare(&text).expect("a KL term to the reference model");
 }
 
 #[test]
