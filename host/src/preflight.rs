@@ -186,6 +186,16 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
         }
     }
     check_kl_references(config, file)?;
+    let loss = &config.algorithm.loss;
+    let steps = u64::from(config.run.iterations) * (loss.mini_batches * loss.ppo_epochs) as u64;
+    if u64::from(loss.warmup_steps) > steps {
+        warnings.push(format!(
+            "{}: [algorithm.loss] warmup_steps = {} is longer than the run's {steps} optimizer \
+             steps ([run] iterations × mini_batches × ppo_epochs): the learning rate never \
+             reaches the groups' learning_rate",
+            file.origin, loss.warmup_steps
+        ));
+    }
     let mut models = Vec::new();
     for (name, group) in &config.worker_groups {
         if let Some(lora) = &group.lora {

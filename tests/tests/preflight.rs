@@ -239,6 +239,19 @@ fn a_kl_term_without_a_reference_is_refused_at_its_line() {
 }
 
 #[test]
+fn a_warmup_longer_than_the_run_is_a_warning() {
+    let warned = |text: &str| {
+        prepare(text)
+            .expect("a warning, not an error")
+            .contains("warmup_steps = 24 is longer than the run's")
+    };
+    let text = demo_text().replace("warmup_steps = 2", "warmup_steps = 24");
+    assert!(warned(&text), "12 iterations of one step each");
+    let text = text.replace("[algorithm.loss]\n", "[algorithm.loss]\nmini_batches = 2\n");
+    assert!(!warned(&text), "24 steps: the last one at the peak");
+}
+
+#[test]
 fn a_missing_model_file_is_named() {
     let error = prepare(&demo_text().replace("builtin:smollm2-135m", "models/missing.gguf"))
         .expect_err("no model");
