@@ -713,6 +713,13 @@ mod defaults {
 }
 
 impl RunConfig {
+    /// The optimizer steps each worker group takes in the whole run: `mini_batches ×
+    /// ppo_epochs` per iteration.
+    pub fn optimizer_steps(&self) -> u64 {
+        let loss = &self.algorithm.loss;
+        u64::from(self.run.iterations) * (loss.mini_batches * loss.ppo_epochs) as u64
+    }
+
     /// Reads and checks a run file. Relative paths inside stay relative to the file's folder;
     /// use [`RunFile::resolve`] to make one absolute.
     pub fn load(path: &Path) -> Result<(Self, RunFile), ConfigError> {

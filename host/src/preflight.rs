@@ -187,7 +187,7 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
     }
     check_kl_references(config, file)?;
     let loss = &config.algorithm.loss;
-    let steps = u64::from(config.run.iterations) * (loss.mini_batches * loss.ppo_epochs) as u64;
+    let steps = config.optimizer_steps();
     if u64::from(loss.warmup_steps) > steps {
         warnings.push(format!(
             "{}: [algorithm.loss] warmup_steps = {} is longer than the run's {steps} optimizer \

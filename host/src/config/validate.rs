@@ -169,6 +169,11 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
             s.float("dropout", lora.dropout, Range::Fraction);
         }
     }
+    // Episodes one iteration rolls out.
+    let per_iteration = config
+        .rollout
+        .prompts_per_batch
+        .saturating_mul(config.rollout.group_size);
     let algorithm = &config.algorithm;
     problems
         .section("[algorithm]".into(), &["algorithm"])
@@ -193,11 +198,7 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
     s.float("min_lr_ratio", loss.min_lr_ratio, Range::UnitInterval);
     s.size("ppo_epochs", loss.ppo_epochs as u64, 1, MAX_PPO_EPOCHS);
     // Each mini-batch holds at least one episode.
-    let episodes = config
-        .rollout
-        .prompts_per_batch
-        .saturating_mul(config.rollout.group_size)
-        .clamp(1, MAX_EPISODES_PER_ITERATION);
+    let episodes = per_iteration.clamp(1, MAX_EPISODES_PER_ITERATION);
     if !(1..=episodes).contains(&loss.mini_batches) {
         s.report(
             "mini_batches",
@@ -280,7 +281,6 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
         episodes,
     );
     s.size("group_size", rollout.group_size as u64, 1, episodes);
-    let per_iteration = rollout.prompts_per_batch.saturating_mul(rollout.group_size);
     if per_iteration > MAX_EPISODES_PER_ITERATION {
         s.report(
             "group_size",

@@ -820,7 +820,6 @@ impl Trainer {
         let calls: Vec<_> = own.iter().map(|&i| &rollout.calls[i]).collect();
         let group_advantages = advantages.select(&own);
         let loss = &self.config.algorithm.loss;
-        let steps_per_iteration = (loss.mini_batches * loss.ppo_epochs) as u64;
         let settings = UpdateSettings {
             mini_batches: loss.mini_batches,
             epochs: loss.ppo_epochs,
@@ -829,7 +828,7 @@ impl Trainer {
                 peak: group.learning_rate,
                 warmup_steps: loss.warmup_steps,
                 decay: loss.lr_schedule,
-                total_steps: u64::from(self.config.run.iterations) * steps_per_iteration,
+                total_steps: self.config.optimizer_steps(),
                 min_lr_ratio: loss.min_lr_ratio,
             },
         };

@@ -4,6 +4,7 @@
 use tch::{Kind, Tensor};
 
 use crate::config::LossAggregation;
+use crate::rollout::AgentCall;
 
 /// The sizes of the mini-batch (every call one optimizer step trains on) that a micro-batch
 /// belongs to.
@@ -20,6 +21,17 @@ pub struct BatchTotals {
 }
 
 impl BatchTotals {
+    /// The totals of the calls `indices` of `calls`, a mini-batch.
+    pub fn of_calls(calls: &[&AgentCall], indices: &[usize]) -> Self {
+        Self {
+            sequences: indices.len() as f64,
+            tokens: indices
+                .iter()
+                .map(|&i| calls[i].response.len())
+                .sum::<usize>() as f64,
+        }
+    }
+
     /// The totals of a batch trained at once, from its response mask `[B, T]`.
     pub fn of_mask(mask: &Tensor) -> Self {
         Self {

@@ -148,13 +148,7 @@ impl Critic {
         settings: &CriticSection,
     ) -> Result<CriticReport, ModelError> {
         let mut report = CriticReport::default();
-        let totals = BatchTotals {
-            sequences: indices.len() as f64,
-            tokens: indices
-                .iter()
-                .map(|&i| calls[i].response.len())
-                .sum::<usize>() as f64,
-        };
+        let totals = BatchTotals::of_calls(calls, indices);
         self.optimizer.zero_grad()?;
         let ledger =
             GradientLedger::new(self.optimizer.params().map(Tensor::shallow_clone).collect());

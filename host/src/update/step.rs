@@ -229,13 +229,7 @@ fn prepare(
         by_agent.entry(calls[index].agent).or_default().push(index);
     }
     let mut mini_batch = MiniBatch {
-        totals: BatchTotals {
-            sequences: indices.len() as f64,
-            tokens: indices
-                .iter()
-                .map(|&i| calls[i].response.len())
-                .sum::<usize>() as f64,
-        },
+        totals: BatchTotals::of_calls(calls, indices),
         agents: BTreeMap::new(),
         response_tokens: 0,
         forward_tokens: 0,
