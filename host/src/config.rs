@@ -13,9 +13,11 @@ use std::str::FromStr;
 use serde::Deserialize;
 use toml::Spanned;
 
+pub use kl_in_reward::{KlController, KlInRewardSection};
 pub use rollout_backend::{check_trainable, GroupRolloutSection, RolloutBackend, WeightSync};
 pub use rollout_correction::{OldLogprobs, RolloutCorrectionSection};
 
+mod kl_in_reward;
 mod rollout_backend;
 mod rollout_correction;
 
@@ -353,6 +355,9 @@ pub struct AlgorithmSection {
     /// [`Self::critic_settings`]).
     #[serde(default)]
     pub critic: Option<CriticSection>,
+    /// A KL penalty against the reference in the rewards.
+    #[serde(default)]
+    pub kl_in_reward: KlInRewardSection,
 }
 
 impl AlgorithmSection {
@@ -374,6 +379,7 @@ impl Default for AlgorithmSection {
             old_logprobs: None,
             rollout_correction: RolloutCorrectionSection::default(),
             critic: None,
+            kl_in_reward: KlInRewardSection::default(),
         }
     }
 }

@@ -228,14 +228,17 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
             .with_context(|| format!("worker group `{name}` in {}", file.origin))?;
         check_context(config, file, name, &path, &model_config)?;
         if let Some(reference) = &group.reference_model {
-            if !config.agents.iter().any(|agent| {
-                agent.worker_group.get_ref() == name
-                    && agent.kl_coef.unwrap_or(config.algorithm.loss.kl_coef) > 0.0
-            }) {
+            let read = config.algorithm.kl_in_reward.enabled()
+                || config.agents.iter().any(|agent| {
+                    agent.worker_group.get_ref() == name
+                        && agent.kl_coef.unwrap_or(config.algorithm.loss.kl_coef) > 0.0
+                });
+            if !read {
                 warnings.push(format!(
                     "{}: worker group `{name}` loads reference_model `{reference}`, but no agent \
-                     on it has kl_coef > 0, so nothing reads it: it only takes memory; set \
-                     [algorithm.loss] kl_coef or remove reference_model",
+                     on it has kl_coef > 0 and [algorithm.kl_in_reward] is off, so nothing reads \
+                     it: it only takes memory; set [algorithm.loss] kl_coef or remove \
+                     reference_model",
                     file.origin
                 ));
             }
@@ -308,9 +311,33 @@ pub fn resolve_model(model: &str, file: &RunFile) -> anyhow::Result<PathBuf> {
 }
 
 /// Refuses a KL term to a reference that does not exist: an agent whose `kl_coef` (its own or
-/// `[algorithm.loss]`'s) is above 0 on a worker group with neither a `reference_model` nor LoRA
-/// adapters (whose base is the reference) would otherwise train without it, silently.
+/// `[algorithm.loss]`'s) is above 0, or the KL in the reward, on a worker group with neither a
+/// `reference_model` nor LoRA adapters (whose base is the reference) would otherwise train
+/// without it, silently.
 fn check_kl_references(config: &RunConfig, file: &RunFile) -> anyhow::Result<()> {
+    let in_reward = &config.algorithm.kl_in_reward;
+    for (group_name, group) in &config.worker_groups {
+        let used = config
+            .agents
+            .iter()
+            .any(|agent| agent.worker_group.get_ref() == group_name);
+        if !in_reward.enabled() || !used || group.reference_model.is_some() || group.lora.is_some()
+        {
+            continue;
+        }
+        return Err(file
+            .invalid_at(
+                &["algorithm".into(), "kl_in_reward".into(), "coef".into()],
+                format!(
+                    "[algorithm.kl_in_reward] coef = {} needs a reference model for every worker \
+                     group, and `{group_name}` has none: set [worker_groups.{group_name}] \
+                     reference_model (usually the group's own starting model), train LoRA \
+                     adapters there (their base is the reference), or set coef = 0",
+                    in_reward.coef
+                ),
+            )
+            .into());
+    }
     for (index, agent) in config.agents.iter().enumerate() {
         let coef = agent.kl_coef.unwrap_or(config.algorithm.loss.kl_coef);
         let group_name = agent.worker_group.get_ref();

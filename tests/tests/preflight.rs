@@ -239,6 +239,27 @@ fn a_kl_term_without_a_reference_is_refused_at_its_line() {
 }
 
 #[test]
+fn the_kl_in_the_reward_without_a_reference_is_refused_at_its_line() {
+    let text = format!("{}\n[algorithm.kl_in_reward]\ncoef = 0.02\n", demo_text());
+    let error = prepare(&text).expect_err("no reference for the KL in the reward");
+    let line = demo_line(&text, "coef = 0.02");
+    assert!(
+        error.contains(&format!(
+            "run.toml:{line}:8: [algorithm.kl_in_reward] coef = 0.02 needs a reference model for \
+             every worker group, and `shared` has none"
+        )),
+        "{error}"
+    );
+    // With a reference model it is accepted, and the reference counts as read.
+    let text = text.replace(
+        "[worker_groups.shared]\n",
+        "[worker_groups.shared]\nreference_model = \"builtin:smollm2-135m\"\n",
+    );
+    let summary = prepare(&text).expect("the KL in the reward against the reference model");
+    assert!(!summary.contains("warning"), "{summary}");
+}
+
+#[test]
 fn a_warmup_longer_than_the_run_is_a_warning() {
     let warned = |text: &str| {
         prepare(text)

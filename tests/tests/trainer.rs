@@ -81,6 +81,27 @@ fn trainer(dir: &Path, text: &str) -> anyhow::Result<Trainer> {
     Trainer::new(config, &file, plan)
 }
 
+/// Trains the run file `text` in `dir` from the start to the end; returns its last checkpoint.
+fn train_to_the_end(dir: &Path, text: &str) -> std::path::PathBuf {
+    trainer(dir, text)
+        .expect("trainer")
+        .train()
+        .expect("the run")
+        .checkpoint
+        .expect("checkpoint")
+}
+
+/// Resumes the run in `dir` from its checkpoint of iteration `after` with the run file `text`,
+/// trains it to the end and returns its last checkpoint.
+fn resume_to_the_end(dir: &Path, text: &str, after: u32) -> std::path::PathBuf {
+    let mut rest = trainer(dir, text).expect("trainer");
+    assert_eq!(rest.resume().expect("resume"), Some(after));
+    rest.train()
+        .expect("the rest of the run")
+        .checkpoint
+        .expect("checkpoint")
+}
+
 fn metrics(dir: &Path) -> Vec<Value> {
     std::fs::read_to_string(dir.join("run/metrics.jsonl"))
         .expect("metrics.jsonl")
@@ -380,12 +401,7 @@ fn a_bf16_run_checkpoints_bf16_weights_with_f32_masters_and_resumes_exactly() {
 fn resumes_exactly(label: &str, groups: &str) -> std::path::PathBuf {
     let straight = common::scratch(&format!("trainer-{label}-straight-{}", std::process::id()));
     let text = run_file("shared", "shared", groups, 2);
-    let end = trainer(&straight, &text)
-        .expect("trainer")
-        .train()
-        .expect("two iterations")
-        .checkpoint
-        .expect("checkpoint");
+    let end = train_to_the_end(&straight, &text);
 
     let resumed = common::scratch(&format!("trainer-{label}-resumed-{}", std::process::id()));
     let first_half = run_file("shared", "shared", groups, 1);
@@ -461,12 +477,7 @@ fn activation_checkpointing_trains_as_the_plain_update_does() {
     let run = |label: &str, groups: &str| {
         let dir = common::scratch(&format!("trainer-{label}-{}", std::process::id()));
         let text = run_file("shared", "shared", groups, 1);
-        let checkpoint = trainer(&dir, &text)
-            .expect("trainer")
-            .train()
-            .expect("one iteration")
-            .checkpoint
-            .expect("checkpoint");
+        let checkpoint = train_to_the_end(&dir, &text);
         (metrics(&dir), checkpoint)
     };
     let (plain, plain_end) = run("plain-update", &group("shared", "llama"));
@@ -514,12 +525,7 @@ fn ppo_trains_a_critic_per_group_waits_through_its_warmup_and_resumes_exactly() 
             )
     };
     let straight = common::scratch(&format!("trainer-ppo-{}", std::process::id()));
-    let end = trainer(&straight, &ppo(3))
-        .expect("trainer")
-        .train()
-        .expect("three iterations")
-        .checkpoint
-        .expect("checkpoint");
+    let end = train_to_the_end(&straight, &ppo(3));
     let lines = metrics(&straight);
     // Line 0 is the evaluation before training; iteration 1 trains only the critics.
     let (warmup, trained) = (&lines[1], &lines[2]);
@@ -566,13 +572,7 @@ fn ppo_trains_a_critic_per_group_waits_through_its_warmup_and_resumes_exactly() 
             "{name}: the policy moved during the critic's warm-up"
         );
     }
-    let mut rest = trainer(&resumed, &ppo(3)).expect("trainer");
-    assert_eq!(rest.resume().expect("resume"), Some(1));
-    let resumed_end = rest
-        .train()
-        .expect("the rest")
-        .checkpoint
-        .expect("checkpoint");
+    let resumed_end = resume_to_the_end(&resumed, &ppo(3), 1);
     for group in ["llama", "qwen"] {
         assert!(
             weights(&end, group) == weights(&resumed_end, group),
@@ -588,6 +588,80 @@ fn ppo_trains_a_critic_per_group_waits_through_its_warmup_and_resumes_exactly() 
     for key in [
         "critic/vf_loss/llama",
         "critic/values_mean",
+        "advantage/mean/second",
+    ] {
+        assert_eq!(lines[3][key], again[3][key], "{key}");
+    }
+}
+
+#[test]
+fn the_kl_in_the_reward_starts_at_zero_steers_its_coefficient_and_resumes_exactly() {
+    let groups = format!(
+        "{}reference_model = \"{}\"\n",
+        group("shared", "llama"),
+        tiny_model("llama")
+    );
+    let run = |iterations| {
+        run_file("shared", "shared", &groups, iterations).replace(
+            "[rollout]",
+            "[algorithm.kl_in_reward]\ncoef = 0.5\nkl_type = \"low_var_kl\"\n\
+             controller = \"adaptive\"\ntarget = 0.001\nhorizon = 16\n\n[rollout]",
+        )
+    };
+    let straight = common::scratch(&format!("trainer-kl-reward-{}", std::process::id()));
+    let end = train_to_the_end(&straight, &run(3));
+    let lines = metrics(&straight);
+    let value = |line: &Value, key: &str| {
+        line[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key} in {line}"))
+    };
+    // Line 0 is the evaluation before training. In iteration 1 the policy is the reference:
+    // the sampler's log-probabilities against the reference's forward differ by rounding only.
+    let first = &lines[1];
+    assert!(value(first, "kl_in_reward/kl").abs() < 1e-6, "{first}");
+    assert!(
+        value(first, "kl_in_reward/kl/second").abs() < 1e-6,
+        "{first}"
+    );
+    assert_eq!(value(first, "kl_in_reward/coef"), 0.5);
+    // KL ≈ 0 against a target of 0.001: the error −1 is clipped to −0.2, and each call of the
+    // batch moves β by 0.2 / horizon.
+    let calls = value(first, "calls/first") + value(first, "calls/second");
+    let expected = 0.5 * (1.0 - 0.2 * calls / 16.0);
+    let second = &lines[2];
+    assert!(
+        (value(second, "kl_in_reward/coef") - expected).abs() < 1e-12,
+        "{second}"
+    );
+    // Once the policy has moved, its tokens have a KL (k3 is positive); above the target, β
+    // grows again.
+    let third = &lines[3];
+    assert!(value(second, "kl_in_reward/kl") > 1e-6, "{second}");
+    assert!(value(second, "kl_in_reward/kl") > 0.001);
+    assert!(value(third, "kl_in_reward/coef") > value(second, "kl_in_reward/coef"));
+
+    let resumed = common::scratch(&format!("trainer-kl-reward-resumed-{}", std::process::id()));
+    trainer(&resumed, &run(2))
+        .expect("trainer")
+        .train()
+        .expect("two iterations");
+    let state: Value = serde_json::from_slice(
+        &std::fs::read(resumed.join("run/checkpoints/iteration_00002/trainer_state.json"))
+            .expect("trainer state"),
+    )
+    .expect("JSON");
+    assert_eq!(
+        state["kl_in_reward_coef"].as_f64(),
+        Some(value(third, "kl_in_reward/coef")),
+        "the checkpoint holds the next iteration's β"
+    );
+    let resumed_end = resume_to_the_end(&resumed, &run(3), 2);
+    assert!(weights(&end, "shared") == weights(&resumed_end, "shared"));
+    let again = metrics(&resumed);
+    for key in [
+        "kl_in_reward/coef",
+        "kl_in_reward/kl",
         "advantage/mean/second",
     ] {
         assert_eq!(lines[3][key], again[3][key], "{key}");
@@ -759,12 +833,7 @@ fn lora_agents_train_their_own_adapters_and_resume_exactly() {
         )
     };
     let straight = common::scratch(&format!("trainer-lora-straight-{}", std::process::id()));
-    let end = trainer(&straight, &text(2))
-        .expect("trainer")
-        .train()
-        .expect("two iterations")
-        .checkpoint
-        .expect("checkpoint");
+    let end = train_to_the_end(&straight, &text(2));
     assert!(
         !end.join("shared/model.safetensors").exists(),
         "the frozen base is not saved again"
@@ -827,12 +896,7 @@ fn lora_agents_train_their_own_adapters_and_resume_exactly() {
 fn a_shared_lora_adapter_trains_on_every_agents_calls() {
     let dir = common::scratch(&format!("trainer-lora-shared-{}", std::process::id()));
     let text = run_file("shared", "shared", &lora_group("shared", false), 1);
-    let end = trainer(&dir, &text)
-        .expect("trainer")
-        .train()
-        .expect("one iteration")
-        .checkpoint
-        .expect("checkpoint");
+    let end = train_to_the_end(&dir, &text);
     let shared = adapter(&end, "shared");
     assert!(shared
         .iter()

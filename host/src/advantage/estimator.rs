@@ -1,12 +1,14 @@
 //! The interface every advantage estimator implements.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use super::{PerToken, Sample};
 use crate::config::LossAggregation;
 
 /// What [`Estimator::token_advantages`] reads: the batch, its rewards, each call's response
-/// length and, for an estimator with a critic, the critic's values.
+/// length, for an estimator with a critic the critic's values, and the KL penalty of each
+/// response token when the run puts the KL in the reward.
 #[derive(Debug, Clone, Copy)]
 pub struct TokenInput<'a> {
     /// One sample per agent call.
@@ -18,6 +20,40 @@ pub struct TokenInput<'a> {
     /// The critic's value of each response token's state, when the estimator has a critic
     /// ([`Estimator::uses_critic`]).
     pub values: Option<&'a PerToken>,
+    /// β·KL(policy ‖ reference) of each response token (`[algorithm.kl_in_reward]`),
+    /// subtracted from that token's reward; `None`: no KL in the reward.
+    pub kl_penalties: Option<&'a PerToken>,
+}
+
+impl TokenInput<'_> {
+    /// Each call's reward as one number: its reward less the KL penalties of its tokens (a
+    /// response's token rewards summed, as verl scores a response for outcome estimators).
+    pub fn call_rewards(&self) -> Cow<'_, [f64]> {
+        match self.kl_penalties {
+            None => Cow::Borrowed(self.rewards),
+            Some(penalties) => Cow::Owned(
+                self.rewards
+                    .iter()
+                    .zip(penalties.rows())
+                    .map(|(reward, row)| reward - row.iter().sum::<f64>())
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Call `i`'s reward per response token: its reward on the last token, less each token's
+    /// KL penalty.
+    pub fn token_rewards(&self, i: usize) -> Vec<f64> {
+        let length = self.lengths[i];
+        let mut rewards = match self.kl_penalties {
+            Some(penalties) => penalties.row(i).iter().map(|p| -p).collect(),
+            None => vec![0.0; length],
+        };
+        if let Some(last) = rewards.last_mut() {
+            *last += self.rewards[i];
+        }
+        rewards
+    }
 }
 
 /// Token-level advantages, and the returns a critic learns from when the estimator has one.
@@ -50,13 +86,15 @@ pub trait Estimator: Send + Sync + fmt::Debug {
     fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> anyhow::Result<Vec<f64>>;
 
     /// Advantages `[calls, tokens]`: what the update trains on. An outcome estimator's
-    /// per-call advantage ([`Self::advantages`]) is repeated over the call's tokens (the
-    /// default); an estimator with a critic (`ppo`) computes one per token from its values.
+    /// per-call advantage ([`Self::advantages`], of [`TokenInput::call_rewards`]) is repeated
+    /// over the call's tokens (the default); a token-level estimator (`ppo`, `reinforce_pp`)
+    /// computes one per token from [`TokenInput::token_rewards`].
     ///
     /// # Panics
     /// If the slices of `input` differ in length.
     fn token_advantages(&self, input: &TokenInput<'_>) -> anyhow::Result<TokenEstimate> {
-        let per_call = self.advantages(input.samples, input.rewards)?;
+        assert_token_input_aligned(input);
+        let per_call = self.advantages(input.samples, &input.call_rewards())?;
         Ok(TokenEstimate {
             advantages: PerToken::broadcast(&per_call, input.lengths),
             returns: None,
@@ -91,6 +129,13 @@ pub(super) fn assert_token_input_aligned(input: &TokenInput<'_>) {
         input.lengths.len(),
         "one length per call"
     );
+    if let Some(penalties) = input.kl_penalties {
+        assert_eq!(
+            penalties.lengths(),
+            input.lengths,
+            "one KL penalty per response token"
+        );
+    }
 }
 
 /// Panics unless there is exactly one reward per sample: a mismatch is a caller bug that would

@@ -44,8 +44,9 @@ impl GaeParams {
     }
 }
 
-/// PPO's advantages from a critic: each call is one sequence whose only reward is its own
-/// (penalised) reward on its last token; with the critic's values `V_t` of each token's state,
+/// PPO's advantages from a critic: each call is one sequence whose reward is its own
+/// (penalised) reward on its last token, less each token's KL penalty when the KL is in the
+/// reward ([`TokenInput::token_rewards`]); with the critic's values `V_t` of each token's state,
 ///
 /// δ_t = r_t + γ·V_{t+1} − V_t (V after the last token is 0),
 /// A_t = δ_t + γλ·A_{t+1}, returns R_t = A_t + V_t,
@@ -84,7 +85,7 @@ impl Estimator for Gae {
         for (i, sample) in input.samples.iter().enumerate() {
             let (own_advantages, own_returns) = gae(
                 values.row(i),
-                input.rewards[i],
+                &input.token_rewards(i),
                 self.params.gamma,
                 self.params.lam,
             );
@@ -108,14 +109,13 @@ impl Estimator for Gae {
     }
 }
 
-/// One sequence's GAE advantages and returns, its `reward` on the last token.
-fn gae(values: &[f64], reward: f64, gamma: f64, lam: f64) -> (Vec<f64>, Vec<f64>) {
+/// One sequence's GAE advantages and returns from its tokens' `rewards` and `values`.
+fn gae(values: &[f64], rewards: &[f64], gamma: f64, lam: f64) -> (Vec<f64>, Vec<f64>) {
     let mut advantages = vec![0.0; values.len()];
     let mut next_value = 0.0;
     let mut next_advantage = 0.0;
     for t in (0..values.len()).rev() {
-        let token_reward = if t + 1 == values.len() { reward } else { 0.0 };
-        let delta = token_reward + gamma * next_value - values[t];
+        let delta = rewards[t] + gamma * next_value - values[t];
         next_advantage = delta + gamma * lam * next_advantage;
         advantages[t] = next_advantage;
         next_value = values[t];
@@ -150,7 +150,7 @@ mod tests {
         // δ2 = 1 − 0.4 = 0.6;               A2 = 0.6
         // δ1 = 0.9·0.4 − 0.2 = 0.16;        A1 = 0.16 + 0.72·0.6 = 0.592
         // δ0 = 0.9·0.2 − 0.5 = −0.32;       A0 = −0.32 + 0.72·0.592 = 0.10624
-        let (advantages, returns) = gae(&[0.5, 0.2, 0.4], 1.0, 0.9, 0.8);
+        let (advantages, returns) = gae(&[0.5, 0.2, 0.4], &[0.0, 0.0, 1.0], 0.9, 0.8);
         let expected = [0.10624, 0.592, 0.6];
         for (got, want) in advantages.iter().zip(expected) {
             assert!((got - want).abs() < 1e-12, "{advantages:?}");
@@ -162,11 +162,38 @@ mod tests {
 
     #[test]
     fn with_gamma_and_lambda_one_the_advantage_is_the_reward_minus_the_value() {
-        let (advantages, returns) = gae(&[0.1, -0.3, 0.7, 0.2], 2.0, 1.0, 1.0);
+        let (advantages, returns) = gae(&[0.1, -0.3, 0.7, 0.2], &[0.0, 0.0, 0.0, 2.0], 1.0, 1.0);
         for (a, v) in advantages.iter().zip([0.1, -0.3, 0.7, 0.2]) {
             assert!((a - (2.0 - v)).abs() < 1e-12);
         }
         assert!(returns.iter().all(|r| (r - 2.0).abs() < 1e-12));
+    }
+
+    #[test]
+    fn a_kl_penalty_in_the_reward_is_each_tokens_own_reward() {
+        // V = 0, γ = λ = 1: each token's advantage is the sum of the rewards from it on,
+        // [−0.1, −0.2, 1 − 0.3] → [0.4, 0.5, 0.7].
+        let samples = [sample(0)];
+        let values = PerToken::from_rows([vec![0.0; 3]]);
+        let penalties = PerToken::from_rows([vec![0.1, 0.2, 0.3]]);
+        let estimate = Gae {
+            params: GaeParams {
+                whiten: Whiten::None,
+                ..GaeParams::default()
+            },
+        }
+        .token_advantages(&TokenInput {
+            samples: &samples,
+            rewards: &[1.0],
+            lengths: &[3],
+            values: Some(&values),
+            kl_penalties: Some(&penalties),
+        })
+        .expect("gae");
+        for (got, want) in estimate.advantages.values().iter().zip([0.4, 0.5, 0.7]) {
+            assert!((got - want).abs() < 1e-12, "{:?}", estimate.advantages);
+        }
+        assert_eq!(estimate.returns.expect("returns"), estimate.advantages);
     }
 
     #[test]
@@ -187,6 +214,7 @@ mod tests {
                 rewards: &rewards,
                 lengths: &[2, 1, 2],
                 values: Some(&values),
+                kl_penalties: None,
             })
             .expect("gae")
         };
@@ -229,6 +257,7 @@ mod tests {
             rewards: &[0.0, 2.0, 100.0],
             lengths: &[1, 1, 2],
             values: Some(&values),
+            kl_penalties: None,
         })
         .expect("gae");
         let scale = 1.0 / (2.0f64 + 1e-8).sqrt();
@@ -248,6 +277,7 @@ mod tests {
             rewards: &[1.0],
             lengths: &[2],
             values,
+            kl_penalties: None,
         };
         let none = gae.token_advantages(&input(None)).expect_err("no values");
         assert!(none.to_string().contains("critic"), "{none}");

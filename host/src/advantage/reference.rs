@@ -205,17 +205,17 @@ pub(super) fn reinforce_pp_baseline(
     advantages
 }
 
-/// `compute_reinforce_plus_plus_outcome_advantage` on the calls that are not padding (each row
-/// right-padded to the longest, its reward on its last token): the returns walked backwards
-/// with the running return reset past each row's end, then `masked_whiten` (mean and unbiased
-/// variance over the real tokens, + 1e-8) and the mask. Rows in the order of `samples`, padding
-/// samples' all 0.
+/// `compute_reinforce_plus_plus_outcome_advantage` on the calls that are not padding, from each
+/// call's `token_rewards` (its `token_level_rewards` row; right-padded to the longest with 0):
+/// the returns walked backwards with the running return reset past each row's end, then
+/// `masked_whiten` (mean and unbiased variance over the real tokens, + 1e-8) and the mask. Rows
+/// in the order of `samples`, padding samples' all 0.
 pub(super) fn reinforce_plus_plus(
     samples: &[Sample],
-    rewards: &[f64],
-    lengths: &[usize],
+    token_rewards: &[Vec<f64>],
     gamma: f64,
 ) -> Vec<Vec<f64>> {
+    let lengths: Vec<usize> = token_rewards.iter().map(Vec::len).collect();
     let live = live(samples);
     let width = live.iter().map(|&i| lengths[i]).max().unwrap_or(0);
     let mask = |row: usize, t: usize| if t < lengths[live[row]] { 1.0 } else { 0.0 };
@@ -223,7 +223,7 @@ pub(super) fn reinforce_plus_plus(
     for (row, &i) in live.iter().enumerate() {
         let mut running = 0.0;
         for t in (0..width).rev() {
-            let token_reward = if t + 1 == lengths[i] { rewards[i] } else { 0.0 };
+            let token_reward = token_rewards[i].get(t).copied().unwrap_or(0.0);
             running = token_reward + gamma * running;
             returns[row][t] = running;
             running *= mask(row, t);

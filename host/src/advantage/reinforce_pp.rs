@@ -38,8 +38,9 @@ impl ReinforcePpParams {
     }
 }
 
-/// Each call is one sequence whose only reward is its own (penalised) reward on its last token:
-/// token `t` of `T` returns γ^(T−1−t)·r, and the returns, whitened over the tokens [`Whiten`]
+/// Each call is one sequence whose reward is its own (penalised) reward on its last token, less
+/// each token's KL penalty when the KL is in the reward ([`TokenInput::token_rewards`]): token
+/// `t` returns G_t = r_t + γ·G_{t+1} (γ^(T−1−t)·r without KL), and the returns, whitened over the tokens [`Whiten`]
 /// says (padding samples get 0 and stay out of the statistics), are the advantages. No baseline
 /// but the whitening's mean; no critic.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -59,18 +60,13 @@ impl Estimator for ReinforcePp {
 
     fn token_advantages(&self, input: &TokenInput<'_>) -> anyhow::Result<TokenEstimate> {
         assert_token_input_aligned(input);
-        let rows = input
-            .samples
-            .iter()
-            .zip(input.rewards)
-            .zip(input.lengths)
-            .map(|((sample, &reward), &length)| {
-                if sample.padding {
-                    vec![0.0; length]
-                } else {
-                    discounted_returns(reward, length, self.params.gamma)
-                }
-            });
+        let rows = input.samples.iter().enumerate().map(|(i, sample)| {
+            if sample.padding {
+                vec![0.0; input.lengths[i]]
+            } else {
+                discounted_returns(&input.token_rewards(i), self.params.gamma)
+            }
+        });
         let mut advantages = PerToken::from_rows(rows);
         whiten(&mut advantages, input.samples, self.params.whiten);
         Ok(TokenEstimate {
@@ -80,14 +76,18 @@ impl Estimator for ReinforcePp {
     }
 }
 
-/// The return of each of `length` tokens when `reward` comes on the last: γ^(length−1−t)·r.
-fn discounted_returns(reward: f64, length: usize, gamma: f64) -> Vec<f64> {
-    let mut returns = vec![0.0; length];
-    let mut running = reward;
-    for value in returns.iter_mut().rev() {
-        *value = running;
-        running *= gamma;
-    }
+/// Each token's discounted return G_t = r_t + γ·G_{t+1} from its tokens' `rewards`.
+fn discounted_returns(rewards: &[f64], gamma: f64) -> Vec<f64> {
+    let mut running = 0.0;
+    let mut returns: Vec<f64> = rewards
+        .iter()
+        .rev()
+        .map(|reward| {
+            running = reward + gamma * running;
+            running
+        })
+        .collect();
+    returns.reverse();
     returns
 }
 
@@ -119,6 +119,7 @@ mod tests {
                 rewards,
                 lengths: &lengths,
                 values: None,
+                kl_penalties: None,
             })
             .expect("reinforce_pp");
         assert!(estimate.returns.is_none(), "no critic, no returns");
@@ -127,9 +128,17 @@ mod tests {
 
     #[test]
     fn discounted_returns_by_hand() {
-        assert_eq!(discounted_returns(2.0, 3, 0.5), vec![0.5, 1.0, 2.0]);
-        assert_eq!(discounted_returns(-1.0, 1, 0.9), vec![-1.0]);
-        assert!(discounted_returns(1.0, 0, 0.9).is_empty());
+        assert_eq!(
+            discounted_returns(&[0.0, 0.0, 2.0], 0.5),
+            vec![0.5, 1.0, 2.0]
+        );
+        assert_eq!(discounted_returns(&[-1.0], 0.9), vec![-1.0]);
+        assert!(discounted_returns(&[], 0.9).is_empty());
+        // A KL penalty on each token: G = [−0.25 + 0.5·0.375, −0.5 + 0.5·1.75, 1.75].
+        assert_eq!(
+            discounted_returns(&[-0.25, -0.5, 1.75], 0.5),
+            vec![-0.0625, 0.375, 1.75]
+        );
     }
 
     #[test]

@@ -444,6 +444,58 @@ fn empty_batch_gives_no_advantages() {
 }
 
 #[test]
+fn outcome_estimators_score_a_call_by_its_reward_less_its_tokens_kl_penalties() {
+    let samples = batch();
+    let rewards = raw(&samples);
+    let lengths: Vec<usize> = (0..samples.len()).map(|i| 1 + i % 3).collect();
+    let penalties = PerToken::from_rows(
+        lengths
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| vec![0.01 * i as f64 - 0.02; n]),
+    );
+    let scored: Vec<f64> = rewards
+        .iter()
+        .zip(penalties.rows())
+        .map(|(r, row)| r - row.iter().sum::<f64>())
+        .collect();
+    let input = |kl_penalties| TokenInput {
+        samples: &samples,
+        rewards: &rewards,
+        lengths: &lengths,
+        values: None,
+        kl_penalties,
+    };
+    for name in outcome_names() {
+        let estimate = estimator(name)
+            .token_advantages(&input(Some(&penalties)))
+            .unwrap();
+        let expected = estimator(name).advantages(&samples, &scored).unwrap();
+        assert_eq!(
+            estimate.advantages,
+            PerToken::broadcast(&expected, &lengths),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+#[should_panic(expected = "one KL penalty per response token")]
+fn misaligned_kl_penalties_panic() {
+    let samples = batch();
+    let rewards = raw(&samples);
+    let lengths = vec![2; samples.len()];
+    let penalties = PerToken::from_rows(vec![vec![0.0]; samples.len()]);
+    let _ = estimator("drmas").token_advantages(&TokenInput {
+        samples: &samples,
+        rewards: &rewards,
+        lengths: &lengths,
+        values: None,
+        kl_penalties: Some(&penalties),
+    });
+}
+
+#[test]
 #[should_panic(expected = "one reward per sample")]
 fn misaligned_rewards_panic() {
     estimator("drmas").advantages(&batch(), &[1.0]).unwrap();
@@ -733,6 +785,8 @@ proptest! {
         lengths in proptest::collection::vec(2..=6usize, 200),
         padding in proptest::collection::vec(any::<bool>(), 200),
         gamma in prop_oneof![Just(1.0), Just(0.9), 0.5..1.0f64],
+        kl in proptest::collection::vec(-0.05..0.2f64, 1200),
+        kl_in_reward in any::<bool>(),
     ) {
         // Padding samples (never the first, so some real tokens remain) are left out by the
         // reference.
@@ -744,15 +798,33 @@ proptest! {
             .collect();
         let lengths = &lengths[..samples.len()];
         let rewards = raw(&samples);
+        // Each token's KL penalty (k1 can be negative), and the token-level rewards verl's
+        // `apply_kl_penalty` would hand the reference: the score on the last token, less each.
+        let mut draws = kl.iter().cycle();
+        let penalties = PerToken::from_rows(
+            lengths.iter().map(|&n| draws.by_ref().take(n).copied().collect::<Vec<f64>>()),
+        );
+        let token_rewards: Vec<Vec<f64>> = (0..samples.len())
+            .map(|i| {
+                let mut row: Vec<f64> = penalties
+                    .row(i)
+                    .iter()
+                    .map(|p| if kl_in_reward { -p } else { 0.0 })
+                    .collect();
+                *row.last_mut().unwrap() += rewards[i];
+                row
+            })
+            .collect();
         let estimate = estimator_with("reinforce_pp", &format!("gamma = {gamma}"))
             .token_advantages(&TokenInput {
                 samples: &samples,
                 rewards: &rewards,
                 lengths,
                 values: None,
+                kl_penalties: kl_in_reward.then_some(&penalties),
             })
             .unwrap();
-        let expected = reference::reinforce_plus_plus(&samples, &rewards, lengths, gamma);
+        let expected = reference::reinforce_plus_plus(&samples, &token_rewards, gamma);
         for (i, row) in expected.iter().enumerate() {
             for (t, e) in row.iter().enumerate() {
                 let g = estimate.advantages.row(i)[t];

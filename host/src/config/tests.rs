@@ -294,6 +294,43 @@ fn adamws_betas_and_epsilon_are_read_and_checked() {
 }
 
 #[test]
+fn the_kl_in_the_reward_is_off_by_default_and_its_keys_are_checked() {
+    let config = parse(VALID).expect("valid");
+    assert!(!config.algorithm.kl_in_reward.enabled());
+    let config = parse(&format!(
+        "{VALID}\n[algorithm.kl_in_reward]\ncoef = 0.01\nkl_type = \"low_var_kl\"\n\
+         controller = \"adaptive\"\ntarget = 6.0\nhorizon = 5000\n"
+    ))
+    .expect("an adaptive KL in the reward");
+    let kl = config.algorithm.kl_in_reward;
+    assert!(kl.enabled());
+    assert_eq!(
+        (kl.coef, kl.kl_type, kl.controller, kl.target, kl.horizon),
+        (0.01, KlType::LowVarKl, KlController::Adaptive, 6.0, 5000.0)
+    );
+    let message = error(&format!(
+        "{VALID}\n[algorithm.kl_in_reward]\ncoef = -1.0\ntarget = 0.0\nhorizon = inf\n"
+    ));
+    for needle in [
+        "[algorithm.kl_in_reward] coef = -1 must be a finite number ≥ 0",
+        "[algorithm.kl_in_reward] target = 0 must be a finite number > 0",
+        "[algorithm.kl_in_reward] horizon = inf must be a finite number > 0",
+    ] {
+        assert!(
+            message.contains(needle),
+            "missing `{needle}` in:\n{message}"
+        );
+    }
+    let message = error(&format!(
+        "{VALID}\n[algorithm.kl_in_reward]\ncontroller = \"adaptive\"\n"
+    ));
+    assert!(
+        message.contains("controller = adaptive must be \"fixed\" while coef = 0"),
+        "{message}"
+    );
+}
+
+#[test]
 fn cispo_may_leave_its_weight_unbounded_below_and_a_surrogate_may_not() {
     let cispo = parse(&format!(
         "{VALID}\n[algorithm.loss]\npolicy_loss = \"cispo\"\nclip_low = 1.0\nclip_high = 4.0\n"

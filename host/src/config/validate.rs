@@ -4,7 +4,9 @@
 //! each with its line:col. `check` and `train` both parse through this.
 
 use super::locate::Step;
-use super::{ConfigError, LossAggregation, LrDecay, PolicyLoss, RunConfig, RunFile, SAVE_NEVER};
+use super::{
+    ConfigError, KlController, LossAggregation, LrDecay, PolicyLoss, RunConfig, RunFile, SAVE_NEVER,
+};
 
 /// Episodes one iteration may roll out (`prompts_per_batch × group_size`) at most.
 pub const MAX_EPISODES_PER_ITERATION: usize = 1 << 20;
@@ -247,6 +249,22 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
         &["algorithm", "overlong_penalty"],
     );
     s.float("factor", overlong.factor, Range::NonNegative);
+    let kl = &algorithm.kl_in_reward;
+    let mut s = problems.section(
+        "[algorithm.kl_in_reward]".into(),
+        &["algorithm", "kl_in_reward"],
+    );
+    s.float("coef", kl.coef, Range::NonNegative);
+    s.float("target", kl.target, Range::Positive);
+    s.float("horizon", kl.horizon, Range::Positive);
+    if kl.controller == KlController::Adaptive && kl.coef == 0.0 {
+        s.report(
+            "controller",
+            kl.controller.name(),
+            "\"fixed\" while coef = 0 (off): the adaptive controller scales coef, and 0 stays 0; \
+             set coef to the starting coefficient",
+        );
+    }
     let critic = algorithm.critic_settings();
     let mut s = problems.section("[algorithm.critic]".into(), &["algorithm", "critic"]);
     s.float("learning_rate", critic.learning_rate, Range::Positive);

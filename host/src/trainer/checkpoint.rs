@@ -40,6 +40,9 @@ pub struct TrainerState {
     pub rng: Vec<u64>,
     /// Optimizer steps skipped so far.
     pub skipped_steps: u64,
+    /// β of the KL in the reward for the next iteration, when the run has one.
+    #[serde(default)]
+    pub kl_in_reward_coef: Option<f64>,
 }
 
 /// A complete checkpoint folder `RUN/checkpoints/iteration_NNNNN`.

@@ -7,6 +7,7 @@ mod dynamic_sampling;
 mod eval;
 mod failed_episodes;
 mod fleet;
+mod kl_coefficient;
 mod metrics;
 mod offload;
 mod out_of_memory;
@@ -29,6 +30,7 @@ use dynamic_sampling::{append, groups_with_call_spread, groups_with_spread, keep
 pub use eval::{eval_path, score, EvalReport, SourceScore, SOLVED_REWARD};
 use failed_episodes::{groups_with_failures, nothing_left_to_train, warn_failures};
 pub use fleet::probe_servers;
+use kl_coefficient::{mean_kl, KlCoefficient};
 use metrics::{
     iteration_line, record_advantages, record_critic, record_dynamic_sampling, record_eval,
     record_penalised_reward, record_rollout, record_update, record_update_time,
@@ -48,8 +50,8 @@ use crate::preflight::{resolve_model, Plan};
 use crate::rng::SeededRng;
 use crate::rollout::{self, AgentCall, Rollout, RolloutLimits, TeamMember};
 use crate::update::{
-    update_group, AgentTraining, LrSchedule, MicroBatch, NonFinite, Reference, UpdateReport,
-    UpdateSettings,
+    reference_kl, update_group, AgentTraining, LrSchedule, MicroBatch, NonFinite, Reference,
+    UpdateReport, UpdateSettings,
 };
 
 /// Sequences in one generation batch at most (bounds KV-cache memory).
@@ -77,6 +79,8 @@ pub struct Trainer {
     /// it ([`weight_version`]).
     trained_through: u32,
     skipped_steps: u64,
+    /// β of the KL in the reward (`[algorithm.kl_in_reward]`).
+    kl_coefficient: KlCoefficient,
     /// Episodes failed, and prompt groups dropped for them, in this process's iterations.
     failed: FailedCount,
     /// An evaluation of these same weights to take as the one before training, and where it
@@ -247,6 +251,7 @@ impl Trainer {
             iteration: 0,
             trained_through: 0,
             skipped_steps: 0,
+            kl_coefficient: KlCoefficient::new(config.algorithm.kl_in_reward),
             failed: FailedCount::default(),
             initial_eval: None,
             out_dir,
@@ -287,6 +292,9 @@ impl Trainer {
             )
         })?;
         self.skipped_steps = state.skipped_steps;
+        if let Some(coef) = state.kl_in_reward_coef {
+            self.kl_coefficient.restore(coef);
+        }
         MetricsLog::truncate_after(&self.out_dir, Some(state.iteration))?;
         Ok(Some(state.iteration))
     }
@@ -489,6 +497,12 @@ impl Trainer {
                 task_order: self.order,
                 rng: self.rng.state(),
                 skipped_steps: self.skipped_steps,
+                kl_in_reward_coef: self
+                    .config
+                    .algorithm
+                    .kl_in_reward
+                    .enabled()
+                    .then(|| self.kl_coefficient.value()),
             },
             &self.groups,
         )
@@ -539,11 +553,17 @@ impl Trainer {
         } else {
             None
         };
+        let kl_penalties = if self.config.algorithm.kl_in_reward.enabled() {
+            Some(self.kl_penalties(rollout, &mut metrics)?)
+        } else {
+            None
+        };
         let estimate = self.estimator.token_advantages(&TokenInput {
             samples: &samples,
             rewards: &rewards,
             lengths: &lengths,
             values: values.as_ref(),
+            kl_penalties: kl_penalties.as_ref().map(|(penalties, _)| penalties),
         })?;
         record_advantages(
             &mut metrics,
@@ -558,6 +578,7 @@ impl Trainer {
             advantages: estimate.advantages,
             values,
             returns: estimate.returns,
+            reference_kl: kl_penalties.map(|(_, kl)| kl),
         })
     }
 
@@ -591,6 +612,9 @@ impl Trainer {
         }
         if let (Some(values), Some(returns)) = (&collected.values, &collected.returns) {
             record_critic(&mut metrics, values, returns, critic_warmup);
+        }
+        if let Some(kl) = collected.reference_kl {
+            self.kl_coefficient.update(kl, rollout.calls.len());
         }
         bar.finish_and_clear();
         record_update_time(
@@ -753,6 +777,79 @@ impl Trainer {
             }
         }
         Ok(PerToken::from_rows(rows))
+    }
+
+    /// The KL penalty β·KL of each response token of `rollout` against its worker group's
+    /// reference (`[algorithm.kl_in_reward]`), one row per call, and the batch's mean KL for
+    /// the coefficient's controller; the KL (overall and per agent), β and the seconds the
+    /// reference took go into `metrics`.
+    fn kl_penalties(
+        &mut self,
+        rollout: &Rollout,
+        metrics: &mut Metrics,
+    ) -> anyhow::Result<(PerToken, f64)> {
+        let started = Instant::now();
+        let settings = self.config.algorithm.kl_in_reward;
+        let mut rows: Vec<Vec<f64>> = vec![Vec::new(); rollout.calls.len()];
+        for (index, group) in self.groups.iter_mut().enumerate() {
+            let own: Vec<usize> = (0..rollout.calls.len())
+                .filter(|&i| self.team[rollout.calls[i].agent].group == index)
+                .collect();
+            if own.is_empty() {
+                continue;
+            }
+            // The reference (and, offloaded, the rest of the training state) comes back first.
+            group.prepare_update();
+            let model = &group.pretrained.model;
+            let reference = match &group.reference {
+                Some(reference) => &reference.model,
+                None if !group.adapter_names.is_empty() => model,
+                None => anyhow::bail!(
+                    "worker group `{}` has no reference for [algorithm.kl_in_reward]; set its \
+                     reference_model or train LoRA adapters",
+                    group.name
+                ),
+            };
+            let calls: Vec<&AgentCall> = own.iter().map(|&i| &rollout.calls[i]).collect();
+            let kl = reference_kl(
+                model,
+                reference,
+                &calls,
+                &self.agent_training,
+                settings.kl_type,
+            )
+            .with_context(|| {
+                format!(
+                    "worker group `{}`: the KL against its reference for the reward",
+                    group.name
+                )
+            })?;
+            for (&i, row) in own.iter().zip(kl.rows()) {
+                rows[i] = row.to_vec();
+            }
+        }
+        let kl = PerToken::from_rows(rows);
+        metrics.set("time/kl_in_reward_s", started.elapsed().as_secs_f64());
+        let beta = self.kl_coefficient.value();
+        let mean = mean_kl(&kl);
+        metrics.set("kl_in_reward/kl", mean);
+        metrics.set("kl_in_reward/coef", beta);
+        for (agent, member) in self.team.iter().enumerate() {
+            let own: Vec<usize> = (0..rollout.calls.len())
+                .filter(|&i| rollout.calls[i].agent == agent)
+                .collect();
+            if !own.is_empty() {
+                metrics.set(
+                    format!("kl_in_reward/kl/{}", member.role),
+                    mean_kl(&kl.select(&own)),
+                );
+            }
+        }
+        let penalties = PerToken::from_rows(
+            kl.rows()
+                .map(|row| row.iter().map(|k| beta * k).collect::<Vec<f64>>()),
+        );
+        Ok((penalties, mean))
     }
 
     /// Worker group `index`'s critic update on its calls of `rollout` towards their `returns`
@@ -1093,6 +1190,9 @@ struct Collected {
     values: Option<PerToken>,
     /// See `values`.
     returns: Option<PerToken>,
+    /// With the KL in the reward: the batch's mean KL, which steers its coefficient once the
+    /// iteration is trained.
+    reference_kl: Option<f64>,
 }
 
 /// Where in an iteration a run was cut short, which decides what can be saved.

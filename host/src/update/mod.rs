@@ -15,6 +15,7 @@ mod loss;
 mod lr_schedule;
 mod micro_batch;
 mod mini_batch;
+mod reference_kl;
 mod rollout_correction;
 mod step;
 mod value_loss;
@@ -29,6 +30,7 @@ pub use kl::kl_penalty;
 pub use loss::{policy_loss, LossInputs, LossStats};
 pub use lr_schedule::LrSchedule;
 pub use micro_batch::MicroBatch;
+pub use reference_kl::reference_kl;
 pub use rollout_correction::{
     recompute_old_logprobs, tis_weights, Mismatch, RolloutCorrection, MISMATCH_THRESHOLD,
 };
