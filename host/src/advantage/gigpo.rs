@@ -7,11 +7,14 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 
-use super::estimator::{assert_aligned, Estimator};
+use super::estimator::{
+    assert_aligned, assert_token_input_aligned, Estimator, TokenEstimate, TokenInput,
+};
 use super::grouping::GroupBy;
 use super::normalise::{group_normalise, NormParams};
+use super::penalty::unshaped_reward;
 use super::trajectory_mean::trajectory_means;
-use super::Sample;
+use super::{PerToken, Sample};
 
 /// How the episode level scores a trajectory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -80,8 +83,10 @@ impl GigpoParams {
 ///   [`EpisodeScore`] says under the prompt grouping; per agent every call of the agent is a
 ///   score (Dr. MAS's `group_by_agent_id = true`).
 /// - Step level: each call's discounted step return G_s = r_s + γ·G_{s+1} over its trajectory's
-///   step rewards, normalised within the calls of its prompt group (and agent, for
-///   `gigpo_drmas`) that acted on the same state key; a group of one call gets 0.
+///   step rewards, less the call's own shaping (its invalid-action and overlong penalties, as
+///   the Dr. MAS code's `apply_invalid_action_penalty` takes the penalty off each call's step
+///   return), normalised within the calls of its prompt group (and agent, for `gigpo_drmas`)
+///   that acted on the same state key; a group of one call gets 0.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Gigpo {
     /// Episode and step groups by prompt, or by prompt and agent.
@@ -100,6 +105,30 @@ impl Estimator for Gigpo {
 
     fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> anyhow::Result<Vec<f64>> {
         assert_aligned(samples, rewards);
+        Ok(self.combine(samples, rewards, rewards))
+    }
+
+    /// The per-call advantages broadcast over each call's tokens; the KL in the reward enters
+    /// the episode level only (verl-agent's step rewards never carry it).
+    fn token_advantages(&self, input: &TokenInput<'_>) -> anyhow::Result<TokenEstimate> {
+        assert_token_input_aligned(input);
+        let per_call = self.combine(input.samples, &input.call_rewards(), input.rewards);
+        Ok(TokenEstimate {
+            advantages: PerToken::broadcast(&per_call, input.lengths),
+            returns: None,
+        })
+    }
+}
+
+impl Gigpo {
+    /// The episode level over `episode_rewards` plus ω times the step level, whose returns each
+    /// lose what shaping took off the call's reward in `shaped_rewards`.
+    fn combine(
+        &self,
+        samples: &[Sample],
+        episode_rewards: &[f64],
+        shaped_rewards: &[f64],
+    ) -> Vec<f64> {
         let norm = NormParams {
             norm_by_std: self.params.norm_by_std,
             epsilon: self.params.epsilon,
@@ -108,25 +137,35 @@ impl Estimator for Gigpo {
         let episode = match (self.params.episode_score, self.by) {
             (EpisodeScore::TrajectoryMean, GroupBy::Prompt) => group_normalise(
                 samples,
-                &trajectory_means(samples, rewards, self.by),
+                &trajectory_means(samples, episode_rewards, self.by),
                 self.by,
                 scores,
                 &norm,
             ),
-            _ => group_normalise(samples, rewards, self.by, scores, &norm),
+            _ => group_normalise(samples, episode_rewards, self.by, scores, &norm),
         };
-        let step = step_advantages(samples, self.by, &self.params);
-        Ok(episode
+        let step = step_advantages(samples, shaped_rewards, self.by, &self.params);
+        episode
             .iter()
             .zip(step)
             .map(|(e, s)| e + self.params.step_advantage_w * s)
-            .collect())
+            .collect()
     }
 }
 
-/// The step level: discounted step returns normalised within anchor-state groups.
-fn step_advantages(samples: &[Sample], by: GroupBy, params: &GigpoParams) -> Vec<f64> {
-    let returns = discounted_step_returns(samples, params.gamma);
+/// The step level: discounted step returns, each less its call's shaping (`shaped_rewards[i]`
+/// short of the call's unshaped reward), normalised within anchor-state groups.
+fn step_advantages(
+    samples: &[Sample],
+    shaped_rewards: &[f64],
+    by: GroupBy,
+    params: &GigpoParams,
+) -> Vec<f64> {
+    let returns: Vec<f64> = discounted_step_returns(samples, params.gamma)
+        .iter()
+        .zip(samples.iter().zip(shaped_rewards))
+        .map(|(step_return, (sample, shaped))| step_return + shaped - unshaped_reward(sample))
+        .collect();
     // Anchor-state group of each live sample: (uid, agent if per agent, state).
     let mut groups: HashMap<(u32, Option<u16>, u64), usize> = HashMap::new();
     let mut group_of = Vec::with_capacity(samples.len());

@@ -44,7 +44,7 @@ impl Penalty {
                     self.coefs.len()
                 )
             });
-        let reward = sample.call_reward.unwrap_or(sample.reward);
+        let reward = unshaped_reward(sample);
         if sample.valid {
             reward
         } else {
@@ -57,6 +57,12 @@ impl Penalty {
     pub fn apply(&self, samples: &[Sample]) -> Vec<f64> {
         samples.iter().map(|sample| self.reward(sample)).collect()
     }
+}
+
+/// The reward a call starts from before any shaping: its own reward when its orchestra gave it
+/// one ([`Sample::call_reward`]), else the episode's.
+pub fn unshaped_reward(sample: &Sample) -> f64 {
+    sample.call_reward.unwrap_or(sample.reward)
 }
 
 #[cfg(test)]

@@ -323,7 +323,9 @@ fn step_returns(samples: &[Sample], gamma: f64) -> Vec<f64> {
 }
 
 /// `compute_gigpo_outcome_advantage` with exact-match anchor states (`build_step_group` without
-/// similarity): `episode_norm_reward` + ω·`step_norm_reward` over (index, state) groups.
+/// similarity): `episode_norm_reward` + ω·`step_norm_reward` over (index, state) groups, the step
+/// returns each less its call's penalty (`reward − rewards[i]`), as the trainer's
+/// `apply_invalid_action_penalty` leaves `step_rewards`.
 /// `episode_mean` replaces the episode level's first-call scores by `grpo`'s trajectory means
 /// (drmas's default; Dr. MAS's code has first-call scores).
 #[allow(clippy::too_many_arguments)]
@@ -342,7 +344,12 @@ pub(super) fn gigpo(
     } else {
         episode_norm_reward(samples, rewards, by_agent, by_agent, norm_by_std, epsilon)
     };
-    let returns = step_returns(samples, gamma);
+    // `apply_invalid_action_penalty` takes each call's penalty off its step return as well.
+    let returns: Vec<f64> = step_returns(samples, gamma)
+        .iter()
+        .zip(samples.iter().zip(rewards))
+        .map(|(step_return, (sample, reward))| step_return - (sample.reward - reward))
+        .collect();
     let mut step_groups: HashMap<(Index, u64), Vec<f64>> = HashMap::new();
     for i in live(samples) {
         step_groups

@@ -270,6 +270,15 @@ fn gigpo_adds_the_anchor_state_advantage_of_discounted_step_returns() {
         &half.advantages(&samples, &raw(&samples)).unwrap(),
         &[0.625, 0.5, -0.625, -0.5],
     );
+    // A penalty of 0.2 on trajectory 1's first call enters both levels, as the Dr. MAS code
+    // takes it off that call's step return too: episode scores {1, −0.1} → ±0.55; state 10
+    // holds {0.5, 0 − 0.2} → ±0.35.
+    let mut penalised = raw(&samples);
+    penalised[2] -= 0.2;
+    assert_close(
+        &gigpo.advantages(&samples, &penalised).unwrap(),
+        &[0.9, 0.55, -0.9, -0.55],
+    );
     let err = build("gigpo", &toml::from_str("gamma = 1.5").unwrap()).unwrap_err();
     assert!(err.to_string().contains("gamma"), "{err}");
 }
@@ -466,7 +475,8 @@ fn outcome_estimators_score_a_call_by_its_reward_less_its_tokens_kl_penalties() 
         values: None,
         kl_penalties,
     };
-    for name in outcome_names() {
+    // GiGPO's step level reads no KL: checked below.
+    for name in outcome_names().filter(|name| !name.starts_with("gigpo")) {
         let estimate = estimator(name)
             .token_advantages(&input(Some(&penalties)))
             .unwrap();
@@ -476,6 +486,28 @@ fn outcome_estimators_score_a_call_by_its_reward_less_its_tokens_kl_penalties() 
             PerToken::broadcast(&expected, &lengths),
             "{name}"
         );
+    }
+    // GiGPO: the KL moves the episode level (its advantages with ω = 0) and nothing else.
+    for name in ["gigpo", "gigpo_drmas"] {
+        let with = estimator(name).token_advantages(&input(Some(&penalties)));
+        let without = estimator(name).token_advantages(&input(None));
+        let episode = estimator_with(name, "step_advantage_w = 0.0");
+        let moved: Vec<f64> = episode
+            .advantages(&samples, &scored)
+            .unwrap()
+            .iter()
+            .zip(episode.advantages(&samples, &rewards).unwrap())
+            .map(|(a, b)| a - b)
+            .collect();
+        let found: Vec<f64> = with
+            .unwrap()
+            .advantages
+            .row_means()
+            .iter()
+            .zip(without.unwrap().advantages.row_means())
+            .map(|(a, b)| a - b)
+            .collect();
+        assert_close(&found, &moved);
     }
 }
 
