@@ -669,6 +669,39 @@ fn the_kl_in_the_reward_starts_at_zero_steers_its_coefficient_and_resumes_exactl
 }
 
 #[test]
+fn the_kl_in_the_reward_reads_a_lora_groups_base_and_a_bf16_groups_recomputed_logprobs() {
+    let with_kl = |groups: &str| {
+        run_file("shared", "shared", groups, 2).replace(
+            "[rollout]",
+            "[algorithm.kl_in_reward]\ncoef = 0.5\nkl_type = \"k2\"\n\n[rollout]",
+        )
+    };
+    let kl = |label: &str, groups: &str| -> Vec<f64> {
+        let dir = common::scratch(&format!("trainer-kl-{label}-{}", std::process::id()));
+        train_to_the_end(&dir, &with_kl(groups));
+        metrics(&dir)[1..]
+            .iter()
+            .map(|line| line["kl_in_reward/kl"].as_f64().expect("kl_in_reward/kl"))
+            .collect()
+    };
+    // LoRA: the adapters start at zero, so the policy is its base until the first update.
+    let lora = kl("lora", &lora_group("shared", true));
+    assert!(lora[0].abs() < 1e-9, "{lora:?}");
+    assert!(lora[1] > 1e-9, "{lora:?}");
+    // bf16: the policy's log-probabilities are the recomputed ones (a bf16 group recomputes),
+    // the same forward as the reference's on the same weights, so the KL is exactly 0 before
+    // the first update, whatever the bf16 sampler's own log-probabilities were.
+    let bf16 = format!(
+        "{}dtype = \"bf16\"\nreference_model = \"{}\"\n",
+        group("shared", "llama"),
+        tiny_model("llama")
+    );
+    let bf16 = kl("bf16", &bf16);
+    assert_eq!(bf16[0], 0.0, "{bf16:?}");
+    assert!(bf16[1] > 0.0, "{bf16:?}");
+}
+
+#[test]
 fn run_files_that_cannot_train_fail_before_any_work() {
     let dir = common::scratch(&format!("trainer-bad-{}", std::process::id()));
     let conflict = run_file("shared", "shared", &group("shared", "llama"), 1).replacen(
