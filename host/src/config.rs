@@ -603,6 +603,17 @@ pub enum KlType {
     K2,
 }
 
+impl KlType {
+    /// The name the run file uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::LowVarKl => "low_var_kl",
+            Self::K1 => "k1",
+            Self::K2 => "k2",
+        }
+    }
+}
+
 /// `[rollout]`: the batch shape and sampling settings of training rollouts.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]

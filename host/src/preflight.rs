@@ -10,7 +10,9 @@ use anyhow::{bail, Context};
 use drmas_sdk::{Agent, DatasetSpec, Environment, Orchestra, Params, PluginError, Role, Task};
 
 use crate::advantage::Estimator;
-use crate::config::{ConfigError, DatasetSection, Device, Dtype, RunConfig, RunFile, Step};
+use crate::config::{
+    ConfigError, DatasetSection, Device, Dtype, KlController, RunConfig, RunFile, Step,
+};
 use crate::model::config::LlamaConfig;
 use crate::model::config_fit::check_config_fits;
 use crate::model::gguf::GgufModel;
@@ -549,6 +551,23 @@ impl Plan {
             Some(origin) => writeln!(out, "estimator    {origin}"),
             None => writeln!(out, "estimator    {} (built-in)", self.estimator.name()),
         };
+        let kl = &config.algorithm.kl_in_reward;
+        if kl.enabled() {
+            let steering = match kl.controller {
+                KlController::Fixed => "fixed".to_owned(),
+                KlController::Adaptive => format!(
+                    "adaptive, towards a KL of {} over a horizon of {} calls",
+                    kl.target, kl.horizon
+                ),
+            };
+            let _ = writeln!(
+                out,
+                "kl penalty   in the reward: β = {} ({steering}) × {} against each worker \
+                 group's reference",
+                kl.coef,
+                kl.kl_type.name()
+            );
+        }
         for warning in &self.warnings {
             let _ = writeln!(out, "warning: {warning}");
         }

@@ -257,6 +257,13 @@ fn the_kl_in_the_reward_without_a_reference_is_refused_at_its_line() {
     );
     let summary = prepare(&text).expect("the KL in the reward against the reference model");
     assert!(!summary.contains("warning"), "{summary}");
+    assert!(
+        summary.contains(
+            "kl penalty   in the reward: β = 0.02 (fixed) × k1 against each worker group's \
+             reference"
+        ),
+        "{summary}"
+    );
 }
 
 #[test]
