@@ -9,6 +9,9 @@
 //!   output had an invalid format) and one dashed line per environment rate (`env/NAME` whose
 //!   values all lie in [0, 1], such as the math task's `env/answered`): what a small model learns
 //!   first, while its reward still barely moves.
+//! - `kl.png`: how far the policy drifted from its reference, one solid line per
+//!   `kl_in_reward/kl/NAME` (the KL the rewards paid) and one dashed line per `loss/kl/NAME` that
+//!   is not all 0 (the loss's KL term); only for runs with either.
 //!
 //! An agent keeps its colour across charts.
 
@@ -35,6 +38,10 @@ pub const GRAD_NORM_AGENT_PREFIX: &str = "grad_norm/agent/";
 pub const GRAD_NORM_GROUP_PREFIX: &str = "grad_norm/group/";
 /// Prefix of per-agent advantage amplification.
 pub const AMPLIFICATION_PREFIX: &str = "advantage/amplification/";
+/// Prefix of the per-agent KL against the reference that the rewards paid.
+pub const KL_IN_REWARD_PREFIX: &str = "kl_in_reward/kl/";
+/// Prefix of the per-worker-group KL term of the loss.
+pub const LOSS_KL_PREFIX: &str = "loss/kl/";
 /// Prefix of the environment's episode metrics.
 pub const ENV_PREFIX: &str = "env/";
 /// Prompt groups an iteration rolled out under dynamic sampling.
@@ -52,6 +59,7 @@ pub fn all(metrics: &MetricSeries) -> Vec<(&'static str, Chart)> {
         ("grad_norm.png", grad_norm(metrics, &colors)),
         ("amplification.png", amplification(metrics, &colors)),
         ("format.png", format(metrics, &colors)),
+        ("kl.png", kl(metrics, &colors)),
     ]
 }
 
@@ -104,22 +112,19 @@ pub fn grad_norm(metrics: &MetricSeries, colors: &AgentColors) -> Chart {
     };
     let mut chart = Chart::new(title, X_LABEL, "gradient L2 norm");
     chart.y_scale = YScale::Auto;
-    for (agent, series) in metrics.with_prefix(GRAD_NORM_AGENT_PREFIX) {
-        chart.lines.push(Line {
-            label: agent.to_string(),
-            points: points(series),
-            stroke: Stroke::Solid,
-            color: colors.agent(agent),
-        });
-    }
-    for (index, (group, series)) in metrics.with_prefix(GRAD_NORM_GROUP_PREFIX).enumerate() {
-        chart.lines.push(Line {
-            label: format!("group {group}"),
-            points: points(series),
-            stroke: Stroke::Dashed,
-            color: colors.agents() + index,
-        });
-    }
+    push_agent_lines(
+        &mut chart,
+        metrics,
+        GRAD_NORM_AGENT_PREFIX,
+        colors,
+        |agent| agent.to_string(),
+    );
+    push_dashed_lines(
+        &mut chart,
+        metrics.with_prefix(GRAD_NORM_GROUP_PREFIX),
+        colors,
+        |group| format!("group {group}"),
+    );
     chart
 }
 
@@ -130,14 +135,9 @@ pub fn amplification(metrics: &MetricSeries, colors: &AgentColors) -> Chart {
         X_LABEL,
         "amplification",
     );
-    for (agent, series) in metrics.with_prefix(AMPLIFICATION_PREFIX) {
-        chart.lines.push(Line {
-            label: agent.to_string(),
-            points: points(series),
-            stroke: Stroke::Solid,
-            color: colors.agent(agent),
-        });
-    }
+    push_agent_lines(&mut chart, metrics, AMPLIFICATION_PREFIX, colors, |agent| {
+        agent.to_string()
+    });
     chart
 }
 
@@ -148,25 +148,31 @@ pub fn format(metrics: &MetricSeries, colors: &AgentColors) -> Chart {
         X_LABEL,
         "share",
     );
-    for (agent, series) in metrics.with_prefix(INVALID_RATE_PREFIX) {
-        chart.lines.push(Line {
-            label: format!("{agent} invalid"),
-            points: points(series),
-            stroke: Stroke::Solid,
-            color: colors.agent(agent),
-        });
-    }
+    push_agent_lines(&mut chart, metrics, INVALID_RATE_PREFIX, colors, |agent| {
+        format!("{agent} invalid")
+    });
     let rates = metrics
         .with_prefix(ENV_PREFIX)
         .filter(|(_, series)| series.iter().all(|&(_, v)| (0.0..=1.0).contains(&v)));
-    for (index, (name, series)) in rates.enumerate() {
-        chart.lines.push(Line {
-            label: name.to_string(),
-            points: points(series),
-            stroke: Stroke::Dashed,
-            color: colors.agents() + index,
-        });
-    }
+    push_dashed_lines(&mut chart, rates, colors, |name| name.to_string());
+    chart
+}
+
+/// The KL to the reference per agent, as the rewards paid it (solid), and per worker group, as
+/// the loss's term measured it (dashed; groups whose term was always 0 are left out).
+pub fn kl(metrics: &MetricSeries, colors: &AgentColors) -> Chart {
+    let mut chart = Chart::new(
+        "KL to the reference: in the reward per agent (solid), in the loss per group (dashed)",
+        X_LABEL,
+        "KL per token",
+    );
+    push_agent_lines(&mut chart, metrics, KL_IN_REWARD_PREFIX, colors, |agent| {
+        agent.to_string()
+    });
+    let terms = metrics
+        .with_prefix(LOSS_KL_PREFIX)
+        .filter(|(_, series)| series.iter().any(|&(_, v)| v != 0.0));
+    push_dashed_lines(&mut chart, terms, colors, |group| format!("loss {group}"));
     chart
 }
 
@@ -201,6 +207,42 @@ impl AgentColors {
     /// How many agents have a colour; further colours are free for other lines.
     pub fn agents(&self) -> usize {
         self.names.len()
+    }
+}
+
+/// One solid line per agent key under `prefix`, in the agent's colour, labelled by `label`.
+fn push_agent_lines(
+    chart: &mut Chart,
+    metrics: &MetricSeries,
+    prefix: &str,
+    colors: &AgentColors,
+    label: impl Fn(&str) -> String,
+) {
+    for (agent, series) in metrics.with_prefix(prefix) {
+        chart.lines.push(Line {
+            label: label(agent),
+            points: points(series),
+            stroke: Stroke::Solid,
+            color: colors.agent(agent),
+        });
+    }
+}
+
+/// One dashed line per named series (a worker group's, an environment rate's), in the colours
+/// after the agents', labelled by `label`.
+fn push_dashed_lines<'a>(
+    chart: &mut Chart,
+    named: impl Iterator<Item = (&'a str, &'a [(u64, f64)])>,
+    colors: &AgentColors,
+    label: impl Fn(&str) -> String,
+) {
+    for (index, (name, series)) in named.enumerate() {
+        chart.lines.push(Line {
+            label: label(name),
+            points: points(series),
+            stroke: Stroke::Dashed,
+            color: colors.agents() + index,
+        });
     }
 }
 

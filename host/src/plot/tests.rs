@@ -1,7 +1,7 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use super::chart::{HEIGHT, WIDTH};
+use super::chart::{Stroke, HEIGHT, WIDTH};
 use super::figures::{self, AgentColors};
 use super::plot_run;
 use super::series::{MetricSeries, FILE_NAME};
@@ -176,6 +176,47 @@ fn narrow_grad_norms_stay_linear_and_no_amplification_means_no_chart() {
         ]
     );
     assert!(!folder.path().join("amplification.png").exists());
+}
+
+#[test]
+fn a_kl_chart_shows_the_kl_in_the_reward_and_a_nonzero_loss_term_only() {
+    let lines = |extra: &str| {
+        (0..3)
+            .map(|i| {
+                format!(
+                    "{{\"iteration\": {i}, \"reward/mean\": 0.2, \"grad_norm/agent/solver\": 1.5, \
+                     \"grad_norm/agent/verifier\": 1.0, \"loss/kl/shared\": 0.0{extra}}}\n"
+                )
+            })
+            .collect::<String>()
+    };
+    // No KL anywhere (the loss's term logged as 0): no chart.
+    let folder = run_dir(&lines(""));
+    let written = plot_run(folder.path()).expect("plots");
+    assert!(
+        !written.contains(&folder.path().join("kl.png")),
+        "{written:?}"
+    );
+    // The KL in the reward, per agent, in each agent's colour.
+    let text = lines(", \"kl_in_reward/kl/solver\": 0.01, \"kl_in_reward/kl/verifier\": 0.03");
+    let metrics = MetricSeries::parse(&text, Path::new(FILE_NAME)).expect("parses");
+    let colors = AgentColors::new(&metrics);
+    let kl = figures::kl(&metrics, &colors);
+    let labels: Vec<&str> = kl.lines.iter().map(|line| line.label.as_str()).collect();
+    assert_eq!(labels, ["solver", "verifier"]);
+    assert_eq!(kl.lines[1].color, colors.agent("verifier"));
+    assert_eq!(kl.lines[1].points[2], (2, 0.03));
+    let folder = run_dir(&text);
+    let written = plot_run(folder.path()).expect("plots");
+    read_png(&folder.path().join("kl.png"));
+    assert!(written.contains(&folder.path().join("kl.png")));
+    // A loss term that is not 0 is a dashed line of its group.
+    let text = lines("").replace("\"loss/kl/shared\": 0.0", "\"loss/kl/shared\": 0.002");
+    let metrics = MetricSeries::parse(&text, Path::new(FILE_NAME)).expect("parses");
+    let kl = figures::kl(&metrics, &AgentColors::new(&metrics));
+    assert_eq!(kl.lines.len(), 1);
+    assert_eq!(kl.lines[0].label, "loss shared");
+    assert_eq!(kl.lines[0].stroke, Stroke::Dashed);
 }
 
 #[test]
