@@ -823,6 +823,14 @@ impl Trainer {
                     "worker group `{}`: the KL against its reference for the reward",
                     group.name
                 )
+            })
+            .map_err(|error| {
+                out_of_memory::in_reference_kl(
+                    error,
+                    &group.name,
+                    &self.config,
+                    &self.agent_training,
+                )
             })?;
             for (&i, row) in own.iter().zip(kl.rows()) {
                 rows[i] = row.to_vec();

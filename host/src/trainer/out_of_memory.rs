@@ -25,25 +25,46 @@ pub fn in_update(
     config: &RunConfig,
     agents: &[AgentTraining],
 ) -> anyhow::Error {
+    in_group_pass(error, name, config, agents, GroupPass::Update)
+}
+
+/// `error` with advice on top when it is out of memory in the forward of worker group `name`'s
+/// reference and policy over its calls for the KL in the reward.
+pub fn in_reference_kl(
+    error: anyhow::Error,
+    name: &str,
+    config: &RunConfig,
+    agents: &[AgentTraining],
+) -> anyhow::Error {
+    in_group_pass(error, name, config, agents, GroupPass::ReferenceKl)
+}
+
+/// The passes of a worker group's model over its calls that advice is given for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GroupPass {
+    /// The update: forward and backward, activations kept.
+    Update,
+    /// The KL in the reward's forwards, without gradient: nothing kept for a backward, so
+    /// activation checkpointing and LoRA change nothing there.
+    ReferenceKl,
+}
+
+fn in_group_pass(
+    error: anyhow::Error,
+    name: &str,
+    config: &RunConfig,
+    agents: &[AgentTraining],
+    during: GroupPass,
+) -> anyhow::Error {
     if !is_out_of_memory(&error) {
         return error;
     }
     let Some(group) = config.worker_groups.get(name) else {
         return error;
     };
-    let passes: Vec<String> = config
-        .agents
-        .iter()
-        .zip(agents)
-        .filter(|(agent, _)| agent.worker_group.get_ref() == name)
-        .map(|(agent, training)| format!("{} {}", agent.role.get_ref(), pass(training.micro_batch)))
-        .collect();
-    let mut changes = vec![format!(
-        "lower micro_batch_size or micro_batch_tokens, here or in its agents' [[agents]] entries \
-         (passes now: {})",
-        passes.join(", ")
-    )];
-    if !group.activation_checkpointing {
+    let trains = during == GroupPass::Update;
+    let mut changes = vec![micro_batch_change(name, config, agents)];
+    if trains && !group.activation_checkpointing {
         changes.push(
             "activation_checkpointing = true (each layer's activations recomputed in the \
              backward instead of kept)"
@@ -51,7 +72,7 @@ pub fn in_update(
         );
     }
     changes.extend(offload_change(name, config));
-    if group.lora.is_none() {
+    if trains && group.lora.is_none() {
         changes.push(format!(
             "LoRA adapters instead of every weight ([worker_groups.{name}.lora])"
         ));
@@ -59,8 +80,12 @@ pub fn in_update(
     if group.dtype == Dtype::F32 && group.device != Device::Cpu {
         changes.push("dtype = \"bf16\" (half the bytes of every weight and activation)".to_owned());
     }
+    let phase = match during {
+        GroupPass::Update => "in its update",
+        GroupPass::ReferenceKl => "running its reference for [algorithm.kl_in_reward]",
+    };
     error.context(format!(
-        "worker group `{name}` ran out of memory in its update; each of these in \
+        "worker group `{name}` ran out of memory {phase}; each of these in \
          [worker_groups.{name}] holds less at once: {}",
         changes.join("; ")
     ))
@@ -125,6 +150,22 @@ pub fn in_rollout(error: anyhow::Error, config: &RunConfig) -> anyhow::Error {
         );
     }
     error.context(advice)
+}
+
+/// Smaller passes for group `name`'s agents, naming each agent's pass size now.
+fn micro_batch_change(name: &str, config: &RunConfig, agents: &[AgentTraining]) -> String {
+    let passes: Vec<String> = config
+        .agents
+        .iter()
+        .zip(agents)
+        .filter(|(agent, _)| agent.worker_group.get_ref() == name)
+        .map(|(agent, training)| format!("{} {}", agent.role.get_ref(), pass(training.micro_batch)))
+        .collect();
+    format!(
+        "lower micro_batch_size or micro_batch_tokens, here or in its agents' [[agents]] entries \
+         (passes now: {})",
+        passes.join(", ")
+    )
 }
 
 /// One forward/backward pass's size, as the advice names it.
@@ -235,6 +276,31 @@ lora = { rank = 8 }
         assert!(judge.contains("(passes now: second 8 calls)"), "{judge}");
         for absent in ["activation_checkpointing", "offload", ".lora]", "dtype"] {
             assert!(!judge.contains(absent), "{absent:?} in: {judge}");
+        }
+    }
+
+    #[test]
+    fn a_reference_kl_out_of_memory_names_passes_offload_and_precision_only() {
+        let config = config();
+        let agents = agent_training(&config);
+        let advised = format!(
+            "{:#}",
+            in_reference_kl(allocation_failure(), "policy", &config, &agents)
+        );
+        for part in [
+            "worker group `policy` ran out of memory running its reference for \
+             [algorithm.kl_in_reward]; each of these in [worker_groups.policy] holds less at \
+             once: lower micro_batch_size",
+            "(passes now: first 4096 tokens)",
+            "offload = true in [worker_groups.policy]",
+            "dtype = \"bf16\"",
+            "can't allocate memory",
+        ] {
+            assert!(advised.contains(part), "{part:?} not in: {advised}");
+        }
+        // Nothing is kept for a backward, and the reference is never an adapter.
+        for absent in ["activation_checkpointing", ".lora]"] {
+            assert!(!advised.contains(absent), "{absent:?} in: {advised}");
         }
     }
 
