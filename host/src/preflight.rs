@@ -318,15 +318,16 @@ pub fn resolve_model(model: &str, file: &RunFile) -> anyhow::Result<PathBuf> {
 /// without it, silently.
 fn check_kl_references(config: &RunConfig, file: &RunFile) -> anyhow::Result<()> {
     let in_reward = &config.algorithm.kl_in_reward;
-    for (group_name, group) in &config.worker_groups {
-        let used = config
-            .agents
-            .iter()
-            .any(|agent| agent.worker_group.get_ref() == group_name);
-        if !in_reward.enabled() || !used || group.reference_model.is_some() || group.lora.is_some()
-        {
-            continue;
-        }
+    // A worker group some agent uses, with nothing to take a reference's log-probabilities from.
+    let unreferenced = config.worker_groups.iter().find(|(name, group)| {
+        group.reference_model.is_none()
+            && group.lora.is_none()
+            && config
+                .agents
+                .iter()
+                .any(|agent| agent.worker_group.get_ref() == *name)
+    });
+    if let (true, Some((group_name, _))) = (in_reward.enabled(), unreferenced) {
         return Err(file
             .invalid_at(
                 &["algorithm".into(), "kl_in_reward".into(), "coef".into()],

@@ -40,9 +40,9 @@ impl ReinforcePpParams {
 
 /// Each call is one sequence whose reward is its own (penalised) reward on its last token, less
 /// each token's KL penalty when the KL is in the reward ([`TokenInput::token_rewards`]): token
-/// `t` returns G_t = r_t + γ·G_{t+1} (γ^(T−1−t)·r without KL), and the returns, whitened over the tokens [`Whiten`]
-/// says (padding samples get 0 and stay out of the statistics), are the advantages. No baseline
-/// but the whitening's mean; no critic.
+/// `t` returns G_t = r_t + γ·G_{t+1} (γ^(T−1−t)·r without KL), and the returns, whitened over
+/// the tokens [`Whiten`] says (padding samples get 0 and stay out of the statistics), are the
+/// advantages. No baseline but the whitening's mean; no critic.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct ReinforcePp {
     /// γ and the whitening.

@@ -54,6 +54,13 @@ use crate::update::{
     UpdateReport, UpdateSettings,
 };
 
+/// The indices of `rollout`'s calls made by agents of worker group `group` (of `team`).
+fn calls_of_group(team: &[TeamMember], rollout: &Rollout, group: usize) -> Vec<usize> {
+    (0..rollout.calls.len())
+        .filter(|&i| team[rollout.calls[i].agent].group == group)
+        .collect()
+}
+
 /// Sequences in one generation batch at most (bounds KV-cache memory).
 const MAX_GENERATION_BATCH: usize = 64;
 
@@ -761,9 +768,7 @@ impl Trainer {
             let Some(critic) = &group.critic else {
                 continue;
             };
-            let own: Vec<usize> = (0..rollout.calls.len())
-                .filter(|&i| self.team[rollout.calls[i].agent].group == index)
-                .collect();
+            let own = calls_of_group(&self.team, rollout, index);
             let calls: Vec<&AgentCall> = own.iter().map(|&i| &rollout.calls[i]).collect();
             let values = critic
                 .values(
@@ -792,23 +797,23 @@ impl Trainer {
         let settings = self.config.algorithm.kl_in_reward;
         let mut rows: Vec<Vec<f64>> = vec![Vec::new(); rollout.calls.len()];
         for (index, group) in self.groups.iter_mut().enumerate() {
-            let own: Vec<usize> = (0..rollout.calls.len())
-                .filter(|&i| self.team[rollout.calls[i].agent].group == index)
-                .collect();
+            let own = calls_of_group(&self.team, rollout, index);
             if own.is_empty() {
                 continue;
             }
             // The reference (and, offloaded, the rest of the training state) comes back first.
             group.prepare_update();
             let model = &group.pretrained.model;
-            let reference = match &group.reference {
-                Some(reference) => &reference.model,
-                None if !group.adapter_names.is_empty() => model,
-                None => anyhow::bail!(
+            let reference = Reference::for_group(
+                group.reference.as_ref().map(|reference| &reference.model),
+                !group.adapter_names.is_empty(),
+            );
+            let Some(reference) = reference.model(model) else {
+                anyhow::bail!(
                     "worker group `{}` has no reference for [algorithm.kl_in_reward]; set its \
                      reference_model or train LoRA adapters",
                     group.name
-                ),
+                );
             };
             let calls: Vec<&AgentCall> = own.iter().map(|&i| &rollout.calls[i]).collect();
             let kl = reference_kl(
@@ -870,9 +875,7 @@ impl Trainer {
         returns: &PerToken,
         metrics: &mut Metrics,
     ) -> anyhow::Result<()> {
-        let own: Vec<usize> = (0..rollout.calls.len())
-            .filter(|&i| self.team[rollout.calls[i].agent].group == index)
-            .collect();
+        let own = calls_of_group(&self.team, rollout, index);
         let calls: Vec<&AgentCall> = own.iter().map(|&i| &rollout.calls[i]).collect();
         let group = &mut self.groups[index];
         let Some(critic) = &mut group.critic else {
@@ -919,9 +922,7 @@ impl Trainer {
     ) -> anyhow::Result<UpdateReport> {
         let group = &mut self.groups[index];
         group.prepare_update();
-        let own: Vec<usize> = (0..rollout.calls.len())
-            .filter(|&i| self.team[rollout.calls[i].agent].group == index)
-            .collect();
+        let own = calls_of_group(&self.team, rollout, index);
         let calls: Vec<_> = own.iter().map(|&i| &rollout.calls[i]).collect();
         let group_advantages = advantages.select(&own);
         let loss = &self.config.algorithm.loss;
@@ -937,11 +938,10 @@ impl Trainer {
                 min_lr_ratio: loss.min_lr_ratio,
             },
         };
-        let reference = match (&group.reference, group.adapter_names.is_empty()) {
-            (Some(reference), _) => Reference::Model(&reference.model),
-            (None, false) => Reference::Base,
-            (None, true) => Reference::None,
-        };
+        let reference = Reference::for_group(
+            group.reference.as_ref().map(|reference| &reference.model),
+            !group.adapter_names.is_empty(),
+        );
         // LoRA dropout draws from libtorch's generator: seeded per iteration and group so a
         // resumed run draws what an uninterrupted one does.
         tch::manual_seed(

@@ -46,6 +46,28 @@ pub enum Reference<'a> {
     Base,
 }
 
+impl<'a> Reference<'a> {
+    /// A worker group's reference: its `reference_model` when it loads one, else its own model
+    /// with the adapters off when it trains LoRA adapters, else none.
+    pub fn for_group(reference_model: Option<&'a Llama>, has_adapters: bool) -> Self {
+        match (reference_model, has_adapters) {
+            (Some(reference), _) => Self::Model(reference),
+            (None, true) => Self::Base,
+            (None, false) => Self::None,
+        }
+    }
+
+    /// The model whose forward without adapters gives the reference log-probabilities, for a
+    /// group training `policy`; `None` without a reference.
+    pub fn model(self, policy: &'a Llama) -> Option<&'a Llama> {
+        match self {
+            Self::None => None,
+            Self::Model(reference) => Some(reference),
+            Self::Base => Some(policy),
+        }
+    }
+}
+
 /// The first value that was not finite in a skipped step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NonFinite {
@@ -365,12 +387,7 @@ fn accumulate(
         let (logprobs, entropy) = batch.token_logprobs(&logits, with_entropy);
         (logprobs, entropy, None, None)
     };
-    let reference = match reference {
-        Reference::None => None,
-        Reference::Model(reference) => Some(reference),
-        Reference::Base => Some(model),
-    };
-    let ref_logprobs = match reference {
+    let ref_logprobs = match reference.model(model) {
         Some(reference) if loss.kl_coef != 0.0 => {
             Some(ChunkedHead::logprobs_without_grad(reference, batch, None)?)
         }
