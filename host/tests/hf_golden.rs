@@ -11,11 +11,13 @@ use std::time::Instant;
 
 use clap::Parser;
 use drmas_host::model::architecture::Architecture;
+use drmas_host::model::atomic_dir::Durability;
 use drmas_host::model::chat_template::TemplateMessage;
 use drmas_host::model::error::ModelError;
 use drmas_host::model::llama::Llama;
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::model::safetensors_io::write_safetensors;
+use drmas_host::model::save_hf::TiedHead;
 use serde_json::Value;
 use tch::{Device, Kind, Tensor};
 
@@ -225,6 +227,63 @@ fn save_hf_round_trips_bit_for_bit() {
     }
     let left: Vec<_> = fs::read_dir(root.path()).expect("lists").collect();
     assert_eq!(left.len(), FAMILIES.len(), "no temporary siblings are left");
+}
+
+/// The tensor names and the raw bytes of `name` in the folder `dir`'s `model.safetensors`.
+fn checkpoint_tensor(dir: &Path, name: &str) -> (Vec<String>, Option<Vec<u8>>) {
+    let bytes = fs::read(dir.join("model.safetensors")).expect("model.safetensors");
+    let file = safetensors::SafeTensors::deserialize(&bytes).expect("a safetensors file");
+    let names = file.names().into_iter().cloned().collect();
+    let data = file.tensor(name).ok().map(|view| view.data().to_vec());
+    (names, data)
+}
+
+#[test]
+fn a_tied_model_saved_with_its_head_holds_the_embeddings_twice_and_loads_the_same() {
+    let root = tempfile::tempdir().expect("a temp dir");
+    for family in ["qwen2", "llama"] {
+        let original = load(&fixtures().join(family), Kind::Float);
+        let tied = original.model.config().tie_word_embeddings;
+        let omitted = root.path().join(format!("{family}-omitted"));
+        let written = root.path().join(format!("{family}-written"));
+        original
+            .save_hf_with(&omitted, Durability::Flushed, TiedHead::Omitted)
+            .expect("saves");
+        original
+            .save_hf_with(&written, Durability::Flushed, TiedHead::Written)
+            .expect("saves");
+        let (names, head) = checkpoint_tensor(&written, "lm_head.weight");
+        let (_, embeddings) = checkpoint_tensor(&written, "model.embed_tokens.weight");
+        if tied {
+            assert_eq!(head, embeddings, "{family}: the head is the embeddings");
+            let (omitted_names, _) = checkpoint_tensor(&omitted, "lm_head.weight");
+            assert!(
+                !omitted_names.iter().any(|n| n == "lm_head.weight"),
+                "{family}"
+            );
+            assert_eq!(names.len(), omitted_names.len() + 1, "{family}");
+        } else {
+            assert_ne!(head, embeddings, "{family}: its own head");
+            assert_eq!(
+                fs::read(omitted.join("model.safetensors")).ok(),
+                fs::read(written.join("model.safetensors")).ok(),
+                "{family}: nothing to add"
+            );
+        }
+        let again = load(&written, Kind::Float);
+        assert_same_weights(&original.model, &again.model);
+        let golden = golden(family);
+        let (a, _) = batch_logits(&original.model, &golden);
+        let (b, _) = batch_logits(&again.model, &golden);
+        assert!(a.equal(&b), "{family}: logits after the round trip");
+    }
+    assert!(
+        load(&fixtures().join("qwen2"), Kind::Float)
+            .model
+            .config()
+            .tie_word_embeddings,
+        "the qwen2 fixture is tied"
+    );
 }
 
 #[test]

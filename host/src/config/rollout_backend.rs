@@ -34,8 +34,13 @@ pub enum WeightSync {
     /// SGLang's `POST /update_weights_from_disk` (SGLang, `drmas-host serve`).
     #[serde(rename = "sglang")]
     Sglang,
+    /// vLLM's development routes (a server started with `VLLM_SERVER_DEV_MODE=1`):
+    /// `/collective_rpc` calling its workers' `reload_weights` on the folder, then
+    /// `/reset_prefix_cache` and `/update_weight_version`.
+    #[serde(rename = "vllm")]
+    Vllm,
     /// Not at all: the servers keep the weights they started with, so the group can be
-    /// evaluated on them but not trained (vLLM has no standard route to load new weights).
+    /// evaluated on them but not trained.
     #[serde(rename = "none")]
     Off,
 }
@@ -69,7 +74,8 @@ pub struct GroupRolloutSection {
     /// With `openai`: the model name the servers serve (their `GET /v1/models`), sent as each
     /// request's `model`.
     pub model_name: Option<Spanned<String>>,
-    /// With `openai`: how the servers get new weights (`sglang` or `none`, the default).
+    /// With `openai`: how the servers get new weights (`vllm`, `sglang` or `none`, the
+    /// default).
     pub weight_sync: Option<Spanned<WeightSync>>,
 }
 
@@ -256,9 +262,9 @@ pub fn check_trainable(config: &RunConfig, file: &RunFile) -> Result<(), ConfigE
             format!(
                 "[worker_groups.{name}.rollout]: a run that trains needs the servers to load each \
                  update's weights, and weight_sync = \"none\" (the default with backend = \
-                 \"openai\": vLLM has no standard route for it) gives them none; evaluate with \
-                 `drmas-host eval`, or serve the model with SGLang or `drmas-host serve` and set \
-                 weight_sync = \"sglang\""
+                 \"openai\") gives them none; set weight_sync = \"vllm\" (vLLM started with \
+                 VLLM_SERVER_DEV_MODE=1) or \"sglang\" (SGLang, `drmas-host serve`), or \
+                 evaluate with `drmas-host eval`"
             ),
         ));
     }

@@ -15,6 +15,21 @@ use super::hf_folder::{
 use super::pretrained::Pretrained;
 use super::safetensors_io::{write_safetensors, SINGLE_FILE};
 
+/// The embeddings' name in an HF checkpoint.
+const EMBEDDINGS: &str = "model.embed_tokens.weight";
+/// The LM head's name in an HF checkpoint.
+const LM_HEAD: &str = "lm_head.weight";
+
+/// Whether a model with tied embeddings gets an `lm_head.weight` in its checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TiedHead {
+    /// Left out, as transformers writes a tied model.
+    Omitted,
+    /// Written as a copy of the embeddings, for loaders that reload each layer from the file
+    /// (vLLM's in-place reload keeps the old head otherwise). Loaders of tied models ignore it.
+    Written,
+}
+
 impl Pretrained {
     /// Writes the model to the folder `dir` in Hugging Face layout: `config.json`,
     /// `model.safetensors` (HF names, the weights' dtype, no `lm_head.weight` when tied),
@@ -25,11 +40,17 @@ impl Pretrained {
     /// [`write_dir_atomically`]), so an existing `dir` — such as the previous checkpoint — is
     /// replaced whole or left as it was, never half-written.
     pub fn save_hf(&self, dir: &Path) -> Result<(), ModelError> {
-        self.save_hf_with(dir, Durability::Flushed)
+        self.save_hf_with(dir, Durability::Flushed, TiedHead::Omitted)
     }
 
-    /// [`Self::save_hf`], flushed to disk or not as `durability` says.
-    pub fn save_hf_with(&self, dir: &Path, durability: Durability) -> Result<(), ModelError> {
+    /// [`Self::save_hf`], flushed to disk or not as `durability` says, a tied model's head
+    /// written or not as `head` says.
+    pub fn save_hf_with(
+        &self,
+        dir: &Path,
+        durability: Durability,
+        head: TiedHead,
+    ) -> Result<(), ModelError> {
         let kind = self.model.kind();
         let config = self.model.config();
         let mut config_json = config.to_json();
@@ -56,8 +77,14 @@ impl Pretrained {
             .tokenizer
             .to_string(true)
             .map_err(|e| ModelError::Input(format!("tokenizer does not serialise: {e}")))?;
-        let tensors: BTreeMap<String, Tensor> =
+        let mut tensors: BTreeMap<String, Tensor> =
             self.model.var_store().variables().into_iter().collect();
+        if config.tie_word_embeddings && head == TiedHead::Written {
+            if let Some(embeddings) = tensors.get(EMBEDDINGS) {
+                let copy = embeddings.shallow_clone();
+                tensors.insert(LM_HEAD.to_owned(), copy);
+            }
+        }
 
         write_dir_atomically(dir, durability, |tmp| {
             write_json(&tmp.join(CONFIG_FILE), &config_json)?;

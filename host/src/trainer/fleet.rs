@@ -9,11 +9,12 @@ use anyhow::Context;
 
 use super::WorkerGroup;
 use crate::config::{RolloutBackend, RunConfig, RunFile, WeightSync, WorkerGroupSection};
-use crate::engine::remote::{Protocol, RemoteGenerator, RemoteSettings};
+use crate::engine::remote::{Protocol, RemoteGenerator, RemoteSettings, WeightLoading};
 use crate::model::atomic_dir::Durability;
 use crate::model::config::LlamaConfig;
 use crate::model::gguf::GgufModel;
 use crate::model::hf_folder::HfFolder;
+use crate::model::save_hf::TiedHead;
 use crate::preflight::resolve_model;
 
 /// The servers of one worker group and where its weights go for them.
@@ -21,7 +22,7 @@ pub struct Fleet {
     /// Generates the group's rollouts on the servers.
     pub generator: RemoteGenerator,
     /// The HF folder the trainer writes the group's weights to and the servers load; `None`
-    /// when they cannot load new weights (`weight_sync = "none"`: evaluation only).
+    /// when they do not load new weights (`weight_sync = "none"`: evaluation only).
     weights: Option<PathBuf>,
 }
 
@@ -39,7 +40,7 @@ impl Fleet {
         };
         generator.probe(group.pretrained.model.config())?;
         let rollout = &section.rollout;
-        if rollout.sync_mode() != Some(WeightSync::Sglang) {
+        if rollout.sync_mode() == Some(WeightSync::Off) {
             return Ok(Some(Self {
                 generator,
                 weights: None,
@@ -75,11 +76,17 @@ impl Fleet {
             );
         };
         let started = Instant::now();
+        // vLLM's in-place reload keeps a tied model's old LM head unless the folder holds one
+        // (`lm_head.weight`, a copy of the embeddings).
+        let head = match self.generator.weight_loading() {
+            WeightLoading::Vllm => TiedHead::Written,
+            WeightLoading::Sglang | WeightLoading::None => TiedHead::Omitted,
+        };
         // Rewritten every iteration and loaded at once: the page cache serves the servers, and
         // a crash leaves the checkpoint to resume from, which pushes its own weights first.
         group
             .pretrained
-            .save_hf_with(weights, Durability::Cached)
+            .save_hf_with(weights, Durability::Cached, head)
             .with_context(|| {
                 format!(
                     "worker group `{}`: writing its weights for the servers",
@@ -121,7 +128,11 @@ fn remote_generator(name: &str, section: &WorkerGroupSection) -> Option<RemoteGe
         first_backoff: Duration::from_millis(250),
         max_batch_per_request: rollout.max_batch_per_request,
         protocol,
-        loads_weights: rollout.sync_mode() == Some(WeightSync::Sglang),
+        weight_loading: match rollout.sync_mode() {
+            Some(WeightSync::Sglang) => WeightLoading::Sglang,
+            Some(WeightSync::Vllm) => WeightLoading::Vllm,
+            Some(WeightSync::Off) | None => WeightLoading::None,
+        },
     }))
 }
 

@@ -24,7 +24,7 @@ use anyhow::{anyhow, bail};
 use super::completions;
 use super::connection::{Connection, Failure};
 use super::openai_wire::CompletionBody;
-use super::settings::{Protocol, RemoteSettings, MAX_BACKOFF};
+use super::settings::{Protocol, RemoteSettings, WeightLoading, MAX_BACKOFF};
 use super::wire::{GenerateBody, GenerateOutput, OneOrEach, WireSamplingParams, GENERATE_PATH};
 use crate::engine::{FinishReason, Generation, GenerationRequest, Generator};
 use crate::rng::SeededRng;
@@ -70,6 +70,11 @@ impl RemoteGenerator {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// How the servers load new weights.
+    pub fn weight_loading(&self) -> WeightLoading {
+        self.settings.weight_loading
     }
 
     /// The indices of servers still in the fleet.

@@ -2,7 +2,8 @@
 //! itself, sglang-router in front of a fleet, or `drmas-host serve`; or OpenAI's
 //! `/v1/completions` as vLLM serves it ([`openai_wire`], `completions.rs`). [`RemoteGenerator`]
 //! is a worker group's [`Generator`](crate::engine::Generator) on them; it also pushes new
-//! weights (`weights.rs`) and checks the servers before any work (`probe.rs`).
+//! weights (`weights.rs`: SGLang's route, or vLLM's development routes in [`vllm_wire`]) and
+//! checks the servers before any work (`probe.rs`).
 
 mod completions;
 mod connection;
@@ -10,8 +11,9 @@ mod generator;
 pub mod openai_wire;
 mod probe;
 mod settings;
+pub mod vllm_wire;
 mod weights;
 pub mod wire;
 
 pub use generator::RemoteGenerator;
-pub use settings::{Protocol, RemoteSettings};
+pub use settings::{Protocol, RemoteSettings, WeightLoading};

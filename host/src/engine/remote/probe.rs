@@ -1,13 +1,15 @@
 //! Probing a worker group's servers before any work: each must be healthy and serve the
-//! group's model (`/health`; `/get_model_info` where the servers speak SGLang's protocol;
-//! `/v1/models` for the OpenAI protocol's model name).
+//! group's model (`/health`; `/get_model_info` where the servers load weights SGLang's way;
+//! `/v1/models` for the OpenAI protocol's model name; `/weight_info` where they load weights
+//! vLLM's way, which only a server in development mode answers).
 
 use anyhow::bail;
 
 use super::connection::{Connection, Failure};
 use super::generator::RemoteGenerator;
 use super::openai_wire::{ModelList, MODELS_PATH};
-use super::settings::Protocol;
+use super::settings::{Protocol, WeightLoading};
+use super::vllm_wire::{WeightInfo, WEIGHT_INFO_PATH};
 use super::wire::{ModelInfo, HEALTH_PATH, MODEL_INFO_PATH};
 use crate::model::config::LlamaConfig;
 
@@ -101,21 +103,33 @@ impl RemoteGenerator {
             ),
             Protocol::Sglang => None,
         };
-        let info =
-            if self.settings.loads_weights {
-                Some(connection.get::<ModelInfo>(MODEL_INFO_PATH).map_err(
+        let info = match self.settings.weight_loading {
+            WeightLoading::Sglang => Some(connection.get::<ModelInfo>(MODEL_INFO_PATH).map_err(
+                |failure| match failure {
+                    Failure::Fatal(reason) => Failure::Fatal(format!(
+                        "{reason}; weight_sync = \"sglang\" needs servers that speak SGLang's \
+                         {MODEL_INFO_PATH} and /update_weights_from_disk (SGLang, drmas-host \
+                         serve; for vLLM set weight_sync = \"vllm\")"
+                    )),
+                    transient => transient,
+                },
+            )?),
+            WeightLoading::Vllm => {
+                connection.get::<WeightInfo>(WEIGHT_INFO_PATH).map_err(
                     |failure| match failure {
                         Failure::Fatal(reason) => Failure::Fatal(format!(
-                            "{reason}; weight_sync = \"sglang\" needs servers that speak SGLang's \
-                         {MODEL_INFO_PATH} and /update_weights_from_disk (SGLang, drmas-host \
-                         serve; not vLLM)"
+                            "{reason}; weight_sync = \"vllm\" needs vLLM started with \
+                             VLLM_SERVER_DEV_MODE=1, which serves the routes that load new \
+                             weights (/collective_rpc, /reset_prefix_cache, \
+                             /update_weight_version, /weight_info)"
                         )),
                         transient => transient,
                     },
-                )?)
-            } else {
+                )?;
                 None
-            };
+            }
+            WeightLoading::None => None,
+        };
         Ok(Answers { info, names })
     }
 }

@@ -27,9 +27,21 @@ pub struct RemoteSettings {
     pub max_batch_per_request: usize,
     /// What the servers speak.
     pub protocol: Protocol,
-    /// Whether the servers load new weights through SGLang's `/update_weights_from_disk`
-    /// (and report their model in `/get_model_info`).
-    pub loads_weights: bool,
+    /// How the servers load new weights, if they do.
+    pub weight_loading: WeightLoading,
+}
+
+/// The routes a fleet loads the trainer's weights through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightLoading {
+    /// None: the servers keep the weights they started with (evaluation only).
+    None,
+    /// SGLang's `/update_weights_from_disk`; the servers report their model in
+    /// `/get_model_info` (SGLang, `drmas-host serve`).
+    Sglang,
+    /// vLLM's development routes (`VLLM_SERVER_DEV_MODE=1`): `/collective_rpc` with
+    /// `reload_weights`, `/reset_prefix_cache`, `/update_weight_version` and `/weight_info`.
+    Vllm,
 }
 
 /// The HTTP protocol a fleet generates with.

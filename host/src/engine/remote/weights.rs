@@ -1,6 +1,7 @@
-//! Pushing new weights to a worker group's servers: `POST /update_weights_from_disk` on each,
-//! all at once; the next rollout starts only when every server still in the fleet serves the
-//! new version.
+//! Pushing new weights to a worker group's servers, all at once: SGLang's `POST
+//! /update_weights_from_disk`, or vLLM's development routes (reload the folder, drop the
+//! prefix cache, set the version); the next rollout starts only when every server still in
+//! the fleet serves the new version.
 
 use std::path::Path;
 
@@ -8,6 +9,12 @@ use anyhow::bail;
 
 use super::connection::Failure;
 use super::generator::RemoteGenerator;
+use super::settings::WeightLoading;
+use super::vllm_wire::{
+    CollectiveRpcAnswer, ReloadWeightsArguments, ReloadWeightsCall, SuccessAnswer,
+    UpdateWeightVersionBody, WeightInfo, COLLECTIVE_RPC_PATH, RELOAD_WEIGHTS_METHOD,
+    RESET_PREFIX_CACHE_PATH, UPDATE_WEIGHT_VERSION_PATH, WEIGHT_INFO_PATH,
+};
 use super::wire::{UpdateWeightsAnswer, UpdateWeightsBody, UPDATE_WEIGHTS_PATH};
 
 impl RemoteGenerator {
@@ -16,19 +23,11 @@ impl RemoteGenerator {
     /// the fleet with a warning; when none is left, the error names each server and why.
     /// Answers of other versions are refused from then on.
     pub fn update_weights(&self, folder: &Path, version: &str) -> anyhow::Result<()> {
-        let body = UpdateWeightsBody {
-            model_path: folder.display().to_string(),
-            weight_version: Some(version.to_owned()),
-            load_format: None,
-        };
         let active = self.active();
         let results: Vec<(usize, Result<(), String>)> = std::thread::scope(|scope| {
             let pushes: Vec<_> = active
                 .iter()
-                .map(|&server| {
-                    let body = &body;
-                    scope.spawn(move || (server, self.push(server, body)))
-                })
+                .map(|&server| scope.spawn(move || (server, self.push(server, folder, version))))
                 .collect();
             pushes
                 .into_iter()
@@ -68,18 +67,70 @@ impl RemoteGenerator {
     }
 
     /// One server's update, retried on transient failures.
-    fn push(&self, server: usize, body: &UpdateWeightsBody) -> Result<(), String> {
+    fn push(&self, server: usize, folder: &Path, version: &str) -> Result<(), String> {
         let tries = self.settings.max_tries.max(1);
         let mut last = String::new();
         for attempt in 1..=tries {
             std::thread::sleep(self.backoff(attempt));
-            match self.servers[server].post::<_, UpdateWeightsAnswer>(UPDATE_WEIGHTS_PATH, body) {
-                Ok(answer) if answer.success => return Ok(()),
-                Ok(answer) => return Err(answer.message),
+            let loaded = match self.settings.weight_loading {
+                WeightLoading::Vllm => self.load_on_vllm(server, folder, version),
+                WeightLoading::Sglang | WeightLoading::None => {
+                    self.load_on_sglang(server, folder, version)
+                }
+            };
+            match loaded {
+                Ok(()) => return Ok(()),
                 Err(Failure::Fatal(reason)) => return Err(reason),
                 Err(Failure::Transient(reason)) => last = reason,
             }
         }
         Err(format!("{last} (after {tries} attempts)"))
+    }
+
+    /// SGLang's `/update_weights_from_disk`, which loads and names the version at once.
+    fn load_on_sglang(&self, server: usize, folder: &Path, version: &str) -> Result<(), Failure> {
+        let body = UpdateWeightsBody {
+            model_path: folder.display().to_string(),
+            weight_version: Some(version.to_owned()),
+            load_format: None,
+        };
+        let answer: UpdateWeightsAnswer = self.servers[server].post(UPDATE_WEIGHTS_PATH, &body)?;
+        if answer.success {
+            Ok(())
+        } else {
+            Err(Failure::Fatal(answer.message))
+        }
+    }
+
+    /// vLLM: every worker reloads the folder in place, the prefix cache (keys and values
+    /// computed with the old weights) is dropped, then the version is set and read back.
+    fn load_on_vllm(&self, server: usize, folder: &Path, version: &str) -> Result<(), Failure> {
+        let connection = &self.servers[server];
+        let reload = ReloadWeightsCall {
+            method: RELOAD_WEIGHTS_METHOD.to_owned(),
+            kwargs: ReloadWeightsArguments {
+                weights_path: folder.display().to_string(),
+            },
+        };
+        connection.post::<_, CollectiveRpcAnswer>(COLLECTIVE_RPC_PATH, &reload)?;
+        let reset: SuccessAnswer =
+            connection.post(RESET_PREFIX_CACHE_PATH, &serde_json::json!({}))?;
+        if !reset.success {
+            return Err(Failure::Transient(format!(
+                "{RESET_PREFIX_CACHE_PATH} answered success = false (requests were running)"
+            )));
+        }
+        let body = UpdateWeightVersionBody {
+            new_version: version.to_owned(),
+        };
+        connection.post::<_, SuccessAnswer>(UPDATE_WEIGHT_VERSION_PATH, &body)?;
+        let info: WeightInfo = connection.get(WEIGHT_INFO_PATH)?;
+        if info.weight_version != version {
+            return Err(Failure::Fatal(format!(
+                "{WEIGHT_INFO_PATH} reports weight version {} after {version} was set",
+                info.weight_version
+            )));
+        }
+        Ok(())
     }
 }
