@@ -1007,6 +1007,9 @@ impl Drop for Vllm {
     }
 }
 
+/// The fixture run's training tasks.
+const TRAIN_DATA: &str = "train_data = { path = \"alpha, beta, gamma, delta, epsilon\" }";
+
 /// How long vLLM may take to start (it imports torch and transformers, then loads and
 /// profiles the model).
 const VLLM_PATIENCE: Duration = Duration::from_secs(240);
@@ -1032,7 +1035,25 @@ fn a_run_on_vllm_loads_every_update_and_samples_what_the_trainer_computes() {
         .expect("run drmas-host convert");
     assert!(converted.status.success(), "{}", log(&converted));
     let fixture = tiny_model("llama").display().to_string();
-    let on_smollm2 = |text: String| text.replace(&fixture, &model.display().to_string());
+    // Two tasks of a few hundred tokens, in every batch: their prompts' keys and values, which
+    // vLLM caches by prefix, would outlive the weights they were computed with unless the
+    // weight sync drops them.
+    let words = |tag: &str| {
+        (0..150)
+            .map(|i| format!("{tag}{i}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let tasks = format!(
+        "train_data = {{ path = \"{}, {}\" }}",
+        words("x"),
+        words("y")
+    );
+    let on_smollm2 = |text: String| {
+        assert!(text.contains(TRAIN_DATA), "the fixture run's tasks");
+        text.replace(&fixture, &model.display().to_string())
+            .replace(TRAIN_DATA, &tasks)
+    };
     let vllm = Vllm::start(&python, &model, "smollm2");
     assert_eq!(vllm.get("/weight_info")["weight_version"], "default");
     let local = train("vllm-local", &on_smollm2(run_file(2, "")));
