@@ -1056,14 +1056,19 @@ fn a_run_on_vllm_loads_every_update_and_samples_what_the_trainer_computes() {
     };
     let vllm = Vllm::start(&python, &model, "smollm2");
     assert_eq!(vllm.get("/weight_info")["weight_version"], "default");
-    let local = train("vllm-local", &on_smollm2(run_file(2, "")));
-    let remote = train(
-        "vllm-remote",
-        &on_smollm2(run_file(
-            2,
-            &over_completions(&[&vllm.url], "smollm2", "vllm"),
-        )),
+    let on_vllm = on_smollm2(run_file(
+        2,
+        &over_completions(&[&vllm.url], "smollm2", "vllm"),
+    ));
+    let checked = drmas(&common::scratch("vllm-check"), "check", &on_vllm);
+    assert!(checked.status.success(), "{}", log(&checked));
+    assert!(
+        log(&checked).contains("over /v1/completions (healthy, serving `smollm2`)"),
+        "{}",
+        log(&checked)
     );
+    let local = train("vllm-local", &on_smollm2(run_file(2, "")));
+    let remote = train("vllm-remote", &on_vllm);
     assert_remote_metrics(&local, &remote);
     assert_eq!(vllm.get("/weight_info")["weight_version"], "iteration-2");
 }

@@ -155,8 +155,16 @@ pub fn probe_servers(config: &RunConfig, file: &RunFile) -> anyhow::Result<Vec<S
             RolloutBackend::Openai => " over /v1/completions",
             _ => "",
         };
+        // Only SGLang's /get_model_info describes the model; /v1/models names it.
+        let model = match generator.weight_loading() {
+            WeightLoading::Sglang => "same model".to_owned(),
+            WeightLoading::Vllm | WeightLoading::None => format!(
+                "serving `{}`",
+                rollout.model_name.as_ref().map_or("", |n| n.get_ref())
+            ),
+        };
         lines.push(format!(
-            "worker group `{name}`: rollouts on {}{router}{protocol} (healthy, same model)",
+            "worker group `{name}`: rollouts on {}{router}{protocol} (healthy, {model})",
             servers.join(", ")
         ));
     }
