@@ -28,7 +28,8 @@ use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rng::SeededRng;
 use drmas_host::rollout::AgentCall;
 use drmas_host::update::{
-    update_group, AdamW, AgentTraining, MicroBatch, Reference, RolloutCorrection, UpdateSettings,
+    update_group, AdamW, AgentTraining, MicroBatch, Reference, RolloutCorrection, UpdateInputs,
+    UpdateSettings,
 };
 use settings::setting;
 use tch::{Device, Kind, Tensor};
@@ -157,8 +158,7 @@ fn measure(side: &str, steps: usize) {
             model,
             Reference::None,
             &mut optimizer,
-            &refs,
-            &advantages,
+            &UpdateInputs::new(&refs, &advantages),
             &agents,
             &UpdateSettings::one_step(1.0, 1e-5),
         )

@@ -13,7 +13,7 @@ use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rollout::AgentCall;
 use drmas_host::update::{
     update_group, AdamW, AgentTraining, MicroBatch, Reference, RolloutCorrection, TrainingBatch,
-    UpdateSettings,
+    UpdateInputs, UpdateSettings,
 };
 use tch::{Device, Kind};
 
@@ -86,8 +86,7 @@ fn step(aggregation: LossAggregation, micro: MicroBatch) -> [f64; 4] {
         &model,
         Reference::None,
         &mut optimizer,
-        &refs,
-        &broadcast(&refs, &advantages),
+        &UpdateInputs::new(&refs, &broadcast(&refs, &advantages)),
         &[agent.clone(), agent],
         &UpdateSettings::one_step(0.0, 1e-3),
     )

@@ -12,7 +12,7 @@ use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rollout::AgentCall;
 use drmas_host::update::{
     recompute_old_logprobs, update_group, AdamW, AgentTraining, LrSchedule, MicroBatch, NonFinite,
-    Reference, RolloutCorrection, TrainingBatch, UpdateReport, UpdateSettings,
+    Reference, RolloutCorrection, TrainingBatch, UpdateInputs, UpdateReport, UpdateSettings,
 };
 use tch::{Device, Kind, Tensor};
 
@@ -104,8 +104,7 @@ fn two_epochs_of_two_mini_batches_are_four_steps_against_the_first_model() {
         &trained.model,
         Reference::None,
         &mut trained_optimizer,
-        &refs,
-        &advantages(&refs),
+        &UpdateInputs::new(&refs, &advantages(&refs)),
         &[training(true)],
         &UpdateSettings {
             mini_batches: 2,
@@ -139,8 +138,7 @@ fn two_epochs_of_two_mini_batches_are_four_steps_against_the_first_model() {
                 &manual.model,
                 Reference::None,
                 &mut manual_optimizer,
-                &half,
-                &advantages(&half),
+                &UpdateInputs::new(&half, &advantages(&half)),
                 &[training(false)],
                 &UpdateSettings::one_step(1.0, schedule().at(step as u64 + 1)),
             )
@@ -210,8 +208,7 @@ fn a_non_finite_mini_batch_skips_its_own_step_only() {
         &pretrained.model,
         Reference::None,
         &mut optimizer,
-        &refs,
-        &PerToken::broadcast(&per_call, &lengths),
+        &UpdateInputs::new(&refs, &PerToken::broadcast(&per_call, &lengths)),
         &[training(false)],
         &UpdateSettings {
             mini_batches: 2,

@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use drmas_host::advantage::PerToken;
+use drmas_host::config::KlType;
 use drmas_host::config::LossSection;
 use drmas_host::engine::cpu::backend_for;
 use drmas_host::engine::{generate, GenerationRequest, SamplingParams};
@@ -14,8 +15,8 @@ use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rng::SeededRng;
 use drmas_host::rollout::AgentCall;
 use drmas_host::update::{
-    recompute_old_logprobs, update_group, AdamW, AgentTraining, MicroBatch, Reference,
-    RolloutCorrection, TrainingBatch, UpdateReport, UpdateSettings,
+    recompute_old_logprobs, reference_kl, update_group, AdamW, AgentTraining, MicroBatch,
+    Reference, RolloutCorrection, TrainingBatch, UpdateInputs, UpdateReport, UpdateSettings,
 };
 use tch::{Device, Kind};
 
@@ -75,6 +76,18 @@ fn sampled_calls(pretrained: &Pretrained) -> Vec<AgentCall> {
 /// One update step over `calls` with the old log-probabilities recomputed, truncated
 /// importance sampling at `tis_cap`.
 fn update(pretrained: &Pretrained, calls: &[AgentCall], tis_cap: Option<f64>) -> UpdateReport {
+    update_at(pretrained, calls, tis_cap, 0.0, &[])
+}
+
+/// [`update`] at learning rate `lr`, given the old log-probabilities `recomputed` (see
+/// [`UpdateInputs`]).
+fn update_at(
+    pretrained: &Pretrained,
+    calls: &[AgentCall],
+    tis_cap: Option<f64>,
+    lr: f64,
+    recomputed: &[Option<Vec<f32>>],
+) -> UpdateReport {
     let refs: Vec<&AgentCall> = calls.iter().collect();
     let per_call: Vec<f64> = (0..calls.len()).map(|i| [1.0, -0.5][i % 2]).collect();
     let lengths: Vec<usize> = calls.iter().map(|c| c.response.len()).collect();
@@ -86,7 +99,25 @@ fn update(pretrained: &Pretrained, calls: &[AgentCall], tis_cap: Option<f64>) ->
         .into_iter()
         .collect();
     let mut optimizer = AdamW::new(params, 0.0);
-    let agent = AgentTraining {
+    let inputs = UpdateInputs {
+        calls: &refs,
+        advantages: &advantages,
+        recomputed,
+    };
+    update_group(
+        &pretrained.model,
+        Reference::None,
+        &mut optimizer,
+        &inputs,
+        &[recomputing_agent(tis_cap)],
+        &UpdateSettings::one_step(0.0, lr),
+    )
+    .expect("update")
+}
+
+/// An agent that recomputes its old log-probabilities, in micro-batches of 4 calls.
+fn recomputing_agent(tis_cap: Option<f64>) -> AgentTraining {
+    AgentTraining {
         loss: LossSection::default(),
         micro_batch: MicroBatch::Calls(4),
         adapter: None,
@@ -95,17 +126,43 @@ fn update(pretrained: &Pretrained, calls: &[AgentCall], tis_cap: Option<f64>) ->
             recompute: true,
             tis_cap,
         },
-    };
-    update_group(
-        &pretrained.model,
-        Reference::None,
-        &mut optimizer,
-        &refs,
-        &advantages,
-        &[agent],
-        &UpdateSettings::one_step(0.0, 0.0),
-    )
-    .expect("update")
+    }
+}
+
+#[test]
+fn the_update_takes_the_old_logprobs_the_kl_in_the_reward_recomputed() {
+    let (computing, reusing) = (fixture(), fixture());
+    let calls = sampled_calls(&computing);
+    let refs: Vec<&AgentCall> = calls.iter().collect();
+    let agents = [recomputing_agent(None)];
+    let recomputed = reference_kl(&reusing.model, &reusing.model, &refs, &agents, KlType::K1)
+        .expect("the KL pass")
+        .recomputed;
+    assert!(recomputed.iter().all(Option::is_some), "every call's row");
+    // Reused, they give the step the update's own recomputation gives, bit for bit.
+    let own = update_at(&computing, &calls, None, 1e-3, &[]);
+    let reused = update_at(&reusing, &calls, None, 1e-3, &recomputed);
+    assert_eq!(
+        own.stats.policy_loss.to_bits(),
+        reused.stats.policy_loss.to_bits()
+    );
+    assert_eq!(own.grad_norm.to_bits(), reused.grad_norm.to_bits());
+    assert_eq!(own.mismatch[&0], reused.mismatch[&0]);
+    let after = reusing.model.var_store().variables();
+    for (name, a) in computing.model.var_store().variables() {
+        assert!(a.equal(&after[&name]), "{name} after the step");
+    }
+    // And they are what it takes: shifted by 0.25, the log-ratio against the sampler moves by
+    // 0.25.
+    let shifted: Vec<Option<Vec<f32>>> = recomputed
+        .iter()
+        .map(|row| row.as_ref().map(|r| r.iter().map(|x| x + 0.25).collect()))
+        .collect();
+    let moved = update_at(&fixture(), &calls, None, 0.0, &shifted).mismatch[&0];
+    assert!(
+        (moved.log_ratio_mean() - own.mismatch[&0].log_ratio_mean() - 0.25).abs() < 1e-6,
+        "{moved:?}"
+    );
 }
 
 #[test]

@@ -1071,4 +1071,8 @@ fn a_run_on_vllm_loads_every_update_and_samples_what_the_trainer_computes() {
     let remote = train("vllm-remote", &on_vllm);
     assert_remote_metrics(&local, &remote);
     assert_eq!(vllm.get("/weight_info")["weight_version"], "iteration-2");
+    // The model, its weights for the server and two runs' checkpoints: gigabytes.
+    for name in ["vllm-model", "vllm-check", "vllm-local", "vllm-remote"] {
+        let _ = std::fs::remove_dir_all(common::scratch(name));
+    }
 }

@@ -9,7 +9,7 @@ use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rollout::AgentCall;
 use drmas_host::update::{
     update_group, AdamW, AgentTraining, MicroBatch, NonFinite, Reference, RolloutCorrection,
-    UpdateSettings,
+    UpdateInputs, UpdateSettings,
 };
 use tch::{Device, Kind};
 
@@ -42,10 +42,12 @@ fn a_nan_advantage_skips_the_step_naming_the_agent_and_keeps_the_weights() {
         &model,
         Reference::None,
         &mut optimizer,
-        &refs,
-        &PerToken::broadcast(
-            &[0.5, f64::NAN],
-            &calls.iter().map(|c| c.response.len()).collect::<Vec<_>>(),
+        &UpdateInputs::new(
+            &refs,
+            &PerToken::broadcast(
+                &[0.5, f64::NAN],
+                &calls.iter().map(|c| c.response.len()).collect::<Vec<_>>(),
+            ),
         ),
         &[training.clone(), training],
         &UpdateSettings::one_step(1.0, 1e-3),

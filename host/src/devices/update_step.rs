@@ -20,7 +20,7 @@ use crate::rng::SeededRng;
 use crate::rollout::AgentCall;
 use crate::update::{
     update_group, AdamW, AgentTraining, ChunkedHead, MicroBatch, Reference, RolloutCorrection,
-    TrainingBatch, UpdateReport, UpdateSettings,
+    TrainingBatch, UpdateInputs, UpdateReport, UpdateSettings,
 };
 
 /// Tokens of each prompt of the batch.
@@ -255,8 +255,7 @@ fn measure(
             model,
             Reference::None,
             optimizer,
-            &refs,
-            &advantages,
+            &UpdateInputs::new(&refs, &advantages),
             &agents,
             &UpdateSettings::one_step(1.0, LEARNING_RATE),
         )?)

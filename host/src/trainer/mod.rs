@@ -51,7 +51,7 @@ use crate::rng::SeededRng;
 use crate::rollout::{self, AgentCall, Rollout, RolloutLimits, TeamMember};
 use crate::update::{
     reference_kl, update_group, AgentTraining, LrSchedule, MicroBatch, NonFinite, Reference,
-    UpdateReport, UpdateSettings,
+    UpdateInputs, UpdateReport, UpdateSettings,
 };
 
 /// The indices of `rollout`'s calls made by agents of worker group `group` (of `team`).
@@ -570,7 +570,7 @@ impl Trainer {
             rewards: &rewards,
             lengths: &lengths,
             values: values.as_ref(),
-            kl_penalties: kl_penalties.as_ref().map(|(penalties, _)| penalties),
+            kl_penalties: kl_penalties.as_ref().map(|kl| &kl.penalties),
         })?;
         record_advantages(
             &mut metrics,
@@ -585,7 +585,8 @@ impl Trainer {
             advantages: estimate.advantages,
             values,
             returns: estimate.returns,
-            reference_kl: kl_penalties.map(|(_, kl)| kl),
+            reference_kl: kl_penalties.as_ref().map(|kl| kl.mean_kl),
+            recomputed: kl_penalties.map(|kl| kl.recomputed).unwrap_or_default(),
         })
     }
 
@@ -607,7 +608,8 @@ impl Trainer {
                 self.update_critic(index, rollout, values, returns, &mut metrics)?;
             }
             if !critic_warmup {
-                let report = self.update(index, rollout, &collected.advantages)?;
+                let report =
+                    self.update(index, rollout, &collected.advantages, &collected.recomputed)?;
                 trained_tokens += report.forward_tokens;
                 record_update(&mut metrics, &self.groups[index], &report, &self.team);
             }
@@ -785,17 +787,17 @@ impl Trainer {
     }
 
     /// The KL penalty β·KL of each response token of `rollout` against its worker group's
-    /// reference (`[algorithm.kl_in_reward]`), one row per call, and the batch's mean KL for
-    /// the coefficient's controller; the KL (overall and per agent), β and the seconds the
-    /// reference took go into `metrics`.
+    /// reference (`[algorithm.kl_in_reward]`), with what the update reuses; the KL (overall and
+    /// per agent), β and the seconds the reference took go into `metrics`.
     fn kl_penalties(
         &mut self,
         rollout: &Rollout,
         metrics: &mut Metrics,
-    ) -> anyhow::Result<(PerToken, f64)> {
+    ) -> anyhow::Result<KlInReward> {
         let started = Instant::now();
         let settings = self.config.algorithm.kl_in_reward;
         let mut rows: Vec<Vec<f64>> = vec![Vec::new(); rollout.calls.len()];
+        let mut recomputed: Vec<Option<Vec<f32>>> = vec![None; rollout.calls.len()];
         for (index, group) in self.groups.iter_mut().enumerate() {
             let own = calls_of_group(&self.team, rollout, index);
             if own.is_empty() {
@@ -837,8 +839,11 @@ impl Trainer {
                     &self.agent_training,
                 )
             })?;
-            for (&i, row) in own.iter().zip(kl.rows()) {
+            for (&i, row) in own.iter().zip(kl.kl.rows()) {
                 rows[i] = row.to_vec();
+            }
+            for (&i, row) in own.iter().zip(kl.recomputed) {
+                recomputed[i] = row;
             }
         }
         let kl = PerToken::from_rows(rows);
@@ -862,7 +867,11 @@ impl Trainer {
             kl.rows()
                 .map(|row| row.iter().map(|k| beta * k).collect::<Vec<f64>>()),
         );
-        Ok((penalties, mean))
+        Ok(KlInReward {
+            penalties,
+            mean_kl: mean,
+            recomputed,
+        })
     }
 
     /// Worker group `index`'s critic update on its calls of `rollout` towards their `returns`
@@ -913,18 +922,23 @@ impl Trainer {
     }
 
     /// Worker group `index`'s update on its calls of `rollout` (`advantages` has one row per
-    /// call).
+    /// call; `recomputed`, empty or one per call, the old log-probabilities already computed).
     fn update(
         &mut self,
         index: usize,
         rollout: &Rollout,
         advantages: &PerToken,
+        recomputed: &[Option<Vec<f32>>],
     ) -> anyhow::Result<UpdateReport> {
         let group = &mut self.groups[index];
         group.prepare_update();
         let own = calls_of_group(&self.team, rollout, index);
         let calls: Vec<_> = own.iter().map(|&i| &rollout.calls[i]).collect();
         let group_advantages = advantages.select(&own);
+        let group_recomputed: Vec<Option<Vec<f32>>> = own
+            .iter()
+            .map(|&i| recomputed.get(i).cloned().flatten())
+            .collect();
         let loss = &self.config.algorithm.loss;
         let settings = UpdateSettings {
             mini_batches: loss.mini_batches,
@@ -947,12 +961,16 @@ impl Trainer {
         tch::manual_seed(
             (self.config.run.seed ^ (u64::from(self.iteration) << 20) ^ index as u64) as i64,
         );
+        let inputs = UpdateInputs {
+            calls: &calls,
+            advantages: &group_advantages,
+            recomputed: &group_recomputed,
+        };
         let report = update_group(
             &group.pretrained.model,
             reference,
             &mut group.optimizer,
-            &calls,
-            &group_advantages,
+            &inputs,
             &self.agent_training,
             &settings,
         )
@@ -1201,6 +1219,19 @@ struct Collected {
     /// With the KL in the reward: the batch's mean KL, which steers its coefficient once the
     /// iteration is trained.
     reference_kl: Option<f64>,
+    /// With the KL in the reward: each call's old log-probabilities where its agent recomputes
+    /// them (computed for the KL, reused by the update); empty otherwise.
+    recomputed: Vec<Option<Vec<f32>>>,
+}
+
+/// What the KL in the reward computed for a rollout.
+struct KlInReward {
+    /// β·KL of each response token, one row per call.
+    penalties: PerToken,
+    /// The batch's mean KL, for the coefficient's controller.
+    mean_kl: f64,
+    /// Each call's recomputed old log-probabilities (see [`Collected::recomputed`]).
+    recomputed: Vec<Option<Vec<f32>>>,
 }
 
 /// Where in an iteration a run was cut short, which decides what can be saved.

@@ -86,6 +86,19 @@ pub fn prompts_run_once(
     }
 }
 
+/// Per-token values of each row (one row per call) as a `[rows, width]` f32 tensor on `device`,
+/// zero past each row's end.
+pub fn padded_rows(rows: &[&[f32]], width: i64, device: Device) -> Tensor {
+    let width_usize = width as usize;
+    let mut values = vec![0f32; rows.len() * width_usize];
+    for (row, data) in rows.iter().enumerate() {
+        values[row * width_usize..row * width_usize + data.len()].copy_from_slice(data);
+    }
+    Tensor::from_slice(&values)
+        .view([rows.len() as i64, width])
+        .to_device(device)
+}
+
 /// `rows` in `width` columns each, row `i` (its two parts one after the other) after
 /// `padding[i]` columns of padding: ids (0 for padding) and which entries are real, flat, row
 /// after row.
@@ -177,13 +190,12 @@ impl TrainingBatch {
         let (prompt_ids, prompt_mask) = pad_rows(&rows, &padding, width);
         let mut targets = vec![0i64; b * response];
         let mut response_mask = vec![0f32; b * response];
-        let mut old = vec![0f32; b * response];
         for (row, call) in calls.iter().enumerate() {
             let (start, len) = (row * response, call.response.len());
             targets[start..start + len].copy_from_slice(&call.response);
             response_mask[start..start + len].fill(1.0);
-            old[start..start + len].copy_from_slice(&call.logprobs);
         }
+        let sampled: Vec<&[f32]> = calls.iter().map(|c| &c.logprobs[..]).collect();
         let temperatures: Vec<f32> = calls
             .iter()
             .map(|c| {
@@ -212,7 +224,7 @@ impl TrainingBatch {
             prompt_width: prompt_len as i64,
             targets: tensor(Tensor::from_slice(&targets), b, response),
             response_mask: tensor(Tensor::from_slice(&response_mask), b, response),
-            old_logprobs: tensor(Tensor::from_slice(&old), b, response),
+            old_logprobs: padded_rows(&sampled, response as i64, device),
             advantages: per_token_tensor(advantages, &response_lengths, response).to_device(device),
             temperatures: Tensor::from_slice(&temperatures)
                 .view([b as i64, 1, 1])

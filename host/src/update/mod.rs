@@ -22,7 +22,7 @@ mod value_loss;
 
 pub use adamw::AdamW;
 pub use aggregate::{Aggregation, BatchTotals};
-pub use batch::{prompts_run_once, TrainingBatch};
+pub use batch::{padded_rows, prompts_run_once, TrainingBatch};
 pub use chunked_head::ChunkedHead;
 pub use critic::{Critic, CriticReport};
 pub use grad_norm::{global_norm, GradientLedger};
@@ -30,9 +30,11 @@ pub use kl::kl_penalty;
 pub use loss::{policy_loss, LossInputs, LossStats};
 pub use lr_schedule::LrSchedule;
 pub use micro_batch::MicroBatch;
-pub use reference_kl::reference_kl;
+pub use reference_kl::{reference_kl, ReferenceKl};
 pub use rollout_correction::{
     recompute_old_logprobs, tis_weights, Mismatch, RolloutCorrection, MISMATCH_THRESHOLD,
 };
-pub use step::{update_group, AgentTraining, NonFinite, Reference, UpdateReport, UpdateSettings};
+pub use step::{
+    update_group, AgentTraining, NonFinite, Reference, UpdateInputs, UpdateReport, UpdateSettings,
+};
 pub use value_loss::{value_loss, ValueLossStats};
