@@ -92,17 +92,21 @@ fn update_at(
     let per_call: Vec<f64> = (0..calls.len()).map(|i| [1.0, -0.5][i % 2]).collect();
     let lengths: Vec<usize> = calls.iter().map(|c| c.response.len()).collect();
     let advantages = PerToken::broadcast(&per_call, &lengths);
-    let params = pretrained
+    // In name order: the gradient norm sums the parameters' squares in this order, and two
+    // loads of the fixture list their variables in different orders.
+    let mut params: Vec<_> = pretrained
         .model
         .var_store()
         .variables()
         .into_iter()
         .collect();
+    params.sort_by(|(a, _), (b, _)| a.cmp(b));
     let mut optimizer = AdamW::new(params, 0.0);
+    let rows: Vec<Option<&[f32]>> = recomputed.iter().map(Option::as_deref).collect();
     let inputs = UpdateInputs {
         calls: &refs,
         advantages: &advantages,
-        recomputed,
+        recomputed: &rows,
     };
     update_group(
         &pretrained.model,

@@ -935,9 +935,9 @@ impl Trainer {
         let own = calls_of_group(&self.team, rollout, index);
         let calls: Vec<_> = own.iter().map(|&i| &rollout.calls[i]).collect();
         let group_advantages = advantages.select(&own);
-        let group_recomputed: Vec<Option<Vec<f32>>> = own
+        let group_recomputed: Vec<Option<&[f32]>> = own
             .iter()
-            .map(|&i| recomputed.get(i).cloned().flatten())
+            .map(|&i| recomputed.get(i).and_then(Option::as_deref))
             .collect();
         let loss = &self.config.algorithm.loss;
         let settings = UpdateSettings {

@@ -155,9 +155,9 @@ pub struct UpdateReport {
 /// `settings.epochs` passes, each one optimizer step per mini-batch of episodes.
 ///
 /// Old log-probabilities that an agent recomputes are computed for every call before the first
-/// step (unless `inputs` holds them), so every step's ratio is against the model that sampled. In a mini-batch, calls are
-/// grouped by agent (each agent's settings from `agents[call.agent]`) and sorted by length so
-/// micro-batches carry little padding. Each micro-batch's sums are divided by the whole
+/// step (unless `inputs` holds them), so every step's ratio is against the model that sampled.
+/// In a mini-batch, calls are grouped by agent (each agent's settings from `agents[call.agent]`)
+/// and sorted by length so micro-batches carry little padding. Each micro-batch's sums are divided by the whole
 /// mini-batch's call and token counts ([`BatchTotals`]), so the accumulated gradient is that of
 /// one batch of the mini-batch's calls, whatever the micro-batch size; an agent's gradient norm
 /// is the norm of what its micro-batches accumulated. A step is skipped, gradients dropped,
@@ -245,7 +245,7 @@ pub struct UpdateInputs<'a> {
     /// One row per call.
     pub advantages: &'a PerToken,
     /// Empty, or one entry per call.
-    pub recomputed: &'a [Option<Vec<f32>>],
+    pub recomputed: &'a [Option<&'a [f32]>],
 }
 
 impl<'a> UpdateInputs<'a> {
@@ -300,7 +300,7 @@ fn prepare(
                 let started = Instant::now();
                 let given: Option<Vec<&[f32]>> = chunk
                     .iter()
-                    .map(|&i| known.get(i).and_then(Option::as_deref))
+                    .map(|&i| known.get(i).copied().flatten())
                     .collect();
                 let old = match given {
                     Some(rows) => padded_rows(&rows, batch.response_len, device),
