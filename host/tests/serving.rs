@@ -229,13 +229,16 @@ fn assert_remote_metrics(local: &[Value], remote: &[Value]) {
             let largest = remote[&format!("mismatch/{role}/log_ratio_abs_max")]
                 .as_f64()
                 .expect("a number");
+            eprintln!("{role}: served and trained logprobs differ by at most {largest:.2e}");
             assert!(
                 largest < 1e-4,
                 "{role}: served and trained logprobs differ by {largest}"
             );
         }
         assert_eq!(keys(remote), expected);
-        assert!(remote[&sync].as_f64().expect("seconds") > 0.0);
+        let seconds = remote[&sync].as_f64().expect("seconds");
+        eprintln!("weight sync: {seconds:.2} s");
+        assert!(seconds > 0.0);
         assert!(remote[&recompute].as_f64().expect("seconds") > 0.0);
         // Every episode's calls came back: 2 prompts × 4 samples, one call per agent.
         assert_eq!(remote["calls/first"], 8.0);
@@ -333,6 +336,7 @@ fn a_run_over_openai_completions_samples_what_the_native_protocol_samples() {
             let largest = openai[&format!("mismatch/{role}/log_ratio_abs_max")]
                 .as_f64()
                 .expect("a number");
+            eprintln!("{role}: served and trained logprobs differ by at most {largest:.2e}");
             assert!(
                 largest < 1e-4,
                 "{role}: served and trained logprobs differ by {largest}"
@@ -517,6 +521,21 @@ fn check_refuses_bad_servers_before_any_work() {
          served: POST /generate, POST /v1/completions, POST /update_weights_from_disk, GET \
          /get_model_info, GET /v1/models, GET /get_weight_version, GET /health\"}}; weight_sync \
          = \"vllm\" needs vLLM started with VLLM_SERVER_DEV_MODE=1",
+    );
+    // A LoRA group's adapters load through vLLM's LoRA routes only.
+    let lora = "\n[worker_groups.shared.lora]\nrank = 4\n";
+    fails(
+        &(on_servers(&[&llama.url]) + lora),
+        "[worker_groups.shared.rollout]: a LoRA group's servers must load every agent's \
+         adapter, which only vLLM's LoRA routes do here",
+    );
+    fails(
+        &(over_completions(&[&llama.url], "llama", "vllm") + lora),
+        "/v1/unload_lora_adapter answered 404: {\"error\":{\"message\":\"no endpoint \
+         /v1/unload_lora_adapter; served: POST /generate, POST /v1/completions, POST \
+         /update_weights_from_disk, GET /get_model_info, GET /v1/models, GET \
+         /get_weight_version, GET /health\"}}; weight_sync = \"vllm\" on a LoRA group needs vLLM \
+         started with --enable-lora",
     );
     let output = drmas(
         &dir,
@@ -950,10 +969,10 @@ struct Vllm {
 }
 
 impl Vllm {
-    /// Starts vLLM's OpenAI server of `python` on the CPU in development mode (the routes that
-    /// load weights), serving the HF folder `model` in f32 under `name`, and waits until it is
-    /// healthy.
-    fn start(python: &Path, model: &Path, name: &str) -> Self {
+    /// Starts vLLM's OpenAI server of `python` on the CPU with the routes that load weights
+    /// (development mode) and LoRA adapters, serving the HF folder `model` in f32 under
+    /// `name` with `options`, and waits until it is healthy.
+    fn start(python: &Path, model: &Path, name: &str, options: &[&str]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
             .expect("a free port")
@@ -966,8 +985,10 @@ impl Vllm {
             .args(["--max-model-len", "2048", "--generation-config", "vllm"])
             // No compilation: the server starts in seconds instead of a minute.
             .arg("--enforce-eager")
+            .args(options)
             .env("VLLM_TARGET_DEVICE", "cpu")
             .env("VLLM_SERVER_DEV_MODE", "1")
+            .env("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True")
             .env("VLLM_CPU_KVCACHE_SPACE", "1")
             .env("VLLM_LOGGING_LEVEL", "WARNING")
             .stdin(Stdio::null())
@@ -1014,19 +1035,10 @@ const TRAIN_DATA: &str = "train_data = { path = \"alpha, beta, gamma, delta, eps
 /// profiles the model).
 const VLLM_PATIENCE: Duration = Duration::from_secs(240);
 
-#[test]
-fn a_run_on_vllm_loads_every_update_and_samples_what_the_trainer_computes() {
-    let python = match venv_python("DRMAS_VLLM_PYTHON", "vllm-venv", "vLLM") {
-        Ok(python) => python,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
-    };
-    // SmolLM2 as an HF folder (vLLM's CPU attention takes no head of the fixtures' size 16).
-    // Its embeddings are tied: vLLM's in-place reload keeps the old LM head unless the folder
-    // holds one, which the mismatch below would show after the first update.
-    let model = common::scratch("vllm-model").join("smollm2");
+/// SmolLM2 as an HF folder in scratch folder `scratch` (vLLM's CPU attention takes no head of
+/// the fixtures' size 16).
+fn smollm2_for_vllm(scratch: &str) -> PathBuf {
+    let model = common::scratch(scratch).join("smollm2");
     let converted = Command::new(env!("CARGO_BIN_EXE_drmas-host"))
         .arg("convert")
         .arg(drmas_host::model::default_model_path())
@@ -1034,10 +1046,14 @@ fn a_run_on_vllm_loads_every_update_and_samples_what_the_trainer_computes() {
         .output()
         .expect("run drmas-host convert");
     assert!(converted.status.success(), "{}", log(&converted));
+    model
+}
+
+/// The fixture run `text` on the HF folder `model`, with two tasks of a few hundred tokens in
+/// every batch: their prompts' keys and values, which vLLM caches by prefix, would outlive the
+/// weights they were computed with unless the weight sync keeps them apart.
+fn on_smollm2(text: &str, model: &Path) -> String {
     let fixture = tiny_model("llama").display().to_string();
-    // Two tasks of a few hundred tokens, in every batch: their prompts' keys and values, which
-    // vLLM caches by prefix, would outlive the weights they were computed with unless the
-    // weight sync drops them.
     let words = |tag: &str| {
         (0..150)
             .map(|i| format!("{tag}{i}"))
@@ -1049,17 +1065,30 @@ fn a_run_on_vllm_loads_every_update_and_samples_what_the_trainer_computes() {
         words("x"),
         words("y")
     );
-    let on_smollm2 = |text: String| {
-        assert!(text.contains(TRAIN_DATA), "the fixture run's tasks");
-        text.replace(&fixture, &model.display().to_string())
-            .replace(TRAIN_DATA, &tasks)
-    };
-    let vllm = Vllm::start(&python, &model, "smollm2");
+    assert!(text.contains(TRAIN_DATA), "the fixture run's tasks");
+    text.replace(&fixture, &model.display().to_string())
+        .replace(TRAIN_DATA, &tasks)
+}
+
+/// The vLLM venv's python, or why a vLLM test is skipped.
+fn vllm_python() -> Option<PathBuf> {
+    venv_python("DRMAS_VLLM_PYTHON", "vllm-venv", "vLLM")
+        .map_err(|why| eprintln!("skipped: {why}"))
+        .ok()
+}
+
+#[test]
+fn a_run_on_vllm_loads_every_update_and_samples_what_the_trainer_computes() {
+    let Some(python) = vllm_python() else { return };
+    // SmolLM2's embeddings are tied: vLLM's in-place reload keeps the old LM head unless the
+    // folder holds one, which the mismatch below would show after the first update.
+    let model = smollm2_for_vllm("vllm-model");
+    let vllm = Vllm::start(&python, &model, "smollm2", &[]);
     assert_eq!(vllm.get("/weight_info")["weight_version"], "default");
-    let on_vllm = on_smollm2(run_file(
-        2,
-        &over_completions(&[&vllm.url], "smollm2", "vllm"),
-    ));
+    let on_vllm = on_smollm2(
+        &run_file(2, &over_completions(&[&vllm.url], "smollm2", "vllm")),
+        &model,
+    );
     let checked = drmas(&common::scratch("vllm-check"), "check", &on_vllm);
     assert!(checked.status.success(), "{}", log(&checked));
     assert!(
@@ -1067,12 +1096,118 @@ fn a_run_on_vllm_loads_every_update_and_samples_what_the_trainer_computes() {
         "{}",
         log(&checked)
     );
-    let local = train("vllm-local", &on_smollm2(run_file(2, "")));
+    let local = train("vllm-local", &on_smollm2(&run_file(2, ""), &model));
     let remote = train("vllm-remote", &on_vllm);
     assert_remote_metrics(&local, &remote);
     assert_eq!(vllm.get("/weight_info")["weight_version"], "iteration-2");
     // The model, its weights for the server and two runs' checkpoints: gigabytes.
     for name in ["vllm-model", "vllm-check", "vllm-local", "vllm-remote"] {
+        let _ = std::fs::remove_dir_all(common::scratch(name));
+    }
+}
+
+/// The log-probabilities vLLM at `url` gives each token of `prompt` (after the first) under
+/// the model or adapter it serves as `model`.
+fn prompt_logprobs(url: &str, model: &str, prompt: &[i64]) -> Vec<f64> {
+    let body = serde_json::json!({
+        "model": model, "prompt": prompt, "max_tokens": 1, "echo": true, "logprobs": 0,
+        "temperature": 0,
+    });
+    let answer: Value = ureq::post(format!("{url}/v1/completions"))
+        .send_json(&body)
+        .expect("a completion")
+        .body_mut()
+        .read_json()
+        .expect("JSON");
+    answer["choices"][0]["logprobs"]["token_logprobs"]
+        .as_array()
+        .expect("token_logprobs")
+        .iter()
+        .skip(1)
+        .take(prompt.len() - 1)
+        .map(|lp| lp.as_f64().expect("a logprob"))
+        .collect()
+}
+
+#[test]
+fn a_run_of_lora_agents_on_vllm_serves_each_agents_adapter_as_the_trainer_computes_it() {
+    let Some(python) = vllm_python() else { return };
+    let model = smollm2_for_vllm("vllm-lora-model");
+    let vllm = Vllm::start(
+        &python,
+        &model,
+        "smollm2",
+        &["--enable-lora", "--max-loras", "2", "--max-lora-rank", "8"],
+    );
+    let lora = "\n[worker_groups.shared.lora]\nrank = 8\nalpha = 16\nper_agent = true\n";
+    let on_vllm = on_smollm2(
+        &run_file(
+            2,
+            &(over_completions(&[&vllm.url], "smollm2", "vllm") + lora),
+        ),
+        &model,
+    );
+    let checked = drmas(&common::scratch("vllm-lora-check"), "check", &on_vllm);
+    assert!(checked.status.success(), "{}", log(&checked));
+    let local = train("vllm-lora-local", &on_smollm2(&run_file(2, lora), &model));
+    let remote = train("vllm-lora-remote", &on_vllm);
+    // Each agent sampled from its own adapter of each update, as the trainer computes it.
+    assert_remote_metrics(&local, &remote);
+    // Resumed for a third iteration: the checkpoint's adapters go first, under names the
+    // server still holds.
+    let resumed = drmas_command(
+        &common::scratch_path("vllm-lora-remote"),
+        "train",
+        &on_vllm.replace("iterations = 2\n", "iterations = 3\n"),
+    )
+    .arg("--resume")
+    .output()
+    .expect("run drmas-host");
+    assert!(resumed.status.success(), "{}", log(&resumed));
+    let mut served: Vec<String> = vllm.get("/v1/models")["data"]
+        .as_array()
+        .expect("models")
+        .iter()
+        .map(|card| card["id"].as_str().expect("an id").to_owned())
+        .collect();
+    served.sort();
+    assert_eq!(
+        served,
+        [
+            "shared/first@iteration-3",
+            "shared/second@iteration-3",
+            "smollm2"
+        ],
+        "the last update's adapters, the earlier ones unloaded"
+    );
+    // The adapters moved the model away from its base, so serving the base would have shown.
+    let prompt: Vec<i64> = (100..140).collect();
+    let base = prompt_logprobs(&vllm.url, "smollm2", &prompt);
+    for adapter in ["shared/first@iteration-3", "shared/second@iteration-3"] {
+        let adapted = prompt_logprobs(&vllm.url, adapter, &prompt);
+        let moved = base
+            .iter()
+            .zip(&adapted)
+            .map(|(b, a)| (b - a).abs())
+            .fold(0.0, f64::max);
+        assert!(moved > 1e-3, "{adapter} moved the logprobs by only {moved}");
+    }
+    let weights = common::scratch_path("vllm-lora-remote").join("run/weights/shared");
+    let versions: Vec<_> = std::fs::read_dir(&weights)
+        .expect("the adapters' folder")
+        .map(|entry| entry.expect("an entry").file_name())
+        .collect();
+    assert_eq!(
+        versions,
+        ["iteration-3"],
+        "older versions' adapters removed"
+    );
+    for name in [
+        "vllm-lora-model",
+        "vllm-lora-check",
+        "vllm-lora-local",
+        "vllm-lora-remote",
+    ] {
         let _ = std::fs::remove_dir_all(common::scratch(name));
     }
 }

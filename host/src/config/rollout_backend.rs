@@ -155,12 +155,14 @@ pub(super) fn check(
             format!("{table}: backend = \"{backend}\" needs urls = [\"http://host:port\", …]"),
         ));
     }
-    if group.lora.is_some() {
+    if group.lora.is_some() && section.sync_mode() != Some(WeightSync::Vllm) {
         return Err(file.invalid(
             at,
             format!(
-                "{table}: LoRA groups generate locally (servers would need every agent's \
-                 adapter); remove backend = \"{backend}\" or [worker_groups.{name}.lora]"
+                "{table}: a LoRA group's servers must load every agent's adapter, which only \
+                 vLLM's LoRA routes do here; set backend = \"openai\" and weight_sync = \"vllm\" \
+                 (vLLM started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True), \
+                 or generate locally (remove backend = \"{backend}\")"
             ),
         ));
     }

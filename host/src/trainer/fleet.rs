@@ -9,7 +9,9 @@ use anyhow::Context;
 
 use super::WorkerGroup;
 use crate::config::{RolloutBackend, RunConfig, RunFile, WeightSync, WorkerGroupSection};
-use crate::engine::remote::{Protocol, RemoteGenerator, RemoteSettings, WeightLoading};
+use crate::engine::remote::{
+    served_adapter_name, Protocol, RemoteGenerator, RemoteSettings, ServedAdapter, WeightLoading,
+};
 use crate::model::atomic_dir::Durability;
 use crate::model::config::LlamaConfig;
 use crate::model::gguf::GgufModel;
@@ -21,8 +23,9 @@ use crate::preflight::resolve_model;
 pub struct Fleet {
     /// Generates the group's rollouts on the servers.
     pub generator: RemoteGenerator,
-    /// The HF folder the trainer writes the group's weights to and the servers load; `None`
-    /// when they do not load new weights (`weight_sync = "none"`: evaluation only).
+    /// The folder the trainer writes the group's weights to and the servers load (an HF
+    /// folder; for a LoRA group a folder per version holding a PEFT folder per adapter);
+    /// `None` when they do not load new weights (`weight_sync = "none"`: evaluation only).
     weights: Option<PathBuf>,
 }
 
@@ -76,11 +79,17 @@ impl Fleet {
             );
         };
         let started = Instant::now();
+        if self.generator.weight_loading() == WeightLoading::VllmAdapters {
+            self.sync_adapters(group, weights, version)?;
+            return Ok(started.elapsed().as_secs_f64());
+        }
         // vLLM's in-place reload keeps a tied model's old LM head unless the folder holds one
         // (`lm_head.weight`, a copy of the embeddings).
         let head = match self.generator.weight_loading() {
             WeightLoading::Vllm => TiedHead::Written,
-            WeightLoading::Sglang | WeightLoading::None => TiedHead::Omitted,
+            WeightLoading::Sglang | WeightLoading::None | WeightLoading::VllmAdapters => {
+                TiedHead::Omitted
+            }
         };
         // Rewritten every iteration and loaded at once: the page cache serves the servers, and
         // a crash leaves the checkpoint to resume from, which pushes its own weights first.
@@ -100,6 +109,63 @@ impl Fleet {
             group.name
         );
         Ok(seconds)
+    }
+
+    /// A LoRA group's sync: each adapter written as a PEFT folder in `weights/VERSION/`, loaded
+    /// by every server under its own name, then everything else in `weights/` removed (older
+    /// versions; the current one stays, since a server may read an adapter's folder again
+    /// while it serves it, after evicting it from memory).
+    fn sync_adapters(
+        &self,
+        group: &WorkerGroup,
+        weights: &Path,
+        version: &str,
+    ) -> anyhow::Result<()> {
+        let folder = weights.join(version);
+        let base = group.pretrained.source.display().to_string();
+        let adapters = group
+            .adapter_names
+            .iter()
+            .enumerate()
+            .map(|(slot, name)| {
+                let dir = folder.join(name);
+                group
+                    .pretrained
+                    .model
+                    .save_adapter(slot, &dir, &base)
+                    .with_context(|| {
+                        format!(
+                            "worker group `{}`: writing LoRA adapter `{name}` for the servers",
+                            group.name
+                        )
+                    })?;
+                Ok(ServedAdapter {
+                    name: served_adapter_name(&group.name, name, version),
+                    folder: dir,
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        self.generator.update_adapters(&adapters, version)?;
+        let older = std::fs::read_dir(weights)
+            .with_context(|| format!("listing {}", weights.display()))?
+            .filter_map(Result::ok)
+            .filter(|entry| entry.file_name() != version);
+        for entry in older {
+            let path = entry.path();
+            let removed = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            if let Err(error) = removed {
+                tracing::warn!("could not remove {}: {error}", path.display());
+            }
+        }
+        tracing::info!(
+            "worker group `{}`: servers serve its LoRA adapters {version}",
+            group.name
+        );
+        Ok(())
     }
 }
 
@@ -130,6 +196,7 @@ fn remote_generator(name: &str, section: &WorkerGroupSection) -> Option<RemoteGe
         protocol,
         weight_loading: match rollout.sync_mode() {
             Some(WeightSync::Sglang) => WeightLoading::Sglang,
+            Some(WeightSync::Vllm) if section.lora.is_some() => WeightLoading::VllmAdapters,
             Some(WeightSync::Vllm) => WeightLoading::Vllm,
             Some(WeightSync::Off) | None => WeightLoading::None,
         },
@@ -158,7 +225,7 @@ pub fn probe_servers(config: &RunConfig, file: &RunFile) -> anyhow::Result<Vec<S
         // Only SGLang's /get_model_info describes the model; /v1/models names it.
         let model = match generator.weight_loading() {
             WeightLoading::Sglang => "same model".to_owned(),
-            WeightLoading::Vllm | WeightLoading::None => format!(
+            WeightLoading::Vllm | WeightLoading::VllmAdapters | WeightLoading::None => format!(
                 "serving `{}`",
                 rollout.model_name.as_ref().map_or("", |n| n.get_ref())
             ),

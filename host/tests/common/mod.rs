@@ -52,10 +52,15 @@ pub fn repo() -> PathBuf {
 
 /// A fresh folder `name-PID` under the test target dir.
 pub fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+    let dir = scratch_path(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create scratch dir");
     dir
+}
+
+/// The folder [`scratch`] makes for `name` in this test process, as it is now.
+pub fn scratch_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()))
 }
 
 /// A plugins folder holding the fixture plugin's library (agents that shout, the `pair`

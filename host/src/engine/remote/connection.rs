@@ -70,6 +70,16 @@ impl Connection {
         self.read(path, answer)
     }
 
+    /// `POST path` with `body` as JSON; the answer's text, whatever it is (vLLM's LoRA routes
+    /// answer success in plain text).
+    pub fn post_for_text<B: Serialize>(&self, path: &str, body: &B) -> Result<String, Failure> {
+        let answer = self
+            .agent
+            .post(format!("{}{path}", self.url))
+            .send_json(body);
+        self.body(path, answer)
+    }
+
     /// `GET path`; the answer parsed as `T`.
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Failure> {
         let answer = self.agent.get(format!("{}{path}", self.url)).call();

@@ -40,6 +40,8 @@ pub struct RemoteGenerator {
     pub(super) retired: Vec<AtomicBool>,
     /// The weight version every answer must come from, once weights were pushed.
     pub(super) version: Mutex<Option<String>>,
+    /// A LoRA group's adapters as the servers serve them, by slot, once they were pushed.
+    pub(super) served_adapters: Mutex<Vec<String>>,
 }
 
 impl RemoteGenerator {
@@ -61,6 +63,7 @@ impl RemoteGenerator {
             router,
             retired,
             version: Mutex::new(None),
+            served_adapters: Mutex::new(Vec::new()),
         }
     }
 
@@ -314,25 +317,42 @@ impl Generator for RemoteGenerator {
         requests: &[GenerationRequest],
         rng: &mut SeededRng,
     ) -> anyhow::Result<Vec<Generation>> {
-        if let Some(request) = requests.iter().find(|r| r.adapter.is_some()) {
-            bail!(
-                "worker group `{}`: a request for LoRA adapter {:?} cannot go to a server (LoRA \
-                 groups generate locally)",
-                self.settings.group,
-                request.adapter
-            );
-        }
+        // Over /v1/completions each request names its model: the base, or a LoRA adapter.
+        let models: Vec<Option<String>> = match &self.settings.protocol {
+            Protocol::Openai { model } => requests
+                .iter()
+                .map(|request| match request.adapter {
+                    None => Ok(Some(model.clone())),
+                    Some(slot) => self.served_adapter(slot).map(Some).ok_or_else(|| {
+                        anyhow!(
+                            "worker group `{}`: a request for LoRA adapter {slot}, which its \
+                             servers were not given (adapters go to servers with weight_sync = \
+                             \"vllm\")",
+                            self.settings.group
+                        )
+                    }),
+                })
+                .collect::<anyhow::Result<_>>()?,
+            Protocol::Sglang => {
+                if let Some(request) = requests.iter().find(|r| r.adapter.is_some()) {
+                    bail!(
+                        "worker group `{}`: a request for LoRA adapter {:?} cannot go to an \
+                         SGLang server (LoRA groups generate locally or on vLLM)",
+                        self.settings.group,
+                        request.adapter
+                    );
+                }
+                vec![None; requests.len()]
+            }
+        };
         // A seed fits a signed 64-bit integer, as vLLM's `seed` must; both protocols are sent
         // the same seeds, so they sample alike.
         let seeds: Vec<u64> = requests.iter().map(|_| rng.next_u64() >> 1).collect();
         if requests.is_empty() {
             return Ok(Vec::new());
         }
-        let completion_model = match &self.settings.protocol {
-            Protocol::Openai { model } => Some(model.as_str()),
-            Protocol::Sglang => None,
-        };
-        let single = self.router.is_some() || completion_model.is_some();
+        let over_completions = matches!(self.settings.protocol, Protocol::Openai { .. });
+        let single = self.router.is_some() || over_completions;
         let servers = self.active().len().max(1);
         let size = if single {
             1
@@ -345,10 +365,11 @@ impl Generator for RemoteGenerator {
         let chunks: Vec<(usize, Request)> = requests
             .chunks(size)
             .zip(seeds.chunks(size))
-            .map(|(requests, seeds)| {
+            .zip(models.chunks(size))
+            .map(|((requests, seeds), models)| {
                 // Over /v1/completions each chunk holds one prompt (`single`).
-                let body = match (completion_model, requests, seeds) {
-                    (Some(model), [request], &[seed]) => Request::Completion(completions::body(
+                let body = match (models, requests, seeds) {
+                    ([Some(model)], [request], &[seed]) => Request::Completion(completions::body(
                         request,
                         i64::try_from(seed).unwrap_or(i64::MAX),
                         model,

@@ -2,18 +2,22 @@
 //! itself, sglang-router in front of a fleet, or `drmas-host serve`; or OpenAI's
 //! `/v1/completions` as vLLM serves it ([`openai_wire`], `completions.rs`). [`RemoteGenerator`]
 //! is a worker group's [`Generator`](crate::engine::Generator) on them; it also pushes new
-//! weights (`weights.rs`: SGLang's route, or vLLM's development routes in [`vllm_wire`]) and
-//! checks the servers before any work (`probe.rs`).
+//! weights (`weights.rs`: SGLang's route, or vLLM's development routes in [`vllm_wire`]) or a
+//! LoRA group's adapters (`adapters.rs`, vLLM's LoRA routes in [`vllm_lora_wire`]) and checks
+//! the servers before any work (`probe.rs`).
 
+mod adapters;
 mod completions;
 mod connection;
 mod generator;
 pub mod openai_wire;
 mod probe;
 mod settings;
+pub mod vllm_lora_wire;
 pub mod vllm_wire;
 mod weights;
 pub mod wire;
 
+pub use adapters::{served_adapter_name, ServedAdapter};
 pub use generator::RemoteGenerator;
 pub use settings::{Protocol, RemoteSettings, WeightLoading};

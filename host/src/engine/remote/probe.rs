@@ -1,7 +1,8 @@
 //! Probing a worker group's servers before any work: each must be healthy and serve the
 //! group's model (`/health`; `/get_model_info` where the servers load weights SGLang's way;
 //! `/v1/models` for the OpenAI protocol's model name; `/weight_info` where they load weights
-//! vLLM's way, which only a server in development mode answers).
+//! vLLM's way, which only a server in development mode answers; vLLM's LoRA routes where they
+//! load a LoRA group's adapters).
 
 use anyhow::bail;
 
@@ -9,6 +10,7 @@ use super::connection::{Connection, Failure};
 use super::generator::RemoteGenerator;
 use super::openai_wire::{ModelList, MODELS_PATH};
 use super::settings::{Protocol, WeightLoading};
+use super::vllm_lora_wire::{UnloadLoraAdapterBody, ADAPTER_NOT_FOUND, UNLOAD_LORA_ADAPTER_PATH};
 use super::vllm_wire::{WeightInfo, WEIGHT_INFO_PATH};
 use super::wire::{ModelInfo, HEALTH_PATH, MODEL_INFO_PATH};
 use crate::model::config::LlamaConfig;
@@ -128,8 +130,33 @@ impl RemoteGenerator {
                 )?;
                 None
             }
+            WeightLoading::VllmAdapters => {
+                lora_routes(connection)?;
+                None
+            }
             WeightLoading::None => None,
         };
         Ok(Answers { info, names })
+    }
+}
+
+/// Whether `connection` serves vLLM's LoRA routes, asked by unloading an adapter no run names
+/// (`/`-less, unlike [`served_adapter_name`](super::served_adapter_name)'s): vLLM answers that
+/// it holds no such adapter; a server without the routes, that it has no such route.
+fn lora_routes(connection: &Connection) -> Result<(), Failure> {
+    let body = UnloadLoraAdapterBody {
+        lora_name: "drmas-probe".to_owned(),
+    };
+    match connection.post_for_text(UNLOAD_LORA_ADAPTER_PATH, &body) {
+        Err(Failure::Fatal(reason)) if !reason.contains(ADAPTER_NOT_FOUND) => {
+            Err(Failure::Fatal(format!(
+                "{reason}; weight_sync = \"vllm\" on a LoRA group needs vLLM started with \
+                 --enable-lora (--max-loras at least the group's adapters, --max-lora-rank at \
+                 least its rank) and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, which serves \
+                 {UNLOAD_LORA_ADAPTER_PATH} and /v1/load_lora_adapter"
+            )))
+        }
+        Err(Failure::Transient(reason)) => Err(Failure::Transient(reason)),
+        _ => Ok(()),
     }
 }

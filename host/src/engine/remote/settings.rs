@@ -42,6 +42,10 @@ pub enum WeightLoading {
     /// vLLM's development routes (`VLLM_SERVER_DEV_MODE=1`): `/collective_rpc` with
     /// `reload_weights`, `/reset_prefix_cache`, `/update_weight_version` and `/weight_info`.
     Vllm,
+    /// vLLM's runtime LoRA routes (`--enable-lora`, `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`):
+    /// each adapter of a LoRA group loaded as a model of its own over the frozen base the
+    /// servers serve, named by the group, the adapter and the version.
+    VllmAdapters,
 }
 
 /// The HTTP protocol a fleet generates with.

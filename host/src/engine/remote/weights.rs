@@ -19,15 +19,37 @@ use super::wire::{UpdateWeightsAnswer, UpdateWeightsBody, UPDATE_WEIGHTS_PATH};
 
 impl RemoteGenerator {
     /// Makes every server load the HF folder `folder` (a path the servers can read) as
-    /// `version`. A server that cannot (down after every try, or refusing the folder) leaves
-    /// the fleet with a warning; when none is left, the error names each server and why.
+    /// `version` (see [`push_everywhere`](Self::push_everywhere) for servers that cannot).
     /// Answers of other versions are refused from then on.
     pub fn update_weights(&self, folder: &Path, version: &str) -> anyhow::Result<()> {
+        self.push_everywhere(
+            &format!("weight version {version} from {}", folder.display()),
+            version,
+            |server| match self.settings.weight_loading {
+                WeightLoading::Vllm => self.load_on_vllm(server, folder, version),
+                WeightLoading::Sglang | WeightLoading::None | WeightLoading::VllmAdapters => {
+                    self.load_on_sglang(server, folder, version)
+                }
+            },
+        )
+    }
+
+    /// Runs `push` (given the server) on every server still in the fleet at once, each
+    /// retried on transient failures, then serves `version`. A server whose push fails leaves
+    /// the fleet with a warning; when none is left, the error names `what` was not loaded,
+    /// each server and why.
+    pub(super) fn push_everywhere(
+        &self,
+        what: &str,
+        version: &str,
+        push: impl Fn(usize) -> Result<(), Failure> + Sync,
+    ) -> anyhow::Result<()> {
         let active = self.active();
+        let push = &push;
         let results: Vec<(usize, Result<(), String>)> = std::thread::scope(|scope| {
             let pushes: Vec<_> = active
                 .iter()
-                .map(|&server| scope.spawn(move || (server, self.push(server, folder, version))))
+                .map(|&server| scope.spawn(move || (server, self.retried(server, push))))
                 .collect();
             pushes
                 .into_iter()
@@ -42,10 +64,7 @@ impl RemoteGenerator {
             if let Err(reason) = result {
                 if let Some(connection) = self.servers.get(server) {
                     failures.push(format!("{}: {reason}", connection.url()));
-                    self.retire(
-                        server,
-                        &format!("it did not load the new weights: {reason}"),
-                    );
+                    self.retire(server, &format!("it did not load {what}: {reason}"));
                 } else {
                     failures.push(reason);
                 }
@@ -57,28 +76,25 @@ impl RemoteGenerator {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(version.to_owned());
         if self.active().is_empty() {
             bail!(
-                "worker group `{}`: no server loaded weight version {version} from {}: {}",
+                "worker group `{}`: no server loaded {what}: {}",
                 self.settings.group,
-                folder.display(),
                 failures.join("; ")
             );
         }
         Ok(())
     }
 
-    /// One server's update, retried on transient failures.
-    fn push(&self, server: usize, folder: &Path, version: &str) -> Result<(), String> {
+    /// One server's push, retried on transient failures.
+    fn retried(
+        &self,
+        server: usize,
+        push: &(impl Fn(usize) -> Result<(), Failure> + Sync),
+    ) -> Result<(), String> {
         let tries = self.settings.max_tries.max(1);
         let mut last = String::new();
         for attempt in 1..=tries {
             std::thread::sleep(self.backoff(attempt));
-            let loaded = match self.settings.weight_loading {
-                WeightLoading::Vllm => self.load_on_vllm(server, folder, version),
-                WeightLoading::Sglang | WeightLoading::None => {
-                    self.load_on_sglang(server, folder, version)
-                }
-            };
-            match loaded {
+            match push(server) {
                 Ok(()) => return Ok(()),
                 Err(Failure::Fatal(reason)) => return Err(reason),
                 Err(Failure::Transient(reason)) => last = reason,
