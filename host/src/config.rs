@@ -591,16 +591,22 @@ pub enum LrDecay {
     Cosine,
 }
 
-/// KL estimators between policy and reference (Schulman's k1/k2/k3).
+/// KL estimators between policy and reference (Schulman's k1/k2/k3, and verl's `abs`); verl's
+/// names for them (`kl`, `mse`, `k3`) are taken too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum KlType {
     /// k3: exp(ref − logp) − (ref − logp) − 1, low variance, non-negative.
+    #[serde(alias = "k3")]
     LowVarKl,
     /// k1: logp − ref.
+    #[serde(alias = "kl")]
     K1,
     /// k2: ½ (logp − ref)².
+    #[serde(alias = "mse")]
     K2,
+    /// |logp − ref|.
+    Abs,
 }
 
 impl KlType {
@@ -610,6 +616,7 @@ impl KlType {
             Self::LowVarKl => "low_var_kl",
             Self::K1 => "k1",
             Self::K2 => "k2",
+            Self::Abs => "abs",
         }
     }
 }

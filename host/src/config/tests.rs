@@ -294,6 +294,29 @@ fn adamws_betas_and_epsilon_are_read_and_checked() {
 }
 
 #[test]
+fn kl_types_take_verls_names_too() {
+    for (name, kind) in [
+        ("k1", KlType::K1),
+        ("kl", KlType::K1),
+        ("k2", KlType::K2),
+        ("mse", KlType::K2),
+        ("low_var_kl", KlType::LowVarKl),
+        ("k3", KlType::LowVarKl),
+        ("abs", KlType::Abs),
+    ] {
+        let config = parse(&format!(
+            "{VALID}\n[algorithm.kl_in_reward]\ncoef = 0.01\nkl_type = \"{name}\"\n"
+        ))
+        .expect(name);
+        assert_eq!(config.algorithm.kl_in_reward.kl_type, kind, "{name}");
+    }
+    let message = error(&format!(
+        "{VALID}\n[algorithm.kl_in_reward]\ncoef = 0.01\nkl_type = \"full\"\n"
+    ));
+    assert!(message.contains("unknown variant `full`"), "{message}");
+}
+
+#[test]
 fn the_kl_in_the_reward_is_off_by_default_and_its_keys_are_checked() {
     let config = parse(VALID).expect("valid");
     assert!(!config.algorithm.kl_in_reward.enabled());

@@ -218,6 +218,10 @@ fn kl_estimators_match_their_formulas() {
         kl_penalty(&logprobs, &reference, KlType::LowVarKl).double_value(&[0]),
         k3,
     );
+    close(
+        kl_penalty(&reference, &logprobs, KlType::Abs).double_value(&[0]),
+        0.5,
+    );
 }
 
 #[test]
