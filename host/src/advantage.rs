@@ -26,6 +26,7 @@ mod per_token;
 mod registry;
 mod reinforce_pp;
 mod reinforce_pp_baseline;
+mod remax;
 mod rloo;
 mod stats;
 mod trajectory_mean;

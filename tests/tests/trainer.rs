@@ -163,6 +163,54 @@ fn a_shared_model_trains_and_reports_each_agents_gradient() {
 }
 
 #[test]
+fn remax_takes_each_prompts_greedy_episode_as_its_baseline() {
+    // Every task in one batch, so runs of two seeds (which sample differently) see the same
+    // prompts; their greedy episodes, before any update, are the same. The second agent's
+    // action is its answer, which the environment rewards for an even length.
+    let words = [
+        "alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa",
+    ];
+    let text = |seed: u32| {
+        parity_run_file(&words, "", "")
+            .replace("estimator = \"drmas\"", "estimator = \"remax\"")
+            .replace("max_new_tokens = 5", "max_new_tokens = 4")
+            .replace("seed = 5", &format!("seed = {seed}"))
+    };
+    let (_, _, five) = train_one("remax-5", &text(5));
+    let (_, _, six) = train_one("remax-6", &text(6));
+    let baseline = |line: &Value| {
+        line["reward/greedy_baseline_mean"]
+            .as_f64()
+            .expect("baseline")
+    };
+    assert_eq!(baseline(&five), baseline(&six), "greedy, whatever the seed");
+    // The untrained model's greedy answers have an even length: a baseline of 1 to subtract.
+    assert_eq!(baseline(&five), 1.0);
+    assert!(five["time/greedy_baseline_s"].as_f64().expect("seconds") > 0.0);
+    for line in [&five, &six] {
+        assert_ne!(
+            line["advantage/reward_mean/first"], line["advantage/reward_mean/second"],
+            "the two agents' rewards differ (the penalty), so the check below tells them apart"
+        );
+        // One call per agent and episode, four episodes a prompt: each agent's mean advantage
+        // is its mean reward less the mean of the prompts' greedy rewards.
+        for role in ["first", "second"] {
+            let reward = line[&format!("advantage/reward_mean/{role}")]
+                .as_f64()
+                .expect("reward");
+            let advantage = line[&format!("advantage/mean/{role}")]
+                .as_f64()
+                .expect("advantage");
+            assert!(
+                (advantage - (reward - baseline(line))).abs() < 1e-9,
+                "{role}: advantage {advantage}, reward {reward}, baseline {}",
+                baseline(line)
+            );
+        }
+    }
+}
+
+#[test]
 fn dynamic_sampling_fills_the_batch_with_groups_that_have_reward_spread() {
     let dir = common::scratch(&format!("trainer-dynamic-{}", std::process::id()));
     let text = run_file("shared", "shared", &group("shared", "llama"), 3).replace(

@@ -7,8 +7,9 @@ use super::{PerToken, Sample};
 use crate::config::LossAggregation;
 
 /// What [`Estimator::token_advantages`] reads: the batch, its rewards, each call's response
-/// length, for an estimator with a critic the critic's values, and the KL penalty of each
-/// response token when the run puts the KL in the reward.
+/// length, for an estimator with a critic the critic's values, for one with a greedy baseline
+/// each call's, and the KL penalty of each response token when the run puts the KL in the
+/// reward.
 #[derive(Debug, Clone, Copy)]
 pub struct TokenInput<'a> {
     /// One sample per agent call.
@@ -20,6 +21,9 @@ pub struct TokenInput<'a> {
     /// The critic's value of each response token's state, when the estimator has a critic
     /// ([`Estimator::uses_critic`]).
     pub values: Option<&'a PerToken>,
+    /// The reward of the greedy episode of each call's prompt, when the estimator takes one
+    /// ([`Estimator::uses_greedy_baseline`]).
+    pub baselines: Option<&'a [f64]>,
     /// β·KL(policy ‖ reference) of each response token (`[algorithm.kl_in_reward]`),
     /// subtracted from that token's reward; `None`: no KL in the reward.
     pub kl_penalties: Option<&'a PerToken>,
@@ -107,6 +111,12 @@ pub trait Estimator: Send + Sync + fmt::Debug {
         false
     }
 
+    /// Whether [`Self::token_advantages`] needs a greedy baseline (ReMax): the trainer then
+    /// rolls out each prompt of the batch once more, greedily, and passes its reward.
+    fn uses_greedy_baseline(&self) -> bool {
+        false
+    }
+
     /// Where a plugin's estimator comes from (its plugin and library), for the plan's summary;
     /// `None` for the built-in ones.
     fn origin(&self) -> Option<&str> {
@@ -134,6 +144,13 @@ pub(super) fn assert_token_input_aligned(input: &TokenInput<'_>) {
             penalties.lengths(),
             input.lengths,
             "one KL penalty per response token"
+        );
+    }
+    if let Some(baselines) = input.baselines {
+        assert_eq!(
+            baselines.len(),
+            input.samples.len(),
+            "one baseline per call"
         );
     }
 }

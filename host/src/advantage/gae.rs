@@ -187,6 +187,7 @@ mod tests {
             rewards: &[1.0],
             lengths: &[3],
             values: Some(&values),
+            baselines: None,
             kl_penalties: Some(&penalties),
         })
         .expect("gae");
@@ -214,6 +215,7 @@ mod tests {
                 rewards: &rewards,
                 lengths: &[2, 1, 2],
                 values: Some(&values),
+                baselines: None,
                 kl_penalties: None,
             })
             .expect("gae")
@@ -257,6 +259,7 @@ mod tests {
             rewards: &[0.0, 2.0, 100.0],
             lengths: &[1, 1, 2],
             values: Some(&values),
+            baselines: None,
             kl_penalties: None,
         })
         .expect("gae");
@@ -277,6 +280,7 @@ mod tests {
             rewards: &[1.0],
             lengths: &[2],
             values,
+            baselines: None,
             kl_penalties: None,
         };
         let none = gae.token_advantages(&input(None)).expect_err("no values");

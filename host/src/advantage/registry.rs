@@ -16,6 +16,7 @@ use super::grouping::GroupBy;
 use super::grpo_passk::GrpoPassk;
 use super::reinforce_pp::{ReinforcePp, ReinforcePpParams};
 use super::reinforce_pp_baseline::ReinforcePpBaseline;
+use super::remax::Remax;
 use super::rloo::Rloo;
 use super::{Estimator, NormParams};
 
@@ -188,6 +189,14 @@ const REGISTRY: &[(&str, &str, Constructor)] = &[
             Ok(Box::new(ReinforcePpBaseline {
                 by: GroupBy::PromptAgent,
             }))
+        },
+    ),
+    (
+        "remax",
+        "ReMax: each call's reward less its prompt's greedy episode's",
+        |t| {
+            parse::<NoParams>(t)?;
+            Ok(Box::new(Remax))
         },
     ),
     (

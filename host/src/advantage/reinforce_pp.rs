@@ -77,7 +77,7 @@ impl Estimator for ReinforcePp {
 }
 
 /// Each token's discounted return G_t = r_t + γ·G_{t+1} from its tokens' `rewards`.
-fn discounted_returns(rewards: &[f64], gamma: f64) -> Vec<f64> {
+pub(super) fn discounted_returns(rewards: &[f64], gamma: f64) -> Vec<f64> {
     let mut running = 0.0;
     let mut returns: Vec<f64> = rewards
         .iter()
@@ -119,6 +119,7 @@ mod tests {
                 rewards,
                 lengths: &lengths,
                 values: None,
+                baselines: None,
                 kl_penalties: None,
             })
             .expect("reinforce_pp");

@@ -9,7 +9,8 @@ use super::*;
 
 const EPS: f64 = 1e-6;
 
-fn call(uid: u32, trajectory: u32, agent: u16, reward: f64) -> Sample {
+/// A call of `agent` in episode `trajectory` of prompt group `uid`, rewarded `reward`.
+pub(super) fn call(uid: u32, trajectory: u32, agent: u16, reward: f64) -> Sample {
     Sample {
         uid,
         trajectory,
@@ -473,6 +474,7 @@ fn outcome_estimators_score_a_call_by_its_reward_less_its_tokens_kl_penalties() 
         rewards: &rewards,
         lengths: &lengths,
         values: None,
+        baselines: None,
         kl_penalties,
     };
     // GiGPO's step level reads no KL: checked below.
@@ -523,6 +525,7 @@ fn misaligned_kl_penalties_panic() {
         rewards: &rewards,
         lengths: &lengths,
         values: None,
+        baselines: None,
         kl_penalties: Some(&penalties),
     });
 }
@@ -626,6 +629,7 @@ fn registry_lists_every_builtin_and_builds_it_under_its_name() {
             "rloo_agent",
             "reinforce_pp_baseline",
             "reinforce_pp_baseline_agent",
+            "remax",
             "grpo_passk",
             "grpo_passk_agent",
             "gigpo",
@@ -853,6 +857,7 @@ proptest! {
                 rewards: &rewards,
                 lengths,
                 values: None,
+                baselines: None,
                 kl_penalties: kl_in_reward.then_some(&penalties),
             })
             .unwrap();

@@ -560,6 +560,11 @@ impl Trainer {
         } else {
             None
         };
+        let baselines = if self.estimator.uses_greedy_baseline() {
+            Some(self.greedy_baselines(&sampled, &samples, &mut metrics)?)
+        } else {
+            None
+        };
         let kl_penalties = if self.config.algorithm.kl_in_reward.enabled() {
             Some(self.kl_penalties(rollout, &mut metrics)?)
         } else {
@@ -570,6 +575,7 @@ impl Trainer {
             rewards: &rewards,
             lengths: &lengths,
             values: values.as_ref(),
+            baselines: baselines.as_deref(),
             kl_penalties: kl_penalties.as_ref().map(|kl| &kl.penalties),
         })?;
         record_advantages(
@@ -696,6 +702,7 @@ impl Trainer {
         if dynamic.enabled || sampled.failed_groups > 0 {
             sampled.kept = Some(keep_groups(sampled.generated.clone(), &keep, group_size));
         }
+        sampled.keep = keep;
         if dynamic.enabled && kept_groups < prompts {
             tracing::warn!(
                 "dynamic sampling: {kept_groups} of {prompts} prompt groups with reward spread \
@@ -704,6 +711,37 @@ impl Trainer {
             );
         }
         Ok(sampled)
+    }
+
+    /// ReMax's baselines: each prompt group of `sampled`'s batch rolled out once more, greedily
+    /// and from an RNG of its own (so the training samples do not shift); each of `samples`
+    /// (the batch's calls) gets the reward of its group's greedy episode, 0 when that episode
+    /// failed.
+    fn greedy_baselines(
+        &mut self,
+        sampled: &SampledGroups,
+        samples: &[Sample],
+        metrics: &mut Metrics,
+    ) -> anyhow::Result<Vec<f64>> {
+        let started = Instant::now();
+        let tasks = sampled.batch_tasks();
+        setup::set_phase(&self.config, &mut self.team, Phase::Greedy);
+        let training_rng = std::mem::replace(
+            &mut self.rng,
+            SeededRng::new(self.config.run.seed ^ 0x6EED ^ u64::from(self.iteration)),
+        );
+        let result = self.rollout(&tasks, "greedy baseline");
+        self.rng = training_rng;
+        setup::set_phase(&self.config, &mut self.team, Phase::Train);
+        let rollout = result?;
+        warn_failures(&rollout, "greedy baseline", "its prompt's baseline is 0");
+        let rewards: Vec<f64> = rollout.episodes.iter().map(|e| e.reward()).collect();
+        metrics.set(
+            "reward/greedy_baseline_mean",
+            rewards.iter().sum::<f64>() / rewards.len().max(1) as f64,
+        );
+        metrics.set("time/greedy_baseline_s", started.elapsed().as_secs_f64());
+        Ok(samples.iter().map(|s| rewards[s.uid as usize]).collect())
     }
 
     /// Each call's reward as the estimator sees it (`samples` are `rollout`'s): the
@@ -1195,12 +1233,28 @@ struct SampledGroups {
     kept: Option<Rollout>,
     /// Prompt groups of `generated` dropped because one of their episodes failed.
     failed_groups: usize,
+    /// Whether each prompt group of `generated` is in `kept` (when there is one).
+    keep: Vec<bool>,
 }
 
 impl SampledGroups {
     /// The rollout the iteration trains on.
     fn batch(&self) -> &Rollout {
         self.kept.as_ref().unwrap_or(&self.generated)
+    }
+
+    /// The task of each prompt group of [`Self::batch`].
+    fn batch_tasks(&self) -> Vec<&Task> {
+        match self.kept {
+            None => self.tasks.iter().collect(),
+            Some(_) => self
+                .tasks
+                .iter()
+                .zip(&self.keep)
+                .filter(|(_, &kept)| kept)
+                .map(|(task, _)| task)
+                .collect(),
+        }
     }
 }
 

@@ -17,6 +17,9 @@ pub enum Phase {
     Train,
     /// Evaluation: `[eval]` temperature and top-p for every agent.
     Eval,
+    /// A greedy baseline (`remax`): every agent picks its most likely token, within its
+    /// training response budget.
+    Greedy,
 }
 
 /// The team of `plan` (in run-file order) with the sampling settings of `phase`; takes the
@@ -128,6 +131,11 @@ fn sampling(config: &RunConfig, section: &AgentSection, phase: Phase) -> (Sampli
         Phase::Eval => SamplingParams {
             temperature: config.eval.temperature,
             top_p: config.eval.top_p,
+            top_k: 0,
+        },
+        Phase::Greedy => SamplingParams {
+            temperature: 0.0,
+            top_p: 1.0,
             top_k: 0,
         },
     };
