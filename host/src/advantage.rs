@@ -28,6 +28,7 @@ mod reinforce_pp;
 mod reinforce_pp_baseline;
 mod remax;
 mod rloo;
+mod similarity;
 mod stats;
 mod trajectory_mean;
 mod whiten;

@@ -211,6 +211,30 @@ fn remax_takes_each_prompts_greedy_episode_as_its_baseline() {
 }
 
 #[test]
+fn gigpo_reads_each_calls_anchor_text_from_the_rollout() {
+    // Every episode of a prompt group sees the same observations (its word, then "1 steps
+    // left"), so grouping alike texts gives the groups of equal states: the same advantages,
+    // unless a call were handed another call's text (another word, never alike at 0.9).
+    let text = |params: &str| {
+        parity_run_file(&["alpha", "beta", "gamma"], "steps = 2", "").replace(
+            "estimator = \"drmas\"",
+            &format!("estimator = \"gigpo\"\nparams = {{ {params} }}"),
+        )
+    };
+    let (_, _, exact) = train_one("gigpo-exact", &text(""));
+    let (_, _, alike) = train_one("gigpo-alike", &text("similarity_thresh = 0.9"));
+    for key in [
+        "advantage/mean/first",
+        "advantage/std/first",
+        "advantage/mean/second",
+        "advantage/std/second",
+    ] {
+        assert!(exact[key].is_number(), "{key} in {exact}");
+        assert_eq!(exact[key], alike[key], "{key}");
+    }
+}
+
+#[test]
 fn dynamic_sampling_fills_the_batch_with_groups_that_have_reward_spread() {
     let dir = common::scratch(&format!("trainer-dynamic-{}", std::process::id()));
     let text = run_file("shared", "shared", &group("shared", "llama"), 3).replace(

@@ -24,6 +24,9 @@ pub struct TokenInput<'a> {
     /// The reward of the greedy episode of each call's prompt, when the estimator takes one
     /// ([`Estimator::uses_greedy_baseline`]).
     pub baselines: Option<&'a [f64]>,
+    /// The anchor text of each call's state (the environment's state key, else its
+    /// observation), when the estimator compares them ([`Estimator::uses_anchor_texts`]).
+    pub anchors: Option<&'a [&'a str]>,
     /// β·KL(policy ‖ reference) of each response token (`[algorithm.kl_in_reward]`),
     /// subtracted from that token's reward; `None`: no KL in the reward.
     pub kl_penalties: Option<&'a PerToken>,
@@ -117,6 +120,12 @@ pub trait Estimator: Send + Sync + fmt::Debug {
         false
     }
 
+    /// Whether [`Self::token_advantages`] reads each call's anchor text (GiGPO with
+    /// similarity-based anchor states).
+    fn uses_anchor_texts(&self) -> bool {
+        false
+    }
+
     /// Where a plugin's estimator comes from (its plugin and library), for the plan's summary;
     /// `None` for the built-in ones.
     fn origin(&self) -> Option<&str> {
@@ -145,6 +154,9 @@ pub(super) fn assert_token_input_aligned(input: &TokenInput<'_>) {
             input.lengths,
             "one KL penalty per response token"
         );
+    }
+    if let Some(anchors) = input.anchors {
+        assert_eq!(anchors.len(), input.samples.len(), "one anchor per call");
     }
     if let Some(baselines) = input.baselines {
         assert_eq!(

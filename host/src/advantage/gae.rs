@@ -188,6 +188,7 @@ mod tests {
             lengths: &[3],
             values: Some(&values),
             baselines: None,
+            anchors: None,
             kl_penalties: Some(&penalties),
         })
         .expect("gae");
@@ -216,6 +217,7 @@ mod tests {
                 lengths: &[2, 1, 2],
                 values: Some(&values),
                 baselines: None,
+                anchors: None,
                 kl_penalties: None,
             })
             .expect("gae")
@@ -260,6 +262,7 @@ mod tests {
             lengths: &[1, 1, 2],
             values: Some(&values),
             baselines: None,
+            anchors: None,
             kl_penalties: None,
         })
         .expect("gae");
@@ -281,6 +284,7 @@ mod tests {
             lengths: &[2],
             values,
             baselines: None,
+            anchors: None,
             kl_penalties: None,
         };
         let none = gae.token_advantages(&input(None)).expect_err("no values");

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use anyhow::bail;
 use serde::Deserialize;
 
 use super::estimator::{
@@ -13,6 +14,7 @@ use super::estimator::{
 use super::grouping::GroupBy;
 use super::normalise::{group_normalise, NormParams};
 use super::penalty::unshaped_reward;
+use super::similarity::similarity_ratio;
 use super::trajectory_mean::trajectory_means;
 use super::{PerToken, Sample};
 
@@ -42,6 +44,10 @@ pub struct GigpoParams {
     pub epsilon: f64,
     /// How the episode level scores a trajectory.
     pub episode_score: EpisodeScore,
+    /// With a threshold in (0, 1), the step level's anchor states are clusters of alike
+    /// anchor texts (difflib's ratio at least this), not equal state keys (the Dr. MAS code's
+    /// `enable_similarity` and `similarity_thresh`).
+    pub similarity_thresh: Option<f64>,
 }
 
 impl Default for GigpoParams {
@@ -52,6 +58,7 @@ impl Default for GigpoParams {
             norm_by_std: true,
             epsilon: 1e-6,
             episode_score: EpisodeScore::TrajectoryMean,
+            similarity_thresh: None,
         }
     }
 }
@@ -66,6 +73,14 @@ impl GigpoParams {
         .validate()?;
         if !(self.gamma.is_finite() && (0.0..=1.0).contains(&self.gamma)) {
             return Err(format!("gamma must be in [0, 1], got {}", self.gamma));
+        }
+        if let Some(thresh) = self.similarity_thresh {
+            if !(thresh > 0.0 && thresh < 1.0) {
+                return Err(format!(
+                    "similarity_thresh must be in (0, 1) (leave it out to group equal states), \
+                     got {thresh}"
+                ));
+            }
         }
         if !self.step_advantage_w.is_finite() {
             return Err(format!(
@@ -105,6 +120,13 @@ impl Estimator for Gigpo {
 
     fn advantages(&self, samples: &[Sample], rewards: &[f64]) -> anyhow::Result<Vec<f64>> {
         assert_aligned(samples, rewards);
+        if self.params.similarity_thresh.is_some() {
+            bail!(
+                "`{}` with similarity_thresh compares the calls' anchor texts, which only its \
+                 token form is given",
+                self.name()
+            );
+        }
         Ok(self.combine(samples, rewards, rewards))
     }
 
@@ -112,12 +134,65 @@ impl Estimator for Gigpo {
     /// the episode level only (verl-agent's step rewards never carry it).
     fn token_advantages(&self, input: &TokenInput<'_>) -> anyhow::Result<TokenEstimate> {
         assert_token_input_aligned(input);
-        let per_call = self.combine(input.samples, &input.call_rewards(), input.rewards);
+        let clustered;
+        let samples = match (self.params.similarity_thresh, input.anchors) {
+            (None, _) => input.samples,
+            (Some(thresh), Some(anchors)) => {
+                clustered = alike_states(input.samples, anchors, self.by, thresh);
+                &clustered
+            }
+            (Some(_), None) => bail!(
+                "`{}` with similarity_thresh needs each call's anchor text, and none were given",
+                self.name()
+            ),
+        };
+        let per_call = self.combine(samples, &input.call_rewards(), input.rewards);
         Ok(TokenEstimate {
             advantages: PerToken::broadcast(&per_call, input.lengths),
             returns: None,
         })
     }
+
+    fn uses_anchor_texts(&self) -> bool {
+        self.params.similarity_thresh.is_some()
+    }
+}
+
+/// A cluster of alike anchor texts: its first text and the state key its calls get.
+type Cluster<'t> = (&'t str, u64);
+
+/// `samples` with each state key replaced by its cluster's: within each prompt group (and
+/// agent, for `gigpo_drmas`), in call order, a call joins the first cluster whose first call's
+/// anchor text is alike to its own (difflib's ratio at least `thresh`), else starts one (the
+/// Dr. MAS code's `build_step_group` with `enable_similarity`).
+fn alike_states(samples: &[Sample], anchors: &[&str], by: GroupBy, thresh: f64) -> Vec<Sample> {
+    // Per group: each cluster's first anchor text and key.
+    let mut clusters: HashMap<(u32, Option<u16>), Vec<Cluster<'_>>> = HashMap::new();
+    let mut next_key = 0u64;
+    samples
+        .iter()
+        .zip(anchors)
+        .map(|(sample, &anchor)| {
+            if sample.padding {
+                return *sample;
+            }
+            let agent = (by == GroupBy::PromptAgent).then_some(sample.agent);
+            let group = clusters.entry((sample.uid, agent)).or_default();
+            let found = group
+                .iter()
+                .find(|(first, _)| *first == anchor || similarity_ratio(anchor, first) >= thresh)
+                .map(|&(_, key)| key);
+            let key = found.unwrap_or_else(|| {
+                next_key += 1;
+                group.push((anchor, next_key));
+                next_key
+            });
+            Sample {
+                state: key,
+                ..*sample
+            }
+        })
+        .collect()
 }
 
 impl Gigpo {

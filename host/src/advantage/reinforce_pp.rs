@@ -120,6 +120,7 @@ mod tests {
                 lengths: &lengths,
                 values: None,
                 baselines: None,
+                anchors: None,
                 kl_penalties: None,
             })
             .expect("reinforce_pp");

@@ -75,6 +75,7 @@ mod tests {
             lengths: &lengths,
             values: None,
             baselines: Some(&baselines),
+            anchors: None,
             kl_penalties,
         };
         let plain = Remax.token_advantages(&input(None)).expect("remax");
@@ -103,6 +104,7 @@ mod tests {
                 lengths: &[1],
                 values: None,
                 baselines: None,
+                anchors: None,
                 kl_penalties: None,
             })
             .expect_err("no baselines");

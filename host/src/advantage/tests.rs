@@ -285,6 +285,65 @@ fn gigpo_adds_the_anchor_state_advantage_of_discounted_step_returns() {
 }
 
 #[test]
+fn gigpo_with_similarity_groups_alike_anchor_texts_as_one_state() {
+    // The same two trajectories, but every step has its own state key: alike anchor texts
+    // must group them. "France"/"Germany" are 0.854 alike (Python's difflib).
+    let samples = [
+        step_call(0, 0, 0, 1.0, 0, 0.0, 1),
+        step_call(0, 0, 0, 1.0, 1, 1.0, 2),
+        step_call(0, 1, 0, 0.0, 0, 0.0, 3),
+        step_call(0, 1, 0, 0.0, 1, 0.0, 4),
+    ];
+    let anchors = [
+        "Search results: Paris is the capital of France.",
+        "Answer it now.",
+        "Search results: Berlin is the capital of Germany.",
+        "Say it in one word.",
+    ];
+    let rewards = raw(&samples);
+    let lengths = [1; 4];
+    let with = |thresh: f64| {
+        estimator_with(
+            "gigpo",
+            &format!("gamma = 0.5\nnorm_by_std = false\nsimilarity_thresh = {thresh}"),
+        )
+    };
+    let input = TokenInput {
+        samples: &samples,
+        rewards: &rewards,
+        lengths: &lengths,
+        values: None,
+        baselines: None,
+        anchors: Some(&anchors),
+        kl_penalties: None,
+    };
+    // At 0.85 the two first steps are one state, as equal keys are without similarity.
+    let alike = with(0.85).token_advantages(&input).unwrap();
+    assert_close(alike.advantages.values(), &[0.75, 0.5, -0.75, -0.5]);
+    // At 0.9 no two steps are alike: every step group holds one call and gets 0.
+    let apart = with(0.9).token_advantages(&input).unwrap();
+    assert_close(apart.advantages.values(), &[0.5, 0.5, -0.5, -0.5]);
+    assert!(with(0.85).uses_anchor_texts());
+    assert!(!estimator("gigpo").uses_anchor_texts());
+    let error = with(0.85)
+        .advantages(&samples, &rewards)
+        .expect_err("no anchor texts");
+    assert!(error.to_string().contains("anchor texts"), "{error}");
+    for bad in ["0.0", "1.0", "1.5"] {
+        let err = build(
+            "gigpo",
+            &toml::from_str(&format!("similarity_thresh = {bad}")).unwrap(),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("similarity_thresh must be in (0, 1)"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
 fn first_call_statistics_normalise_each_calls_own_reward() {
     // grpo_first_call: the group's scores are the first calls' {1, 0} (μ = 1/2, σ = 1/√2), but
     // the penalised call is normalised with its own 0.5.
@@ -475,6 +534,7 @@ fn outcome_estimators_score_a_call_by_its_reward_less_its_tokens_kl_penalties() 
         lengths: &lengths,
         values: None,
         baselines: None,
+        anchors: None,
         kl_penalties,
     };
     // GiGPO's step level reads no KL: checked below.
@@ -526,6 +586,7 @@ fn misaligned_kl_penalties_panic() {
         lengths: &lengths,
         values: None,
         baselines: None,
+        anchors: None,
         kl_penalties: Some(&penalties),
     });
 }
@@ -858,6 +919,7 @@ proptest! {
                 lengths,
                 values: None,
                 baselines: None,
+                anchors: None,
                 kl_penalties: kl_in_reward.then_some(&penalties),
             })
             .unwrap();

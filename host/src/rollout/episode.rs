@@ -26,6 +26,9 @@ pub struct EpisodeOutcome {
     /// 0) — so steps of different episodes that met the same state can be compared (GiGPO's
     /// anchor states). One per step begun.
     pub step_states: Vec<u64>,
+    /// The text each step's state key was made from: the environment's state key, else the
+    /// observation (GiGPO's similarity-based anchor states compare them). One per step begun.
+    pub step_anchors: Vec<String>,
     /// The rewards the orchestra gave single calls, by the call's index in the episode
     /// (`None`: the call has only the episode reward).
     pub call_rewards: Vec<Option<f64>>,
@@ -70,6 +73,12 @@ impl EpisodeOutcome {
     /// The state key of step `step` (see [`Self::step_states`]); 0 for a step never begun.
     pub fn step_state(&self, step: usize) -> u64 {
         self.step_states.get(step).copied().unwrap_or(0)
+    }
+
+    /// The anchor text of step `step` (see [`Self::step_anchors`]); empty for a step never
+    /// begun.
+    pub fn step_anchor(&self, step: usize) -> &str {
+        self.step_anchors.get(step).map_or("", String::as_str)
     }
 
     /// The reward the orchestra gave the episode's call `index` on its own, if any.
@@ -117,6 +126,11 @@ fn state_key(key: Option<&str>, observation: &str) -> u64 {
     hasher.finish()
 }
 
+/// The text a step's state is known by: the environment's state key, else the observation.
+fn anchor(key: Option<&str>, observation: &str) -> String {
+    key.unwrap_or(observation).to_owned()
+}
+
 /// A running episode.
 pub(super) struct EpisodeState {
     routing: HostedSession<dyn Routing>,
@@ -159,6 +173,7 @@ impl EpisodeState {
             done: false,
             outcome: EpisodeOutcome {
                 step_states: vec![state_key(reset.state_key.as_deref(), &reset.observation)],
+                step_anchors: vec![anchor(reset.state_key.as_deref(), &reset.observation)],
                 ..EpisodeOutcome::default()
             },
         })
@@ -226,6 +241,9 @@ impl EpisodeState {
                         self.outcome
                             .step_states
                             .push(state_key(step.state_key.as_deref(), &step.observation));
+                        self.outcome
+                            .step_anchors
+                            .push(anchor(step.state_key.as_deref(), &step.observation));
                         let observation = step.observation;
                         self.routing
                             .call("on_observation", move |routing| {

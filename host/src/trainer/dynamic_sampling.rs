@@ -133,6 +133,7 @@ mod tests {
                 .map(|&r| EpisodeOutcome {
                     step_rewards: vec![r],
                     step_states: vec![0],
+                    step_anchors: vec![String::new()],
                     call_rewards: Vec::new(),
                     metrics: Vec::new(),
                     steps: 1,

@@ -570,12 +570,20 @@ impl Trainer {
         } else {
             None
         };
+        let anchors: Option<Vec<&str>> = self.estimator.uses_anchor_texts().then(|| {
+            rollout
+                .calls
+                .iter()
+                .map(|call| rollout.episodes[call.episode].step_anchor(call.step))
+                .collect()
+        });
         let estimate = self.estimator.token_advantages(&TokenInput {
             samples: &samples,
             rewards: &rewards,
             lengths: &lengths,
             values: values.as_ref(),
             baselines: baselines.as_deref(),
+            anchors: anchors.as_deref(),
             kl_penalties: kl_penalties.as_ref().map(|kl| &kl.penalties),
         })?;
         record_advantages(
