@@ -1,7 +1,7 @@
 //! Pushing a LoRA group's adapters to its vLLM servers: every adapter of a new version is
 //! loaded under a name of its own (`GROUP/ADAPTER@VERSION`) on every server at once, requests
-//! then ask for those names, and the group's other adapters are unloaded. A new name and folder per
-//! version keep vLLM from reusing keys and values its prefix cache computed with an older
+//! then ask for those names, and the group's other adapters are unloaded. A new name and folder
+//! per version keep vLLM from reusing keys and values its prefix cache computed with an older
 //! adapter (the cache's keys include the adapter's path), without its development mode.
 
 use std::path::PathBuf;
