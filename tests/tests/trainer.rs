@@ -228,6 +228,7 @@ fn gigpo_reads_each_calls_anchor_text_from_the_rollout() {
         "advantage/std/first",
         "advantage/mean/second",
         "advantage/std/second",
+        "advantage/step_group_size_mean",
     ] {
         assert!(exact[key].is_number(), "{key} in {exact}");
         assert_eq!(exact[key], alike[key], "{key}");

@@ -63,13 +63,17 @@ impl TokenInput<'_> {
     }
 }
 
-/// Token-level advantages, and the returns a critic learns from when the estimator has one.
+/// Token-level advantages, the returns a critic learns from when the estimator has one, and
+/// what the estimator reports of how it grouped the batch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenEstimate {
     /// One advantage per response token of each call.
     pub advantages: PerToken,
     /// The value targets of the same tokens (`None` without a critic).
     pub returns: Option<PerToken>,
+    /// The estimator's own statistics of the batch, by name, recorded as `advantage/NAME`
+    /// (GiGPO's step-group size).
+    pub diagnostics: Vec<(&'static str, f64)>,
 }
 
 /// Turns the rewards of a batch into one advantage per sample: a built-in estimator, or a
@@ -105,6 +109,7 @@ pub trait Estimator: Send + Sync + fmt::Debug {
         Ok(TokenEstimate {
             advantages: PerToken::broadcast(&per_call, input.lengths),
             returns: None,
+            diagnostics: Vec::new(),
         })
     }
 

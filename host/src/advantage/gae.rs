@@ -101,6 +101,7 @@ impl Estimator for Gae {
         Ok(TokenEstimate {
             advantages,
             returns: Some(PerToken::from_rows(returns)),
+            diagnostics: Vec::new(),
         })
     }
 

@@ -150,12 +150,33 @@ impl Estimator for Gigpo {
         Ok(TokenEstimate {
             advantages: PerToken::broadcast(&per_call, input.lengths),
             returns: None,
+            diagnostics: vec![(
+                "step_group_size_mean",
+                step_group_size_mean(samples, self.by),
+            )],
         })
     }
 
     fn uses_anchor_texts(&self) -> bool {
         self.params.similarity_thresh.is_some()
     }
+}
+
+/// The mean number of calls in a step-level group (the Dr. MAS code prints it as "Avg size of
+/// step-level group"): how often calls met the same anchor state; 1 when none did.
+fn step_group_size_mean(samples: &[Sample], by: GroupBy) -> f64 {
+    let live: Vec<&Sample> = samples.iter().filter(|s| !s.padding).collect();
+    let groups: std::collections::HashSet<(u32, Option<u16>, u64)> = live
+        .iter()
+        .map(|s| {
+            (
+                s.uid,
+                (by == GroupBy::PromptAgent).then_some(s.agent),
+                s.state,
+            )
+        })
+        .collect();
+    live.len() as f64 / groups.len().max(1) as f64
 }
 
 /// A cluster of alike anchor texts: its first text and the state key its calls get.

@@ -72,6 +72,7 @@ impl Estimator for ReinforcePp {
         Ok(TokenEstimate {
             advantages,
             returns: None,
+            diagnostics: Vec::new(),
         })
     }
 }

@@ -43,6 +43,7 @@ impl Estimator for Remax {
         Ok(TokenEstimate {
             advantages: PerToken::from_rows(rows),
             returns: None,
+            diagnostics: Vec::new(),
         })
     }
 

@@ -320,9 +320,11 @@ fn gigpo_with_similarity_groups_alike_anchor_texts_as_one_state() {
     // At 0.85 the two first steps are one state, as equal keys are without similarity.
     let alike = with(0.85).token_advantages(&input).unwrap();
     assert_close(alike.advantages.values(), &[0.75, 0.5, -0.75, -0.5]);
+    assert_eq!(alike.diagnostics, [("step_group_size_mean", 4.0 / 3.0)]);
     // At 0.9 no two steps are alike: every step group holds one call and gets 0.
     let apart = with(0.9).token_advantages(&input).unwrap();
     assert_close(apart.advantages.values(), &[0.5, 0.5, -0.5, -0.5]);
+    assert_eq!(apart.diagnostics, [("step_group_size_mean", 1.0)]);
     assert!(with(0.85).uses_anchor_texts());
     assert!(!estimator("gigpo").uses_anchor_texts());
     let error = with(0.85)

@@ -593,6 +593,9 @@ impl Trainer {
             &estimate.advantages.row_means(),
             &self.team,
         );
+        for &(name, value) in &estimate.diagnostics {
+            metrics.set(format!("advantage/{name}"), value);
+        }
         Ok(Collected {
             metrics,
             sampled,
