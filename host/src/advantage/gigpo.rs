@@ -14,7 +14,7 @@ use super::estimator::{
 use super::grouping::GroupBy;
 use super::normalise::{group_normalise, NormParams};
 use super::penalty::unshaped_reward;
-use super::similarity::similarity_ratio;
+use super::similarity::alike;
 use super::trajectory_mean::trajectory_means;
 use super::{PerToken, Sample};
 
@@ -201,7 +201,7 @@ fn alike_states(samples: &[Sample], anchors: &[&str], by: GroupBy, thresh: f64) 
             let group = clusters.entry((sample.uid, agent)).or_default();
             let found = group
                 .iter()
-                .find(|(first, _)| *first == anchor || similarity_ratio(anchor, first) >= thresh)
+                .find(|(first, _)| *first == anchor || alike(anchor, first, thresh))
                 .map(|&(_, key)| key);
             let key = found.unwrap_or_else(|| {
                 next_key += 1;

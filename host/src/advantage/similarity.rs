@@ -27,6 +27,33 @@ pub fn similarity_ratio(a: &str, b: &str) -> f64 {
     2.0 * matcher.matching_characters() as f64 / total as f64
 }
 
+/// Whether [`similarity_ratio`] of `a` and `b` is at least `thresh`, trying difflib's cheap
+/// upper bounds of the ratio first (`real_quick_ratio`: the shorter length; `quick_ratio`: the
+/// characters the two have in common, counted with multiplicity), so texts too unlike to pass
+/// skip the matching blocks.
+pub fn alike(a: &str, b: &str, thresh: f64) -> bool {
+    let (a_chars, b_chars) = (a.chars().count(), b.chars().count());
+    let total = (a_chars + b_chars) as f64;
+    if total > 0.0 && 2.0 * a_chars.min(b_chars) as f64 / total < thresh {
+        return false;
+    }
+    let mut left: HashMap<char, usize> = HashMap::new();
+    for c in b.chars() {
+        *left.entry(c).or_default() += 1;
+    }
+    let mut common = 0usize;
+    for c in a.chars() {
+        if let Some(n) = left.get_mut(&c).filter(|n| **n > 0) {
+            *n -= 1;
+            common += 1;
+        }
+    }
+    if total > 0.0 && 2.0 * common as f64 / total < thresh {
+        return false;
+    }
+    similarity_ratio(a, b) >= thresh
+}
+
 /// `a`, `b` and where each usable character of `b` occurs (difflib's `b2j`, popular characters
 /// removed).
 struct Matcher<'t> {
@@ -168,6 +195,32 @@ mod tests {
                 (ratio - expected).abs() < 1e-15,
                 "{a:?} ~ {b:?}: {ratio}, Python {expected}"
             );
+        }
+    }
+
+    #[test]
+    fn the_quick_bounds_never_change_the_answer() {
+        let texts = [
+            "",
+            "abcd",
+            "bcde",
+            "the cat sat on the mat",
+            "the cat sat on a hat",
+            "kitten",
+            "sitting",
+            "Search results: Paris is the capital of France.",
+            "Search results: Berlin is the capital of Germany.",
+        ];
+        for a in texts {
+            for b in texts {
+                for thresh in [0.1, 0.5, 0.75, 0.85, 0.9, 0.99] {
+                    assert_eq!(
+                        alike(a, b, thresh),
+                        similarity_ratio(a, b) >= thresh,
+                        "{a:?} ~ {b:?} at {thresh}"
+                    );
+                }
+            }
         }
     }
 
