@@ -736,15 +736,7 @@ impl Trainer {
     ) -> anyhow::Result<Vec<f64>> {
         let started = Instant::now();
         let tasks = sampled.batch_tasks();
-        setup::set_phase(&self.config, &mut self.team, Phase::Greedy);
-        let training_rng = std::mem::replace(
-            &mut self.rng,
-            SeededRng::new(self.config.run.seed ^ 0x6EED ^ u64::from(self.iteration)),
-        );
-        let result = self.rollout(&tasks, "greedy baseline");
-        self.rng = training_rng;
-        setup::set_phase(&self.config, &mut self.team, Phase::Train);
-        let rollout = result?;
+        let rollout = self.rollout_aside(&tasks, Phase::Greedy, 0x6EED, "greedy baseline")?;
         warn_failures(&rollout, "greedy baseline", "its prompt's baseline is 0");
         let rewards: Vec<f64> = rollout.episodes.iter().map(|e| e.reward()).collect();
         metrics.set(
@@ -1149,6 +1141,27 @@ impl Trainer {
         Ok(rollout)
     }
 
+    /// Rolls out `tasks` with the team's `phase` sampling settings and an RNG of its own (seeded
+    /// by the run's seed, `salt` and the iteration), so the training samples never shift; the
+    /// team is back on its training settings afterwards, whatever the outcome.
+    fn rollout_aside(
+        &mut self,
+        tasks: &[&Task],
+        phase: Phase,
+        salt: u64,
+        label: &str,
+    ) -> anyhow::Result<Rollout> {
+        setup::set_phase(&self.config, &mut self.team, phase);
+        let training_rng = std::mem::replace(
+            &mut self.rng,
+            SeededRng::new(self.config.run.seed ^ salt ^ u64::from(self.iteration)),
+        );
+        let result = self.rollout(tasks, label);
+        self.rng = training_rng;
+        setup::set_phase(&self.config, &mut self.team, Phase::Train);
+        result
+    }
+
     /// Runs `[eval] k` episodes per evaluation task at the eval sampling settings, writes
     /// `eval/iteration_NNNNN.json` (the current iteration) in the run folder and prints the
     /// scores under `label`.
@@ -1174,21 +1187,12 @@ impl Trainer {
     /// Runs the evaluation and writes it to `path`.
     fn evaluate_into(&mut self, label: &str, path: &Path) -> anyhow::Result<EvalReport> {
         let k = self.config.eval.k;
-        setup::set_phase(&self.config, &mut self.team, Phase::Eval);
         let tasks: Vec<Task> = self.eval_tasks.clone();
         let episodes: Vec<&Task> = tasks
             .iter()
             .flat_map(|t| std::iter::repeat_n(t, k))
             .collect();
-        // Evaluation draws from its own RNG so it never shifts the training samples.
-        let training_rng = std::mem::replace(
-            &mut self.rng,
-            SeededRng::new(self.config.run.seed ^ 0xE7A1 ^ u64::from(self.iteration)),
-        );
-        let result = self.rollout(&episodes, "eval");
-        self.rng = training_rng;
-        setup::set_phase(&self.config, &mut self.team, Phase::Train);
-        let rollout = result?;
+        let rollout = self.rollout_aside(&episodes, Phase::Eval, 0xE7A1, "eval")?;
         warn_failures(&rollout, "eval", "scored 0");
         let rewards: Vec<Vec<f64>> = rollout
             .episodes
@@ -1244,7 +1248,8 @@ struct SampledGroups {
     kept: Option<Rollout>,
     /// Prompt groups of `generated` dropped because one of their episodes failed.
     failed_groups: usize,
-    /// Whether each prompt group of `generated` is in `kept` (when there is one).
+    /// Whether each prompt group of `generated` is trained on (all of them when `kept` is
+    /// `None`).
     keep: Vec<bool>,
 }
 
@@ -1256,16 +1261,12 @@ impl SampledGroups {
 
     /// The task of each prompt group of [`Self::batch`].
     fn batch_tasks(&self) -> Vec<&Task> {
-        match self.kept {
-            None => self.tasks.iter().collect(),
-            Some(_) => self
-                .tasks
-                .iter()
-                .zip(&self.keep)
-                .filter(|(_, &kept)| kept)
-                .map(|(task, _)| task)
-                .collect(),
-        }
+        self.tasks
+            .iter()
+            .zip(&self.keep)
+            .filter(|(_, &kept)| kept)
+            .map(|(task, _)| task)
+            .collect()
     }
 }
 

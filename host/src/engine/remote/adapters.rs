@@ -58,15 +58,6 @@ impl RemoteGenerator {
         Ok(())
     }
 
-    /// The name a request for adapter `slot` asks for, once adapters were loaded.
-    pub(super) fn served_adapter(&self, slot: usize) -> Option<String> {
-        self.served_adapters
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(slot)
-            .cloned()
-    }
-
     /// Loads every adapter on `server`, each unloaded first: vLLM refuses a name it holds,
     /// which an earlier attempt, or the run this one resumes, may have loaded.
     fn load_adapters(&self, server: usize, adapters: &[ServedAdapter]) -> Result<(), Failure> {

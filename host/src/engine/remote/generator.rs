@@ -318,19 +318,29 @@ impl Generator for RemoteGenerator {
         rng: &mut SeededRng,
     ) -> anyhow::Result<Vec<Generation>> {
         // Over /v1/completions each request names its model: the base, or a LoRA adapter.
-        let models: Vec<Option<String>> = match &self.settings.protocol {
+        let served = self
+            .served_adapters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let models: Vec<Option<&str>> = match &self.settings.protocol {
             Protocol::Openai { model } => requests
                 .iter()
                 .map(|request| match request.adapter {
-                    None => Ok(Some(model.clone())),
-                    Some(slot) => self.served_adapter(slot).map(Some).ok_or_else(|| {
-                        anyhow!(
+                    None => Ok(Some(model.as_str())),
+                    Some(slot) => {
+                        served
+                            .get(slot)
+                            .map(|name| Some(name.as_str()))
+                            .ok_or_else(|| {
+                                anyhow!(
                             "worker group `{}`: a request for LoRA adapter {slot}, which its \
                              servers were not given (adapters go to servers with weight_sync = \
                              \"vllm\")",
                             self.settings.group
                         )
-                    }),
+                            })
+                    }
                 })
                 .collect::<anyhow::Result<_>>()?,
             Protocol::Sglang => {
@@ -369,7 +379,7 @@ impl Generator for RemoteGenerator {
             .map(|((requests, seeds), models)| {
                 // Over /v1/completions each chunk holds one prompt (`single`).
                 let body = match (models, requests, seeds) {
-                    ([Some(model)], [request], &[seed]) => Request::Completion(completions::body(
+                    (&[Some(model)], [request], &[seed]) => Request::Completion(completions::body(
                         request,
                         i64::try_from(seed).unwrap_or(i64::MAX),
                         model,
