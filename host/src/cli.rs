@@ -254,6 +254,12 @@ pub struct ServeArgs {
     /// libtorch's CPU threads (0: libtorch's default).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// LoRA adapters held at once, loaded and unloaded through vLLM's runtime LoRA routes
+    /// (`POST /v1/load_lora_adapter`, `/v1/unload_lora_adapter`) and named by requests as
+    /// their `model`; 0 serves no adapters. A LoRA group's sync holds two versions of its
+    /// adapters for a moment: give it twice its adapters.
+    #[arg(long, default_value_t = 0)]
+    pub max_loras: usize,
 }
 
 impl ServeArgs {
@@ -275,6 +281,7 @@ impl ServeArgs {
             batch_wait: std::time::Duration::from_millis(self.batch_wait_ms),
             idle_timeout: std::time::Duration::from_secs(self.idle_timeout_secs),
             threads: self.threads,
+            max_loras: self.max_loras,
         }
     }
 }

@@ -824,6 +824,296 @@ fn serve_answers_openai_completions_as_vllm_and_refuses_bad_ones() {
     }
 }
 
+/// The tiny Llama fixture's PEFT-made adapter (`scripts/golden/make_lora_fixture.py`).
+fn peft_adapter() -> PathBuf {
+    tiny_model("llama_lora")
+}
+
+/// Greedy tokens and their logprobs of the tiny Llama fixture continuing `prompt`, in process,
+/// through the PEFT adapter or the base model.
+fn local_greedy(prompt: &[i64], adapter: bool, max_new_tokens: usize) -> (Vec<i64>, Vec<f64>) {
+    use drmas_host::engine::sampling::SamplingParams;
+    use drmas_host::engine::{generate, GenerationRequest};
+    let mut pretrained = drmas_host::model::pretrained::Pretrained::load(
+        &tiny_model("llama"),
+        tch::Device::Cpu,
+        tch::Kind::Float,
+    )
+    .expect("the fixture loads");
+    let backend = drmas_host::engine::cpu::backend_for(tch::Device::Cpu).expect("a backend");
+    pretrained.model.set_backend(backend);
+    let folder = peft_adapter();
+    let config = drmas_host::model::peft::AdapterConfig::read(&folder).expect("its config");
+    let model = &mut pretrained.model;
+    model
+        .add_adapters(&config.settings, 1, 0)
+        .expect("attaches");
+    model.load_adapter(0, &folder).expect("loads");
+    let request = GenerationRequest {
+        adapter: adapter.then_some(0),
+        ..GenerationRequest::new(prompt.to_vec(), SamplingParams::GREEDY, max_new_tokens)
+    };
+    let mut rng = drmas_host::rng::SeededRng::new(0);
+    let generated =
+        generate(model, &pretrained.tokenizer, &[request], &mut rng).expect("generates");
+    let generation = generated.into_iter().next().expect("one");
+    let logprobs = generation
+        .logprobs
+        .iter()
+        .map(|&lp| f64::from(lp))
+        .collect();
+    (generation.tokens, logprobs)
+}
+
+/// Greedy tokens and logprobs `server` answers `/v1/completions` with for `model`.
+fn served_greedy(server: &Served, model: &str, prompt: &[i64], max_tokens: usize) -> (u16, Value) {
+    let body = serde_json::json!({
+        "model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+        "logprobs": 0, "return_tokens_as_token_ids": true,
+    });
+    let (status, text) = server.post("/v1/completions", &body.to_string());
+    let answer = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, answer)
+}
+
+fn choice_tokens(answer: &Value) -> (Vec<i64>, Vec<f64>) {
+    let logprobs = &answer["choices"][0]["logprobs"];
+    let tokens = logprobs["tokens"].as_array().expect("tokens").iter();
+    let tokens = tokens.map(|t| {
+        let text = t.as_str().expect("a token");
+        text.trim_start_matches("token_id:").parse().expect("an id")
+    });
+    let values = logprobs["token_logprobs"]
+        .as_array()
+        .expect("logprobs")
+        .iter();
+    (
+        tokens.collect(),
+        values.map(|v| v.as_f64().expect("a logprob")).collect(),
+    )
+}
+
+#[test]
+fn serve_loads_lora_adapters_through_vllms_routes_and_serves_each_by_name() {
+    let server = Served::start_with("llama", &["--max-loras", "2"]);
+    let load = |name: &str, folder: &Path| {
+        let body = serde_json::json!({"lora_name": name, "lora_path": folder});
+        server.post("/v1/load_lora_adapter", &body.to_string())
+    };
+    let unload = |name: &str| {
+        let body = serde_json::json!({ "lora_name": name });
+        server.post("/v1/unload_lora_adapter", &body.to_string())
+    };
+    // What the trainer's probe asks: an adapter nobody loaded is vLLM's NotFoundError.
+    let (status, text) = unload("drmas-probe");
+    assert_eq!(status, 404, "{text}");
+    assert!(text.contains("\"type\":\"NotFoundError\""), "{text}");
+    let (status, text) = load("peft", &peft_adapter());
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("added successfully"), "{text}");
+
+    // Served by name, as the same adapter computes in process; the base model stays the base.
+    let prompt = [5, 17, 42, 99, 7, 256];
+    let (status, answer) = served_greedy(&server, "peft", &prompt, 6);
+    assert_eq!(status, 200, "{answer}");
+    let (tokens, logprobs) = choice_tokens(&answer);
+    let (expected_tokens, expected_logprobs) = local_greedy(&prompt, true, 6);
+    assert_eq!(tokens, expected_tokens);
+    for (served, local) in logprobs.iter().zip(&expected_logprobs) {
+        assert!((served - local).abs() < 1e-4, "{served} vs {local}");
+    }
+    let (_, base) = served_greedy(&server, "llama", &prompt, 6);
+    let (_, base_logprobs) = choice_tokens(&base);
+    let (_, local_base) = local_greedy(&prompt, false, 6);
+    assert!((base_logprobs[0] - local_base[0]).abs() < 1e-4);
+    assert!(
+        (base_logprobs[0] - logprobs[0]).abs() > 1e-3,
+        "the adapter changes nothing: {base_logprobs:?} {logprobs:?}"
+    );
+
+    // Bad loads are refused naming the cause, and change nothing.
+    let other_rank = common::scratch("serve-lora-rank8");
+    let mut pretrained = drmas_host::model::pretrained::Pretrained::load(
+        &tiny_model("llama"),
+        tch::Device::Cpu,
+        tch::Kind::Float,
+    )
+    .expect("the fixture loads");
+    let settings = drmas_host::model::lora::LoraSettings {
+        rank: 8,
+        alpha: 16.0,
+        dropout: 0.0,
+        target_modules: vec!["q_proj".into(), "v_proj".into()],
+    };
+    pretrained
+        .model
+        .add_adapters(&settings, 1, 3)
+        .expect("attaches");
+    pretrained
+        .model
+        .save_adapter(0, &other_rank, "llama")
+        .expect("saves");
+    for (name, folder, says) in [
+        ("peft", peft_adapter(), "has already been loaded"),
+        ("llama", peft_adapter(), "the served model's own name"),
+        ("", peft_adapter(), "lora_name: 1 to 256 bytes"),
+        ("gone", other_rank.join("missing"), "adapter_config.json"),
+        (
+            "rank8",
+            other_rank.clone(),
+            "do not match the model's adapters",
+        ),
+    ] {
+        let (status, text) = load(name, &folder);
+        assert_eq!(status, 400, "{name}: {text}");
+        assert!(text.contains(says), "{name}: {text}");
+        assert!(text.contains("BadRequestError"), "{name}: {text}");
+    }
+    let (status, text) = load("peft-again", &peft_adapter());
+    assert_eq!(status, 200, "{text}");
+    let (status, text) = load("third", &peft_adapter());
+    assert_eq!(status, 400, "{text}");
+    assert!(
+        text.contains("all 2 adapter slots hold adapters (peft, peft-again)"),
+        "{text}"
+    );
+    let listed = |server: &Served| -> Vec<(String, Value)> {
+        server.get("/v1/models")["data"]
+            .as_array()
+            .expect("models")
+            .iter()
+            .map(|card| {
+                (
+                    card["id"].as_str().expect("id").to_owned(),
+                    card["parent"].clone(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        listed(&server),
+        [
+            ("llama".to_owned(), Value::Null),
+            ("peft".to_owned(), Value::from("llama")),
+            ("peft-again".to_owned(), Value::from("llama")),
+        ]
+    );
+
+    // Unloaded: no longer served, its slot free again; once none is held, other settings load.
+    let (status, text) = unload("peft");
+    assert_eq!(status, 200, "{text}");
+    let (status, answer) = served_greedy(&server, "peft", &prompt, 2);
+    assert_eq!(status, 404, "{answer}");
+    assert!(
+        answer.to_string().contains("the LoRA adapters peft-again"),
+        "{answer}"
+    );
+    let (status, answer) = served_greedy(&server, "peft-again", &prompt, 6);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(choice_tokens(&answer).0, expected_tokens);
+    assert_eq!(unload("peft-again").0, 200);
+    let (status, text) = load("rank8", &other_rank);
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(listed(&server).len(), 2);
+    let (_, before) = served_greedy(&server, "rank8", &prompt, 4);
+    // New base weights keep the adapters held, read again from their folders.
+    let reload = serde_json::json!({
+        "model_path": tiny_model("llama"), "weight_version": "v2",
+    });
+    let (status, text) = server.post("/update_weights_from_disk", &reload.to_string());
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(listed(&server).len(), 2);
+    let (status, after) = served_greedy(&server, "rank8", &prompt, 4);
+    assert_eq!(status, 200, "{after}");
+    assert_eq!(choice_tokens(&after), choice_tokens(&before));
+
+    // Without --max-loras the routes are not served, which the probe reports.
+    let plain = Served::start("llama");
+    let (status, text) = plain.post("/v1/load_lora_adapter", "{}");
+    assert_eq!(status, 404, "{text}");
+    assert!(!text.contains("NotFoundError"), "{text}");
+}
+
+#[test]
+fn a_run_of_lora_agents_on_two_servers_samples_each_agents_adapter_as_the_trainer_computes_it() {
+    // Two versions of two adapters are held for a moment during each sync.
+    let servers = [
+        Served::start_with("llama", &["--max-loras", "4"]),
+        Served::start_with("llama", &["--max-loras", "4"]),
+    ];
+    let urls = [servers[0].url.as_str(), servers[1].url.as_str()];
+    let lora = "\n[worker_groups.shared.lora]\nrank = 8\nalpha = 16\nper_agent = true\n";
+    let on_servers = run_file(2, &(over_completions(&urls, "llama", "vllm") + lora));
+    lora_run_then_resumed("serving-lora", &run_file(2, lora), &on_servers);
+    let adapters = ["shared/first@iteration-3", "shared/second@iteration-3"];
+    let prompt = [5, 17, 42, 99, 7, 256];
+    for server in &servers {
+        assert_eq!(
+            model_ids(&server.url),
+            ["llama", adapters[0], adapters[1]],
+            "the last update's adapters, the earlier ones unloaded"
+        );
+        // The adapters moved the model away from its base, so serving the base would show.
+        let first_logprob = |model: &str| {
+            let (status, answer) = served_greedy(server, model, &prompt, 1);
+            assert_eq!(status, 200, "{answer}");
+            choice_tokens(&answer).1[0]
+        };
+        let base = first_logprob("llama");
+        for adapter in adapters {
+            let moved = (first_logprob(adapter) - base).abs();
+            assert!(moved > 1e-3, "{adapter} moved the logprob by only {moved}");
+        }
+    }
+    assert_eq!(
+        adapter_versions("serving-lora"),
+        ["iteration-3"],
+        "older versions' adapters removed"
+    );
+}
+
+/// Checks `remote`, a two-iteration run of LoRA agents on servers, trains it and `local` (the
+/// same run in process) in folders named after `name`, asserts that each agent sampled from
+/// its own adapter of each update as the trainer computes it (the local run's metrics), then
+/// resumes the remote run for a third iteration: the checkpoint's adapters go first, under
+/// names the servers still hold.
+fn lora_run_then_resumed(name: &str, local: &str, remote: &str) {
+    let checked = drmas(&common::scratch(&format!("{name}-check")), "check", remote);
+    assert!(checked.status.success(), "{}", log(&checked));
+    let local = train(&format!("{name}-local"), local);
+    let trained = train(&format!("{name}-remote"), remote);
+    assert_remote_metrics(&local, &trained);
+    let resumed = drmas_command(
+        &common::scratch_path(&format!("{name}-remote")),
+        "train",
+        &remote.replace("iterations = 2\n", "iterations = 3\n"),
+    )
+    .arg("--resume")
+    .output()
+    .expect("run drmas-host");
+    assert!(resumed.status.success(), "{}", log(&resumed));
+}
+
+/// The ids `GET /v1/models` of the server at `url` lists, in its order.
+fn model_ids(url: &str) -> Vec<String> {
+    get_json(url, "/v1/models")["data"]
+        .as_array()
+        .expect("models")
+        .iter()
+        .map(|card| card["id"].as_str().expect("an id").to_owned())
+        .collect()
+}
+
+/// The adapter versions left in the weights folder of [`lora_run_then_resumed`]'s remote run
+/// `name`.
+fn adapter_versions(name: &str) -> Vec<std::ffi::OsString> {
+    let weights = common::scratch_path(&format!("{name}-remote")).join("run/weights/shared");
+    std::fs::read_dir(&weights)
+        .expect("the adapters' folder")
+        .map(|entry| entry.expect("an entry").file_name())
+        .collect()
+}
+
 /// The python of the sglang-router venv (`DRMAS_ROUTER_PYTHON`, else the one
 /// `scripts/router-venv.sh` made), or why there is none.
 fn router_python() -> Result<PathBuf, String> {
@@ -1147,29 +1437,9 @@ fn a_run_of_lora_agents_on_vllm_serves_each_agents_adapter_as_the_trainer_comput
         ),
         &model,
     );
-    let checked = drmas(&common::scratch("vllm-lora-check"), "check", &on_vllm);
-    assert!(checked.status.success(), "{}", log(&checked));
-    let local = train("vllm-lora-local", &on_smollm2(&run_file(2, lora), &model));
-    let remote = train("vllm-lora-remote", &on_vllm);
-    // Each agent sampled from its own adapter of each update, as the trainer computes it.
-    assert_remote_metrics(&local, &remote);
-    // Resumed for a third iteration: the checkpoint's adapters go first, under names the
-    // server still holds.
-    let resumed = drmas_command(
-        &common::scratch_path("vllm-lora-remote"),
-        "train",
-        &on_vllm.replace("iterations = 2\n", "iterations = 3\n"),
-    )
-    .arg("--resume")
-    .output()
-    .expect("run drmas-host");
-    assert!(resumed.status.success(), "{}", log(&resumed));
-    let mut served: Vec<String> = vllm.get("/v1/models")["data"]
-        .as_array()
-        .expect("models")
-        .iter()
-        .map(|card| card["id"].as_str().expect("an id").to_owned())
-        .collect();
+    let local = on_smollm2(&run_file(2, lora), &model);
+    lora_run_then_resumed("vllm-lora", &local, &on_vllm);
+    let mut served = model_ids(&vllm.url);
     served.sort();
     assert_eq!(
         served,
@@ -1192,13 +1462,8 @@ fn a_run_of_lora_agents_on_vllm_serves_each_agents_adapter_as_the_trainer_comput
             .fold(0.0, f64::max);
         assert!(moved > 1e-3, "{adapter} moved the logprobs by only {moved}");
     }
-    let weights = common::scratch_path("vllm-lora-remote").join("run/weights/shared");
-    let versions: Vec<_> = std::fs::read_dir(&weights)
-        .expect("the adapters' folder")
-        .map(|entry| entry.expect("an entry").file_name())
-        .collect();
     assert_eq!(
-        versions,
+        adapter_versions("vllm-lora"),
         ["iteration-3"],
         "older versions' adapters removed"
     );

@@ -161,8 +161,9 @@ pub(super) fn check(
             format!(
                 "{table}: a LoRA group's servers must load every agent's adapter, which only \
                  vLLM's LoRA routes do here; set backend = \"openai\" and weight_sync = \"vllm\" \
-                 (vLLM started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True), \
-                 or generate locally (remove backend = \"{backend}\")"
+                 (vLLM started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, or \
+                 drmas-host serve with --max-loras), or generate locally (remove backend = \
+                 \"{backend}\")"
             ),
         ));
     }

@@ -1,6 +1,7 @@
 //! [`Batcher`]: the one thread that owns the served model. HTTP threads hand it jobs; it runs
 //! the generation requests that arrive together as one batch of the local engine, and weight
-//! updates between batches, so a batch never sees two versions of the weights.
+//! updates and LoRA adapter loads between batches, so a batch never sees two versions of the
+//! weights.
 
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -11,6 +12,8 @@ use anyhow::Context;
 use tch::{Device, Kind};
 use tokenizers::Tokenizer;
 
+use super::adapter_slots::{AdapterSlots, HeldAdapter};
+use super::refusal::Refusal;
 use crate::engine::cpu::backend_for;
 use crate::engine::{generate, Generation, GenerationRequest};
 use crate::model::pretrained::Pretrained;
@@ -31,19 +34,39 @@ pub struct Served {
     pub vocab_size: usize,
     /// Positions the model takes.
     pub context_length: usize,
+    /// The LoRA adapters loaded, by slot.
+    pub adapters: Vec<HeldAdapter>,
 }
+
+/// What a generation job is answered with: the generations and the weight version that made
+/// them.
+pub type Generated = Result<(Vec<Generation>, String), Refusal>;
 
 /// A job for the engine thread; the answer goes back on `reply`.
 enum Job {
-    Generate {
-        requests: Vec<GenerationRequest>,
-        reply: Sender<anyhow::Result<(Vec<Generation>, String)>>,
-    },
+    Generate(GenerateJob),
     Reload {
         path: PathBuf,
         version: Option<String>,
         reply: Sender<anyhow::Result<String>>,
     },
+    LoadAdapter {
+        name: String,
+        folder: PathBuf,
+        reply: Sender<Result<(), Refusal>>,
+    },
+    UnloadAdapter {
+        name: String,
+        reply: Sender<Result<(), Refusal>>,
+    },
+}
+
+/// Requests to generate in one batch with others, through the adapter `adapter` names
+/// (`None`: the base model), and where their answer goes.
+struct GenerateJob {
+    requests: Vec<GenerationRequest>,
+    adapter: Option<String>,
+    reply: Sender<Generated>,
 }
 
 /// How the engine batches.
@@ -66,13 +89,15 @@ pub struct Batcher {
 
 impl Batcher {
     /// Loads `model` on `device` in `kind` on a new engine thread and returns once it is
-    /// loaded (or failed to load). Unseeded requests draw from one stream seeded with `seed`.
+    /// loaded (or failed to load). Unseeded requests draw from one stream seeded with `seed`;
+    /// up to `max_adapters` LoRA adapters can be loaded at once.
     pub fn start(
         model: PathBuf,
         device: Device,
         kind: Kind,
         seed: u64,
         limits: BatchLimits,
+        max_adapters: usize,
     ) -> anyhow::Result<Self> {
         let (jobs, inbox) = mpsc::channel();
         let (ready, loaded) = mpsc::channel();
@@ -90,6 +115,7 @@ impl Batcher {
                         rng: SeededRng::new(seed),
                         served,
                         limits,
+                        adapters: AdapterSlots::new(max_adapters),
                         held: None,
                     }
                     .run(&inbox);
@@ -125,19 +151,38 @@ impl Batcher {
             .clone()
     }
 
-    /// Generates `requests` (already checked against [`Self::served`]) in a batch with
-    /// whatever else arrives meanwhile; returns the generations and the weight version that
-    /// made them.
-    pub fn generate(
-        &self,
-        requests: Vec<GenerationRequest>,
-    ) -> anyhow::Result<(Vec<Generation>, String)> {
+    /// Generates `requests` (already checked against [`Self::served`]) through the LoRA
+    /// adapter named `adapter` (`None`: the base model) in a batch with whatever else arrives
+    /// meanwhile; returns the generations and the weight version that made them.
+    pub fn generate(&self, requests: Vec<GenerationRequest>, adapter: Option<String>) -> Generated {
         let (reply, answer) = mpsc::channel();
-        self.jobs
-            .send(Job::Generate { requests, reply })
-            .ok()
-            .context("the engine thread has stopped")?;
-        answer.recv().context("the engine thread has stopped")?
+        let job = GenerateJob {
+            requests,
+            adapter,
+            reply,
+        };
+        self.jobs.send(Job::Generate(job)).map_err(|_| stopped())?;
+        answer.recv().map_err(|_| stopped())?
+    }
+
+    /// Loads the PEFT folder `folder` as the adapter `name` once the running batch is done.
+    pub fn load_adapter(&self, name: String, folder: PathBuf) -> Result<(), Refusal> {
+        let (reply, answer) = mpsc::channel();
+        let job = Job::LoadAdapter {
+            name,
+            folder,
+            reply,
+        };
+        self.jobs.send(job).map_err(|_| stopped())?;
+        answer.recv().map_err(|_| stopped())?
+    }
+
+    /// Unloads the adapter `name` once the running batch is done.
+    pub fn unload_adapter(&self, name: String) -> Result<(), Refusal> {
+        let (reply, answer) = mpsc::channel();
+        let job = Job::UnloadAdapter { name, reply };
+        self.jobs.send(job).map_err(|_| stopped())?;
+        answer.recv().map_err(|_| stopped())?
     }
 
     /// Replaces the weights by those of the HF folder `path` once the running batch is done;
@@ -164,6 +209,8 @@ struct Engine {
     rng: SeededRng,
     served: Arc<RwLock<Served>>,
     limits: BatchLimits,
+    /// The LoRA adapters loaded into the model.
+    adapters: AdapterSlots,
     /// A job taken from the inbox that did not fit the last batch.
     held: Option<Job>,
 }
@@ -187,8 +234,27 @@ impl Engine {
                 } => {
                     let _ = reply.send(self.reload(path, version));
                 }
-                Job::Generate { requests, reply } => {
-                    let batch = self.gather(inbox, vec![(requests, reply)]);
+                Job::LoadAdapter {
+                    name,
+                    folder,
+                    reply,
+                } => {
+                    let loaded = self
+                        .adapters
+                        .load(&mut self.pretrained.model, &name, &folder);
+                    if loaded.is_ok() {
+                        tracing::info!("serving LoRA adapter `{name}` from {}", folder.display());
+                    }
+                    self.publish_adapters();
+                    let _ = reply.send(loaded);
+                }
+                Job::UnloadAdapter { name, reply } => {
+                    let unloaded = self.adapters.unload(&name);
+                    self.publish_adapters();
+                    let _ = reply.send(unloaded);
+                }
+                Job::Generate(job) => {
+                    let batch = self.gather(inbox, vec![job]);
                     self.generate(batch);
                 }
             }
@@ -199,7 +265,7 @@ impl Engine {
     /// a job that does not fit (or a reload) is held for the next turn.
     fn gather(&mut self, inbox: &Receiver<Job>, mut batch: Vec<GenerateJob>) -> Vec<GenerateJob> {
         let deadline = Instant::now() + self.limits.wait;
-        let mut rows: usize = batch.iter().map(|(r, _)| r.len()).sum();
+        let mut rows: usize = batch.iter().map(|job| job.requests.len()).sum();
         while rows < self.limits.max_batch {
             let left = deadline.saturating_duration_since(Instant::now());
             let job = match inbox.recv_timeout(left) {
@@ -207,11 +273,9 @@ impl Engine {
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
             };
             match job {
-                Job::Generate { requests, reply }
-                    if rows + requests.len() <= self.limits.max_batch =>
-                {
-                    rows += requests.len();
-                    batch.push((requests, reply));
+                Job::Generate(job) if rows + job.requests.len() <= self.limits.max_batch => {
+                    rows += job.requests.len();
+                    batch.push(job);
                 }
                 other => {
                     self.held = Some(other);
@@ -222,9 +286,31 @@ impl Engine {
         batch
     }
 
-    /// Generates every job of `batch` in one engine batch and answers each its own outputs.
+    /// Generates every job of `batch` in one engine batch, each through its adapter's slot,
+    /// and answers each its own outputs; a job whose adapter was unloaded since it was checked
+    /// is answered that.
     fn generate(&mut self, batch: Vec<GenerateJob>) {
-        let all: Vec<GenerationRequest> = batch.iter().flat_map(|(r, _)| r.clone()).collect();
+        let mut runnable = Vec::with_capacity(batch.len());
+        for mut job in batch {
+            let slot = match &job.adapter {
+                None => None,
+                Some(name) => match self.adapters.slot_of(name) {
+                    Some(slot) => Some(slot),
+                    None => {
+                        let gone = format!("The lora adapter '{name}' was unloaded meanwhile");
+                        let _ = job.reply.send(Err(Refusal::new(404, gone)));
+                        continue;
+                    }
+                },
+            };
+            for request in &mut job.requests {
+                request.adapter = slot;
+            }
+            runnable.push(job);
+        }
+        let batch = runnable;
+        let all: Vec<GenerationRequest> =
+            batch.iter().flat_map(|job| job.requests.clone()).collect();
         let model = &self.pretrained;
         let started = Instant::now();
         let result = generate(&model.model, &model.tokenizer, &all, &mut self.rng);
@@ -238,14 +324,16 @@ impl Engine {
         match result {
             Ok(generations) => {
                 let mut generations = generations.into_iter();
-                for (requests, reply) in batch {
-                    let mine: Vec<Generation> = generations.by_ref().take(requests.len()).collect();
-                    let _ = reply.send(Ok((mine, version.clone())));
+                for job in batch {
+                    let count = job.requests.len();
+                    let mine: Vec<Generation> = generations.by_ref().take(count).collect();
+                    let _ = job.reply.send(Ok((mine, version.clone())));
                 }
             }
             Err(error) => {
-                for (_, reply) in batch {
-                    let _ = reply.send(Err(anyhow::anyhow!("generation failed: {error}")));
+                for job in batch {
+                    let failed = Refusal::new(500, format!("generation failed: {error}"));
+                    let _ = job.reply.send(Err(failed));
                 }
             }
         }
@@ -259,11 +347,19 @@ impl Engine {
             .clone()
     }
 
-    /// Loads the HF folder `path` and serves it if it is the same model (shape and
-    /// vocabulary); the old weights stay when anything fails.
+    /// Shows the adapters held to the HTTP threads.
+    fn publish_adapters(&self) {
+        self.served
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .adapters = self.adapters.held();
+    }
+
+    /// Loads the HF folder `path` and serves it, with the adapters held, if it is the same
+    /// model (shape and vocabulary); the old weights stay when anything fails.
     fn reload(&mut self, path: PathBuf, version: Option<String>) -> anyhow::Result<String> {
         let started = Instant::now();
-        let fresh = load(&path, self.device, self.kind)?;
+        let mut fresh = load(&path, self.device, self.kind)?;
         let (old, new) = (self.pretrained.model.config(), fresh.model.config());
         let shape = |c: &crate::model::config::LlamaConfig| {
             (
@@ -291,10 +387,12 @@ impl Engine {
             old.hidden_size,
             old.vocab_size
         );
+        self.adapters.reattach(&mut fresh.model)?;
         let version = version.unwrap_or_else(|| self.version());
         self.pretrained = fresh;
-        *self.served.write().unwrap_or_else(PoisonError::into_inner) =
-            describe(&self.pretrained, &version);
+        let mut served = describe(&self.pretrained, &version);
+        served.adapters = self.adapters.held();
+        *self.served.write().unwrap_or_else(PoisonError::into_inner) = served;
         tracing::info!(
             "serving {} (weight version {version}), loaded in {:.2?}",
             path.display(),
@@ -304,11 +402,10 @@ impl Engine {
     }
 }
 
-/// A generation job: its requests and where its answer goes.
-type GenerateJob = (
-    Vec<GenerationRequest>,
-    Sender<anyhow::Result<(Vec<Generation>, String)>>,
-);
+/// The answer to a job sent to an engine thread that has stopped.
+fn stopped() -> Refusal {
+    Refusal::new(500, "the engine thread has stopped")
+}
 
 /// Loads a model for serving, on the kernels a worker group on `device` would use.
 fn load(path: &std::path::Path, device: Device, kind: Kind) -> anyhow::Result<Pretrained> {
@@ -327,5 +424,6 @@ fn describe(pretrained: &Pretrained, version: &str) -> Served {
         architecture: config.architecture.hf_class(),
         vocab_size: config.vocab_size,
         context_length: config.max_position_embeddings,
+        adapters: Vec::new(),
     }
 }

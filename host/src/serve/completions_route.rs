@@ -25,6 +25,8 @@ pub struct Parsed {
     pub tokens_as_ids: bool,
     /// Each prompt's length, counted once in `usage`.
     pub prompt_tokens: usize,
+    /// The LoRA adapter the request names as its `model` (`None`: the served model).
+    pub adapter: Option<String>,
 }
 
 /// Parses and checks a `/v1/completions` body against the served model (`name` is its served
@@ -42,15 +44,26 @@ pub fn parse(
              [[int]], \"max_tokens\": int, \"logprobs\": 0, …}}"
         ))
     })?;
-    if body.model != name {
+    let adapter = if body.model == name {
+        None
+    } else if served.adapters.iter().any(|a| a.name == body.model) {
+        Some(body.model.clone())
+    } else {
+        let adapters: Vec<&str> = served.adapters.iter().map(|a| a.name.as_str()).collect();
+        let also = if adapters.is_empty() {
+            String::new()
+        } else {
+            format!(" and the LoRA adapters {}", adapters.join(", "))
+        };
         return Err(Refusal::new(
             404,
             format!(
-                "The model `{}` does not exist: this server serves `{name}` (GET /v1/models)",
+                "The model `{}` does not exist: this server serves `{name}`{also} (GET \
+                 /v1/models)",
                 body.model
             ),
         ));
-    }
+    };
     if body.stream == Some(true) || body.echo == Some(true) {
         return Err(bad(
             "`stream` and `echo` are not served here: leave them out or false".into(),
@@ -121,6 +134,7 @@ pub fn parse(
         wanted,
         tokens_as_ids: body.return_tokens_as_token_ids == Some(true),
         prompt_tokens,
+        adapter,
     })
 }
 
@@ -215,17 +229,26 @@ pub fn usage(prompt_tokens: usize, choices: &[Generation]) -> Usage {
     }
 }
 
-/// `GET /v1/models`: the one model served, under `name`, created at `created` (Unix seconds).
+/// `GET /v1/models`: the model served, under `name`, then each LoRA adapter loaded (its
+/// folder as `root`, the model as `parent`, as vLLM lists them), created at `created` (Unix
+/// seconds).
 pub fn models(served: &Served, name: &str, created: u64) -> ModelList {
+    let card = |id: &str, root: String, parent: Option<String>| ModelCard {
+        id: id.to_owned(),
+        object: "model".into(),
+        created,
+        owned_by: "drmas".into(),
+        root: Some(root),
+        parent,
+        max_model_len: Some(served.context_length),
+    };
+    let base = card(name, served.model_path.clone(), None);
+    let adapters = served.adapters.iter().map(|adapter| {
+        let folder = adapter.folder.display().to_string();
+        card(&adapter.name, folder, Some(name.to_owned()))
+    });
     ModelList {
         object: "list".into(),
-        data: vec![ModelCard {
-            id: name.to_owned(),
-            object: "model".into(),
-            created,
-            owned_by: "drmas".into(),
-            root: Some(served.model_path.clone()),
-            max_model_len: Some(served.context_length),
-        }],
+        data: std::iter::once(base).chain(adapters).collect(),
     }
 }

@@ -11,6 +11,8 @@ pub struct Refusal {
     pub status: u16,
     /// What is wrong and what to do.
     pub message: String,
+    /// The error's type in the answer (vLLM's names), if it has one.
+    kind: Option<&'static str>,
 }
 
 impl Refusal {
@@ -19,11 +21,23 @@ impl Refusal {
         Self {
             status,
             message: message.into(),
+            kind: None,
         }
     }
 
-    /// The answer, as SGLang gives it: `{"error": {"message": ...}}`.
+    /// A refusal whose answer also names its type `kind` (`NotFoundError`), as vLLM's LoRA
+    /// routes answer.
+    pub fn typed(status: u16, kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            kind: Some(kind),
+            ..Self::new(status, message)
+        }
+    }
+
+    /// The answer, as SGLang gives it: `{"error": {"message": ...}}` (and `"type"`).
     pub fn reply(self) -> Reply {
-        Reply::json(self.status, &ErrorAnswer::new(self.message))
+        let mut answer = ErrorAnswer::new(self.message);
+        answer.error.kind = self.kind.map(str::to_owned);
+        Reply::json(self.status, &answer)
     }
 }

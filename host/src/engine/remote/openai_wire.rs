@@ -171,6 +171,9 @@ pub struct ModelCard {
     /// Where its weights came from (vLLM's extension).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<String>,
+    /// The model a LoRA adapter adapts (vLLM's extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
     /// Positions the model takes, prompt and output together (vLLM's extension).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_model_len: Option<usize>,

@@ -152,7 +152,8 @@ fn lora_routes(connection: &Connection) -> Result<(), Failure> {
             Err(Failure::Fatal(format!(
                 "{reason}; weight_sync = \"vllm\" on a LoRA group needs vLLM started with \
                  --enable-lora (--max-loras at least the group's adapters, --max-lora-rank at \
-                 least its rank) and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, which serves \
+                 least its rank) and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, or drmas-host serve \
+                 started with --max-loras (twice the group's adapters), which serve \
                  {UNLOAD_LORA_ADAPTER_PATH} and /v1/load_lora_adapter"
             )))
         }

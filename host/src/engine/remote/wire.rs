@@ -185,7 +185,8 @@ fn yes() -> bool {
     true
 }
 
-/// An error answer: `{"error": {"message": ...}}`, as SGLang writes it.
+/// An error answer: `{"error": {"message": ...}}`, as SGLang writes it, with the error's
+/// `type` where vLLM's routes name one (`NotFoundError`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ErrorAnswer {
     /// The error.
@@ -197,6 +198,9 @@ pub struct ErrorAnswer {
 pub struct ErrorMessage {
     /// What went wrong and what to do.
     pub message: String,
+    /// The kind of error, as vLLM names it.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 impl ErrorAnswer {
@@ -205,6 +209,7 @@ impl ErrorAnswer {
         Self {
             error: ErrorMessage {
                 message: message.into(),
+                kind: None,
             },
         }
     }
