@@ -374,6 +374,14 @@ fn mismatched_or_unsupported_adapters_are_refused_with_the_field() {
     let err = AdapterConfig::read(&folder).expect_err("DoRA");
     assert!(err.to_string().contains("use_dora"), "{err}");
 
+    // A config is read up to a bound, whatever the folder holds.
+    fs::write(&config_path, " ".repeat(2 << 20)).expect("writes");
+    let err = AdapterConfig::read(&folder).expect_err("2 MiB of config");
+    assert!(
+        err.to_string().contains("larger than 1048576 bytes"),
+        "{err}"
+    );
+
     let mut wrong = settings(4);
     wrong.target_modules.push("lm_head".to_owned());
     let err = base()

