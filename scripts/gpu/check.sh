@@ -15,8 +15,9 @@
 # SmolLM2-shaped model in bf16 (also with CUDA graphs), each with its seconds and peak GPU memory;
 # two SmolLM2-shaped groups sharing the device, with and without `offload = true` (peak GPU memory,
 # the moves' seconds); one iteration of the SmolLM2-shaped model with its rollouts on two
-# `drmas-host serve` workers on the device (rollout and weight-sync seconds, the sampler-trainer
-# log-ratio); and a long-response update step (8 × 2048 tokens) of the SmolLM2-shaped model with and
+# `drmas-host serve` workers on the device, with an adapter per agent loaded through vLLM's LoRA
+# routes and with full weights (rollout and weight-sync seconds, the sampler-trainer log-ratio);
+# and a long-response update step (8 × 2048 tokens) of the SmolLM2-shaped model with and
 # without activation checkpointing (peak GPU memory, seconds).
 #
 # Usage: ./check.sh
@@ -78,14 +79,17 @@ train train-smollm2-two-groups-bf16 "$smollm2" bf16 two
 train train-smollm2-two-groups-offload-bf16 "$smollm2" bf16 two 'offload = true'
 # Two `drmas-host serve` workers on the device serving the SmolLM2-shaped model in bf16, and the
 # same one-iteration run with its rollouts on them (addressed directly: the device has no
-# sglang-router); the run pushes its new weights to both. Its metrics carry the rollout and
-# weight-sync seconds and the sampler-trainer log-ratio, next to train-smollm2-bf16's in process.
+# sglang-router): first with an adapter per agent, loaded through vLLM's LoRA routes, then with
+# full weights, which the run pushes to both (so after the LoRA run: they change the base the
+# workers hold). Their metrics carry the rollout and weight-sync seconds and the sampler-trainer
+# log-ratio, next to train-smollm2-bf16's in process.
 # serve_worker N starts worker N and sets $url to its URL (empty if it did not start); it is not
 # called as $(…), whose subshell would keep the pid from server_pids.
 serve_worker() {
   local log="$logs/serve-worker-$1.log"
   url=""
-  "$here/run.sh" serve --model "$smollm2" --device "$device" --dtype bf16 --port 0 >"$log" 2>&1 &
+  "$here/run.sh" serve --model "$smollm2" --served-model-name smollm2 --device "$device" \
+    --dtype bf16 --port 0 --max-loras 4 >"$log" 2>&1 &
   server_pids+=($!)
   for _ in $(seq 1 1200); do
     if grep -q "listening on" "$log"; then
@@ -101,10 +105,16 @@ first="$url"
 serve_worker 2
 second="$url"
 if [[ -n "$first" && -n "$second" ]]; then
+  train train-smollm2-served-lora-bf16 "$smollm2" bf16 shared \
+    "[worker_groups.shared.rollout]\nbackend = \"openai\"\nurls = [\"$first\", \"$second\"]
+model_name = \"smollm2\"\nweight_sync = \"vllm\"
+[worker_groups.shared.lora]\nrank = 8\nalpha = 16\nper_agent = true"
   train train-smollm2-served-bf16 "$smollm2" bf16 shared \
     "[worker_groups.shared.rollout]\nbackend = \"sglang\"\nurls = [\"$first\", \"$second\"]"
 else
-  step train-smollm2-served-bf16 5 sh -c 'echo "a serve worker did not start (serve-worker-*.log)" >&2; exit 1'
+  for name in train-smollm2-served-lora-bf16 train-smollm2-served-bf16; do
+    step "$name" 5 sh -c 'echo "a serve worker did not start (serve-worker-*.log)" >&2; exit 1'
+  done
 fi
 kill "${server_pids[@]}" 2>/dev/null
 wait "${server_pids[@]}" 2>/dev/null
