@@ -203,6 +203,29 @@ pub struct AgentSection {
     pub kl_coef: Option<f64>,
     /// Overrides the invalid-action penalty for this agent.
     pub invalid_action_penalty: Option<f64>,
+    /// `false`: the agent acts in every episode but is never trained — its calls leave its
+    /// worker group's update (a fixed judge or partner); `true` by default.
+    pub train: Option<bool>,
+}
+
+impl AgentSection {
+    /// Whether the agent's calls train its worker group's model (`train`, true by default).
+    pub fn trains(&self) -> bool {
+        self.train != Some(false)
+    }
+
+    /// The training settings the agent sets, which a frozen agent (`train = false`) may not.
+    fn training_overrides(&self) -> [(&'static str, bool); 7] {
+        [
+            ("learning_rate", self.learning_rate.is_some()),
+            ("micro_batch_size", self.micro_batch_size.is_some()),
+            ("micro_batch_tokens", self.micro_batch_tokens.is_some()),
+            ("clip_low", self.clip_low.is_some()),
+            ("clip_high", self.clip_high.is_some()),
+            ("entropy_coef", self.entropy_coef.is_some()),
+            ("kl_coef", self.kl_coef.is_some()),
+        ]
+    }
 }
 
 /// `[worker_groups.NAME]`: one model (and its optimizer) serving one or more agents.
@@ -771,6 +794,14 @@ impl RunConfig {
         Ok(config)
     }
 
+    /// Whether some agent of worker group `group` trains: a group none of whose agents does
+    /// never changes its weights.
+    pub fn group_trains(&self, group: &str) -> bool {
+        self.agents
+            .iter()
+            .any(|a| a.worker_group.get_ref() == group && a.trains())
+    }
+
     /// Checks what the schema cannot: references between sections and value ranges.
     fn check(&self, file: &RunFile) -> Result<(), ConfigError> {
         if self.agents.is_empty() {
@@ -800,6 +831,21 @@ impl RunConfig {
                         agent.agent.get_ref(),
                         agent.worker_group.get_ref(),
                         known.join(", ")
+                    ),
+                ));
+            }
+        }
+        for (index, agent) in self.agents.iter().enumerate() {
+            if agent.trains() {
+                continue;
+            }
+            if let Some((field, _)) = agent.training_overrides().into_iter().find(|(_, set)| *set) {
+                return Err(file.invalid_at(
+                    &[Step::Key("agents"), Step::Index(index), Step::Key(field)],
+                    format!(
+                        "agent `{}` has train = false, so its {field} would change nothing; \
+                         remove it, or train the agent",
+                        agent.role.get_ref()
                     ),
                 ));
             }

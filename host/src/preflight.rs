@@ -342,6 +342,10 @@ fn check_kl_references(config: &RunConfig, file: &RunFile) -> anyhow::Result<()>
             .into());
     }
     for (index, agent) in config.agents.iter().enumerate() {
+        // A frozen agent has no loss, so no KL term.
+        if !agent.trains() {
+            continue;
+        }
         let coef = agent.kl_coef.unwrap_or(config.algorithm.loss.kl_coef);
         let group_name = agent.worker_group.get_ref();
         let Some(group) = config.worker_groups.get(group_name) else {
@@ -514,11 +518,16 @@ impl Plan {
         for ((role, agent), section) in self.agents.iter().zip(&config.agents) {
             let _ = writeln!(
                 out,
-                "  role {:<10} {} on worker group `{}`, actions: {}",
+                "  role {:<10} {} on worker group `{}`, actions: {}{}",
                 role.name,
                 agent.origin(),
                 section.worker_group.get_ref(),
-                role.actions
+                role.actions,
+                if section.trains() {
+                    ""
+                } else {
+                    " (not trained: train = false)"
+                }
             );
         }
         for (name, path, summary) in &self.models {

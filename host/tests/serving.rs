@@ -382,6 +382,26 @@ fn servers_that_cannot_load_weights_evaluate_but_do_not_train() {
         "{}",
         log(&output)
     );
+    // A frozen agent's group never changes its weights: its servers need none pushed.
+    let judge = common::pair_run_file(
+        1,
+        0,
+        &format!(
+            "[worker_groups.judge]\nmodel = \"{}\"\n\n[worker_groups.judge.rollout]\n{}",
+            tiny_model("llama").display(),
+            over_completions(&[&server.url], "llama", "none")
+        ),
+    )
+    .replacen(
+        "worker_group = \"shared\"\nmax_new_tokens = 5",
+        "worker_group = \"judge\"\nmax_new_tokens = 5\ntrain = false",
+        1,
+    );
+    let before = server.get("/get_model_info")["weight_version"].clone();
+    let lines = train("completions-frozen-judge", &judge);
+    assert_eq!(lines[0]["calls/second"], 8.0, "{}", lines[0]);
+    assert!(lines[0].get("time/weight_sync_s/judge").is_none());
+    assert_eq!(server.get("/get_model_info")["weight_version"], before);
 }
 
 #[test]

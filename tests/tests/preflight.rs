@@ -73,6 +73,29 @@ fn offload_on_a_cpu_group_is_accepted_with_a_note_that_it_changes_nothing() {
     );
 }
 
+#[test]
+fn a_frozen_agent_is_named_in_the_summary() {
+    assert_noted_only_when_set(
+        (
+            "role = \"verifier\"\n",
+            "role = \"verifier\"\ntrain = false\n",
+        ),
+        "role verifier   ",
+        "(not trained: train = false)",
+    );
+    let summary = prepare(&demo_text().replacen(
+        "role = \"verifier\"\n",
+        "role = \"verifier\"\ntrain = false\n",
+        1,
+    ))
+    .expect("valid");
+    let line = summary
+        .lines()
+        .find(|l| l.contains("role verifier"))
+        .expect("the verifier's line");
+    assert!(line.ends_with("(not trained: train = false)"), "{line}");
+}
+
 /// The demo run file with its first `from` replaced by `to` is accepted and its summary holds
 /// `note`; the demo's own summary never mentions `key`.
 fn assert_noted_only_when_set((from, to): (&str, &str), note: &str, key: &str) {

@@ -438,6 +438,65 @@ fn separate_and_heterogeneous_groups_each_take_their_own_step() {
 }
 
 #[test]
+fn a_frozen_agent_samples_but_leaves_every_update() {
+    let groups = format!("{}\n{}", group("one", "llama"), group("two", "llama"));
+    let trained = run_file("one", "two", &groups, 2);
+    let frozen = trained.replacen("max_new_tokens = 5", "max_new_tokens = 5\ntrain = false", 1);
+    let dir = common::scratch(&format!("trainer-unfrozen-{}", std::process::id()));
+    train_to_the_end(&dir, &trained);
+    let unfrozen = metrics(&dir);
+    let dir = common::scratch(&format!("trainer-frozen-{}", std::process::id()));
+    let checkpoint = train_to_the_end(&dir, &frozen);
+    let lines = metrics(&dir);
+    // `second`'s group never steps: its weights are the model file's.
+    let change = max_weight_change(
+        &Path::new(&tiny_model("llama")).join("model.safetensors"),
+        &checkpoint.join("two").join("model.safetensors"),
+    );
+    assert_eq!(change, 0.0, "the frozen agent's group stepped");
+    assert!(
+        max_weight_change(
+            &Path::new(&tiny_model("llama")).join("model.safetensors"),
+            &checkpoint.join("one").join("model.safetensors"),
+        ) > 0.0
+    );
+    // The first iteration samples what the unfrozen run samples, and `first`'s update (drmas
+    // normalises each agent's advantages on its own) is the same to the bit.
+    let (first, unfrozen_first) = (&lines[1], &unfrozen[1]);
+    for key in [
+        "reward/mean",
+        "grad_norm/group/one",
+        "grad_norm/agent/first",
+    ] {
+        assert_eq!(first[key], unfrozen_first[key], "{key}");
+        assert!(first[key].is_number(), "{key}: {first}");
+    }
+    assert!(unfrozen_first["grad_norm/group/two"].is_number());
+    for line in &lines[1..] {
+        for key in [
+            "grad_norm/group/two",
+            "grad_norm/agent/second",
+            "loss/policy/two",
+        ] {
+            assert!(line.get(key).is_none(), "{key} in {line}");
+        }
+        assert_eq!(line["calls/second"], 8.0, "the frozen agent still acts");
+    }
+
+    // Sharing a group with an agent that trains: only that agent's calls reach the update.
+    let shared = run_file("shared", "shared", &group("shared", "llama"), 1).replacen(
+        "max_new_tokens = 5",
+        "max_new_tokens = 5\ntrain = false",
+        1,
+    );
+    let dir = common::scratch(&format!("trainer-frozen-shared-{}", std::process::id()));
+    train_to_the_end(&dir, &shared);
+    let line = &metrics(&dir)[1];
+    assert!(line["grad_norm/agent/first"].is_number(), "{line}");
+    assert!(line.get("grad_norm/agent/second").is_none(), "{line}");
+}
+
+#[test]
 fn a_resumed_run_ends_exactly_where_an_uninterrupted_one_does() {
     resumes_exactly("resume", &group("shared", "llama"));
 }

@@ -6,7 +6,7 @@
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{ConfigError, RunConfig, RunFile, WorkerGroupSection};
+use super::{AgentSection, ConfigError, RunConfig, RunFile, Step, WorkerGroupSection};
 
 /// The longest timeout accepted, in seconds (a day).
 const MAX_TIMEOUT_S: f64 = 86_400.0;
@@ -248,12 +248,22 @@ fn check_openai_section(
     Ok(())
 }
 
-/// `train` needs every remote group's servers to load new weights: refuses a group on
-/// servers that cannot (`openai` with `weight_sync = "none"`), naming what to do.
+/// `train` needs an agent that trains, and the servers of every remote group that trains to
+/// load new weights: refuses a run whose agents all have `train = false`, and a training group
+/// on servers that cannot load weights (`openai` with `weight_sync = "none"`), naming what to
+/// do.
 pub fn check_trainable(config: &RunConfig, file: &RunFile) -> Result<(), ConfigError> {
+    if !config.agents.iter().any(AgentSection::trains) {
+        return Err(file.invalid_at(
+            &[Step::Key("agents"), Step::Index(0), Step::Key("train")],
+            "no agent trains (train = false on every [[agents]]): train one, or evaluate with \
+             `drmas-host eval`"
+                .to_owned(),
+        ));
+    }
     for (name, group) in &config.worker_groups {
         let section = &group.rollout;
-        if section.sync_mode() != Some(WeightSync::Off) {
+        if section.sync_mode() != Some(WeightSync::Off) || !config.group_trains(name) {
             continue;
         }
         let at = section

@@ -554,3 +554,34 @@ fn micro_batch_tokens_are_read_per_group_and_per_agent_but_once_per_agent() {
         "{message}"
     );
 }
+
+#[test]
+fn a_frozen_agent_takes_no_training_settings_and_some_agent_must_train() {
+    let frozen = VALID.replace("temperature = 0.7", "temperature = 0.7\ntrain = false");
+    let config = parse(&frozen).expect("a frozen verifier");
+    assert!(config.agents[0].trains() && !config.agents[1].trains());
+    assert!(config.group_trains("shared"));
+    let file = RunFile::from_text("run.toml", frozen.as_str(), PathBuf::from("."));
+    check_trainable(&config, &file).expect("the solver trains");
+
+    let with_rate = frozen.replace("train = false", "train = false\nlearning_rate = 1e-5");
+    assert_eq!(
+        error(&with_rate),
+        "run.toml:25:17: agent `verifier` has train = false, so its learning_rate would change \
+         nothing; remove it, or train the agent"
+    );
+
+    let none = frozen.replace(
+        "worker_group = \"shared\"\n\n[[agents]]",
+        "worker_group = \"shared\"\ntrain = false\n\n[[agents]]",
+    );
+    let config = parse(&none).expect("parses: `eval` runs it");
+    assert!(!config.group_trains("shared"));
+    let file = RunFile::from_text("run.toml", none.as_str(), PathBuf::from("."));
+    let refused = check_trainable(&config, &file).expect_err("nothing trains");
+    assert_eq!(
+        refused.to_string(),
+        "run.toml:18:9: no agent trains (train = false on every [[agents]]): train one, or \
+         evaluate with `drmas-host eval`"
+    );
+}

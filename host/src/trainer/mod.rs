@@ -61,6 +61,18 @@ fn calls_of_group(team: &[TeamMember], rollout: &Rollout, group: usize) -> Vec<u
         .collect()
 }
 
+/// [`calls_of_group`] without the calls of agents that do not train (`trains`, by agent).
+fn trained_calls_of_group(
+    team: &[TeamMember],
+    trains: &[bool],
+    rollout: &Rollout,
+    group: usize,
+) -> Vec<usize> {
+    let mut calls = calls_of_group(team, rollout, group);
+    calls.retain(|&i| trains[rollout.calls[i].agent]);
+    calls
+}
+
 /// Sequences in one generation batch at most (bounds KV-cache memory).
 const MAX_GENERATION_BATCH: usize = 64;
 
@@ -71,6 +83,9 @@ pub struct Trainer {
     orchestra: Hosted<dyn Orchestra>,
     team: Vec<TeamMember>,
     agent_training: Vec<AgentTraining>,
+    /// Whether each agent (run-file order) trains: `train = false` leaves its calls out of
+    /// every update.
+    trains: Vec<bool>,
     groups: Vec<WorkerGroup>,
     /// Per worker group: its servers when it generates remotely.
     fleets: Vec<Option<fleet::Fleet>>,
@@ -244,6 +259,7 @@ impl Trainer {
             .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(Self {
             agent_training: setup::agent_training(&config),
+            trains: config.agents.iter().map(|a| a.trains()).collect(),
             order: TaskOrder::new(plan.train_tasks.len(), config.run.seed),
             rng: SeededRng::new(config.run.seed),
             environment: plan.environment,
@@ -621,6 +637,10 @@ impl Trainer {
         let critic_warmup = collected.values.is_some()
             && self.iteration <= self.config.algorithm.critic_settings().warmup_iterations;
         for index in 0..self.groups.len() {
+            if !self.group_trains(index) {
+                bar.inc(1);
+                continue;
+            }
             if let (Some(values), Some(returns)) = (&collected.values, &collected.returns) {
                 self.update_critic(index, rollout, values, returns, &mut metrics)?;
             }
@@ -652,10 +672,18 @@ impl Trainer {
         Ok(metrics)
     }
 
-    /// Sends every remote worker group's new weights to its servers.
+    /// Whether some agent of worker group `index` trains (else its weights never change).
+    fn group_trains(&self, index: usize) -> bool {
+        self.team
+            .iter()
+            .zip(&self.trains)
+            .any(|(member, &trains)| member.group == index && trains)
+    }
+
+    /// Sends the new weights of every remote worker group that trains to its servers.
     fn sync_fleets(&self, metrics: &mut Metrics) -> anyhow::Result<()> {
-        for (group, fleet) in self.groups.iter().zip(&self.fleets) {
-            if let Some(fleet) = fleet {
+        for (index, (group, fleet)) in self.groups.iter().zip(&self.fleets).enumerate() {
+            if let Some(fleet) = fleet.as_ref().filter(|_| self.group_trains(index)) {
                 let seconds = fleet.sync(group, &weight_version(self.trained_through))?;
                 metrics.set(format!("time/weight_sync_s/{}", group.name), seconds);
             }
@@ -925,7 +953,7 @@ impl Trainer {
         returns: &PerToken,
         metrics: &mut Metrics,
     ) -> anyhow::Result<()> {
-        let own = calls_of_group(&self.team, rollout, index);
+        let own = trained_calls_of_group(&self.team, &self.trains, rollout, index);
         let calls: Vec<&AgentCall> = own.iter().map(|&i| &rollout.calls[i]).collect();
         let group = &mut self.groups[index];
         let Some(critic) = &mut group.critic else {
@@ -973,7 +1001,7 @@ impl Trainer {
     ) -> anyhow::Result<UpdateReport> {
         let group = &mut self.groups[index];
         group.prepare_update();
-        let own = calls_of_group(&self.team, rollout, index);
+        let own = trained_calls_of_group(&self.team, &self.trains, rollout, index);
         let calls: Vec<_> = own.iter().map(|&i| &rollout.calls[i]).collect();
         let group_advantages = advantages.select(&own);
         let group_recomputed: Vec<Option<&[f32]>> = own
