@@ -448,17 +448,46 @@ fn a_frozen_agent_samples_but_leaves_every_update() {
     let dir = common::scratch(&format!("trainer-frozen-{}", std::process::id()));
     let checkpoint = train_to_the_end(&dir, &frozen);
     let lines = metrics(&dir);
-    // `second`'s group never steps: its weights are the model file's.
-    let change = max_weight_change(
-        &Path::new(&tiny_model("llama")).join("model.safetensors"),
-        &checkpoint.join("two").join("model.safetensors"),
-    );
-    assert_eq!(change, 0.0, "the frozen agent's group stepped");
+    // `second`'s group never steps: its checkpoint only notes that its weights are the model
+    // file's.
+    let two = checkpoint.join("two");
+    assert!(two.join("untrained.json").is_file());
+    assert!(!two.join("model.safetensors").exists());
     assert!(
         max_weight_change(
             &Path::new(&tiny_model("llama")).join("model.safetensors"),
             &checkpoint.join("one").join("model.safetensors"),
         ) > 0.0
+    );
+    // Resumed from the first iteration's checkpoint, the run ends where the straight one did.
+    let resumed = common::scratch(&format!("trainer-frozen-resumed-{}", std::process::id()));
+    trainer(
+        &resumed,
+        &frozen.replace("iterations = 2", "iterations = 1"),
+    )
+    .expect("trainer")
+    .train()
+    .expect("first iteration");
+    let end = resume_to_the_end(&resumed, &frozen, 1);
+    assert_eq!(weights(&end, "one"), weights(&checkpoint, "one"));
+    assert!(end.join("two").join("untrained.json").is_file());
+    // Frozen after it trained, a group keeps (and saves) its trained weights.
+    let after_training = common::scratch(&format!("trainer-frozen-later-{}", std::process::id()));
+    let trained_once = trainer(
+        &after_training,
+        &trained.replace("iterations = 2", "iterations = 1"),
+    )
+    .expect("trainer")
+    .train()
+    .expect("first iteration")
+    .checkpoint
+    .expect("checkpoint");
+    let trained_weights = weights(&trained_once, "two");
+    let frozen_later = resume_to_the_end(&after_training, &frozen, 1);
+    assert_eq!(
+        weights(&frozen_later, "two"),
+        trained_weights,
+        "the trained weights were kept"
     );
     // The first iteration samples what the unfrozen run samples, and `first`'s update (drmas
     // normalises each agent's advantages on its own) is the same to the bit.

@@ -1,7 +1,9 @@
 //! [`Checkpoint`]: a run's state at the end of an iteration — per worker group an HF-layout model
-//! folder (or, for a LoRA group, one PEFT-layout folder per adapter) plus its optimizer moments, and the trainer's own position (iteration, data cursor,
-//! sampler RNG) — written into a temporary folder and renamed into place, so a crash never
-//! leaves a half-written checkpoint that looks complete.
+//! folder (or, for a LoRA group, one PEFT-layout folder per adapter) plus its optimizer moments,
+//! or for a group no agent trains whose weights are its model file's only a note saying so, and
+//! the trainer's own position (iteration, data cursor, sampler RNG) — written into a temporary
+//! folder and renamed into place, so a crash never leaves a half-written checkpoint that looks
+//! complete.
 
 use std::path::{Path, PathBuf};
 
@@ -28,6 +30,9 @@ const ADAPTERS_DIR: &str = "adapters";
 const CRITIC_FILE: &str = "critic.safetensors";
 /// A group's critic optimizer moments inside its folder.
 const CRITIC_OPTIMIZER_FILE: &str = "critic_optimizer.safetensors";
+/// The note that stands for the folder of a group that does not train and still holds its
+/// model file's weights: `{"model": PATH}`.
+const UNTRAINED_FILE: &str = "untrained.json";
 
 /// The trainer's position, saved with the weights.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -70,6 +75,13 @@ impl Checkpoint {
             .with_context(|| format!("creating {}", staging.display()))?;
         for group in groups {
             let dir = staging.join(&group.name);
+            if !group.trains && group.untouched {
+                // Its weights are the model file's: a copy would only cost the disk.
+                std::fs::create_dir_all(&dir)?;
+                let note = serde_json::json!({ "model": group.pretrained.source });
+                std::fs::write(dir.join(UNTRAINED_FILE), serde_json::to_vec_pretty(&note)?)?;
+                continue;
+            }
             save_model(group, &dir)
                 .with_context(|| format!("saving worker group `{}`", group.name))?;
             let named = group.optimizer.state();
@@ -139,7 +151,8 @@ impl Checkpoint {
         self.iteration
     }
 
-    /// Loads every group's weights and optimizer state; returns the trainer state.
+    /// Loads every group's weights and optimizer state (a group saved as untrained keeps the
+    /// model file's it loaded, and a fresh optimizer); returns the trainer state.
     pub fn restore(&self, groups: &mut [WorkerGroup]) -> anyhow::Result<TrainerState> {
         let state_path = self.dir.join(STATE_FILE);
         let state: TrainerState = serde_json::from_slice(
@@ -156,8 +169,12 @@ impl Checkpoint {
                     group.name
                 );
             }
+            if dir.join(UNTRAINED_FILE).is_file() {
+                continue;
+            }
             restore_model(group, &dir)
                 .with_context(|| format!("restoring worker group `{}`", group.name))?;
+            group.untouched = false;
             let optimizer = dir.join(OPTIMIZER_FILE);
             let saved = Tensor::read_safetensors(&optimizer)
                 .with_context(|| format!("reading {}", optimizer.display()))?;

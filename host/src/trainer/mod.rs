@@ -235,6 +235,7 @@ impl Trainer {
             if plan.estimator.uses_critic() {
                 group.add_critic(config.algorithm.critic_settings().weight_decay)?;
             }
+            group.trains = config.group_trains(name);
             groups.push(group);
         }
         let team = setup::team(&config, &mut plan, Phase::Train);
@@ -637,7 +638,7 @@ impl Trainer {
         let critic_warmup = collected.values.is_some()
             && self.iteration <= self.config.algorithm.critic_settings().warmup_iterations;
         for index in 0..self.groups.len() {
-            if !self.group_trains(index) {
+            if !self.groups[index].trains {
                 bar.inc(1);
                 continue;
             }
@@ -672,18 +673,10 @@ impl Trainer {
         Ok(metrics)
     }
 
-    /// Whether some agent of worker group `index` trains (else its weights never change).
-    fn group_trains(&self, index: usize) -> bool {
-        self.team
-            .iter()
-            .zip(&self.trains)
-            .any(|(member, &trains)| member.group == index && trains)
-    }
-
     /// Sends the new weights of every remote worker group that trains to its servers.
     fn sync_fleets(&self, metrics: &mut Metrics) -> anyhow::Result<()> {
-        for (index, (group, fleet)) in self.groups.iter().zip(&self.fleets).enumerate() {
-            if let Some(fleet) = fleet.as_ref().filter(|_| self.group_trains(index)) {
+        for (group, fleet) in self.groups.iter().zip(&self.fleets) {
+            if let Some(fleet) = fleet.as_ref().filter(|_| group.trains) {
                 let seconds = fleet.sync(group, &weight_version(self.trained_through))?;
                 metrics.set(format!("time/weight_sync_s/{}", group.name), seconds);
             }
@@ -1048,6 +1041,7 @@ impl Trainer {
             out_of_memory::in_update(error, &group.name, &self.config, &self.agent_training)
         })?;
         group.offload_after_update();
+        group.untouched = false;
         if let Some(reason) = &report.skipped {
             self.skipped_steps += report.skipped_steps as u64;
             let what = match reason {

@@ -34,6 +34,11 @@ pub struct WorkerGroup {
     pub critic: Option<Critic>,
     /// Where its parts are between phases, with `offload = true` (see `trainer::offload`).
     pub offload: Option<Offload>,
+    /// Whether some agent trains it (`train = false` on all of them: it never steps).
+    pub trains: bool,
+    /// Whether its weights are still those it loaded from its model file (none stepped or
+    /// restored since): a checkpoint of a group that does not train then records only that.
+    pub untouched: bool,
 }
 
 impl WorkerGroup {
@@ -97,6 +102,8 @@ impl WorkerGroup {
             learning_rate,
             critic: None,
             offload: section.offload.then(|| Offload::new(device)),
+            trains: true,
+            untouched: true,
         })
     }
 }
