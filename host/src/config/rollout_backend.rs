@@ -155,15 +155,22 @@ pub(super) fn check(
             format!("{table}: backend = \"{backend}\" needs urls = [\"http://host:port\", …]"),
         ));
     }
-    if group.lora.is_some() && section.sync_mode() != Some(WeightSync::Vllm) {
+    // SGLang's LoRA routes with its protocol, vLLM's with OpenAI's.
+    let adapter_routes = match section.backend.get_ref() {
+        RolloutBackend::Sglang => true,
+        RolloutBackend::Openai => section.sync_mode() == Some(WeightSync::Vllm),
+        RolloutBackend::Local => false,
+    };
+    if group.lora.is_some() && !adapter_routes {
         return Err(file.invalid(
             at,
             format!(
-                "{table}: a LoRA group's servers must load every agent's adapter, which only \
-                 vLLM's LoRA routes do here; set backend = \"openai\" and weight_sync = \"vllm\" \
-                 (vLLM started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, or \
-                 drmas-host serve with --max-loras), or generate locally (remove backend = \
-                 \"{backend}\")"
+                "{table}: a LoRA group's servers must load every agent's adapter through their \
+                 LoRA routes: set backend = \"sglang\" (SGLang started with --enable-lora, or \
+                 drmas-host serve with --max-loras), or backend = \"openai\" with weight_sync = \
+                 \"vllm\" (vLLM started with --enable-lora and \
+                 VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, or drmas-host serve with --max-loras); \
+                 or generate locally (remove backend = \"{backend}\")"
             ),
         ));
     }

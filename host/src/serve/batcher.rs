@@ -61,11 +61,11 @@ enum Job {
     },
 }
 
-/// Requests to generate in one batch with others, through the adapter `adapter` names
-/// (`None`: the base model), and where their answer goes.
+/// Requests to generate in one batch with others, each through the LoRA adapter its entry
+/// of `adapters` names (`None`: the base model), and where their answer goes.
 struct GenerateJob {
     requests: Vec<GenerationRequest>,
-    adapter: Option<String>,
+    adapters: Vec<Option<String>>,
     reply: Sender<Generated>,
 }
 
@@ -151,14 +151,19 @@ impl Batcher {
             .clone()
     }
 
-    /// Generates `requests` (already checked against [`Self::served`]) through the LoRA
-    /// adapter named `adapter` (`None`: the base model) in a batch with whatever else arrives
-    /// meanwhile; returns the generations and the weight version that made them.
-    pub fn generate(&self, requests: Vec<GenerationRequest>, adapter: Option<String>) -> Generated {
+    /// Generates `requests` (already checked against [`Self::served`]), each through the
+    /// LoRA adapter its entry of `adapters` names (`None`: the base model), in a batch with
+    /// whatever else arrives meanwhile; returns the generations and the weight version that
+    /// made them.
+    pub fn generate(
+        &self,
+        requests: Vec<GenerationRequest>,
+        adapters: Vec<Option<String>>,
+    ) -> Generated {
         let (reply, answer) = mpsc::channel();
         let job = GenerateJob {
             requests,
-            adapter,
+            adapters,
             reply,
         };
         self.jobs.send(Job::Generate(job)).map_err(|_| stopped())?;
@@ -286,27 +291,33 @@ impl Engine {
         batch
     }
 
-    /// Generates every job of `batch` in one engine batch, each through its adapter's slot,
-    /// and answers each its own outputs; a job whose adapter was unloaded since it was checked
-    /// is answered that.
+    /// Generates every job of `batch` in one engine batch, each request through its adapter's
+    /// slot, and answers each job its own outputs; a job one of whose adapters was unloaded
+    /// since it was checked is answered that.
     fn generate(&mut self, batch: Vec<GenerateJob>) {
         let mut runnable = Vec::with_capacity(batch.len());
         for mut job in batch {
-            let slot = match &job.adapter {
-                None => None,
-                Some(name) => match self.adapters.slot_of(name) {
-                    Some(slot) => Some(slot),
-                    None => {
-                        let gone = format!("The lora adapter '{name}' was unloaded meanwhile");
-                        let _ = job.reply.send(Err(Refusal::new(404, gone)));
-                        continue;
+            let slots: Result<Vec<Option<usize>>, String> =
+                job.adapters
+                    .iter()
+                    .map(|adapter| match adapter {
+                        None => Ok(None),
+                        Some(name) => self.adapters.slot_of(name).map(Some).ok_or_else(|| {
+                            format!("The lora adapter '{name}' was unloaded meanwhile")
+                        }),
+                    })
+                    .collect();
+            match slots {
+                Ok(slots) => {
+                    for (request, slot) in job.requests.iter_mut().zip(slots) {
+                        request.adapter = slot;
                     }
-                },
-            };
-            for request in &mut job.requests {
-                request.adapter = slot;
+                    runnable.push(job);
+                }
+                Err(gone) => {
+                    let _ = job.reply.send(Err(Refusal::new(404, gone)));
+                }
             }
-            runnable.push(job);
         }
         let batch = runnable;
         let all: Vec<GenerationRequest> =

@@ -25,8 +25,9 @@ pub struct Parsed {
     pub tokens_as_ids: bool,
     /// Each prompt's length, counted once in `usage`.
     pub prompt_tokens: usize,
-    /// The LoRA adapter the request names as its `model` (`None`: the served model).
-    pub adapter: Option<String>,
+    /// Each choice's LoRA adapter: the one the request names as its `model` (`None`: the
+    /// served model).
+    pub adapters: Vec<Option<String>>,
 }
 
 /// Parses and checks a `/v1/completions` body against the served model (`name` is its served
@@ -111,7 +112,7 @@ pub fn parse(
     };
     let prompt_tokens = prompts.iter().map(Vec::len).sum();
     let logprobs = body.logprobs.is_some();
-    let (requests, wanted) = prompts
+    let (requests, wanted): (Vec<GenerationRequest>, Vec<Wanted>) = prompts
         .iter()
         .enumerate()
         .flat_map(|(i, prompt)| (0..n).map(move |sample| (i, prompt, sample)))
@@ -130,11 +131,11 @@ pub fn parse(
         .into_iter()
         .unzip();
     Ok(Parsed {
+        adapters: vec![adapter; requests.len()],
         requests,
         wanted,
         tokens_as_ids: body.return_tokens_as_token_ids == Some(true),
         prompt_tokens,
-        adapter,
     })
 }
 

@@ -42,6 +42,8 @@ pub struct Parsed {
     pub wanted: Vec<Wanted>,
     /// Whether `input_ids` was a batch (the answer is then a list).
     pub batch: bool,
+    /// Each prompt's LoRA adapter (`lora_path`, a loaded adapter's name; `None`: the base).
+    pub adapters: Vec<Option<String>>,
 }
 
 /// Parses and checks a `/generate` body against the served model and `limits`; every refusal
@@ -90,6 +92,20 @@ pub fn parse(body: &[u8], served: &Served, limits: RequestLimits) -> Result<Pars
     }
     let params = sampling_params(sampling, n)?;
     let logprobs = per_prompt(body.return_logprob, n, false, "return_logprob")?;
+    let adapters = per_prompt(body.lora_path, n, None, "lora_path")?;
+    for name in adapters.iter().flatten() {
+        if !served.adapters.iter().any(|a| a.name == *name) {
+            let held: Vec<&str> = served.adapters.iter().map(|a| a.name.as_str()).collect();
+            return Err(Refusal::new(
+                400,
+                format!(
+                    "lora_path `{name}` names no loaded LoRA adapter (loaded: [{}]); load it \
+                     with POST /load_lora_adapter",
+                    held.join(", ")
+                ),
+            ));
+        }
+    }
     let mut requests = Vec::with_capacity(n);
     let mut wanted = Vec::with_capacity(n);
     for (i, ((prompt, params), logprobs)) in
@@ -112,6 +128,7 @@ pub fn parse(body: &[u8], served: &Served, limits: RequestLimits) -> Result<Pars
         requests,
         wanted,
         batch,
+        adapters,
     })
 }
 

@@ -1,7 +1,7 @@
 //! `drmas-host serve`: drmas's own engine behind SGLang's native HTTP protocol (the subset in
 //! [`crate::engine::remote::wire`]) and OpenAI's `/v1/completions` as vLLM shapes it
 //! ([`crate::engine::remote::openai_wire`]), with vLLM's runtime LoRA routes
-//! ([`crate::engine::remote::vllm_lora_wire`]), so a trainer's rollouts can run on other
+//! ([`crate::engine::remote::lora_wire`]), so a trainer's rollouts can run on other
 //! processes or machines, and the remote path is tested end to end with nothing fake in it.
 //!
 //! [`drmas_http_server`] reads each request, and the answering thread checks it and hands it to
@@ -16,6 +16,7 @@ mod adapter_slots;
 mod batcher;
 mod completions_route;
 mod generate_route;
+mod lora_routes;
 mod refusal;
 
 use std::net::SocketAddr;
@@ -26,14 +27,15 @@ use std::time::Duration;
 
 use drmas_http_server::{HttpServer, Limits, Method, Reply, Request, Service};
 
-use self::adapter_slots::BAD_REQUEST;
 use self::batcher::{BatchLimits, Batcher};
 use self::generate_route::RequestLimits;
+use self::lora_routes::Dialect;
 use self::refusal::Refusal;
-use crate::engine::remote::openai_wire::{CompletionAnswer, COMPLETIONS_PATH, MODELS_PATH};
-use crate::engine::remote::vllm_lora_wire::{
-    LoadLoraAdapterBody, UnloadLoraAdapterBody, LOAD_LORA_ADAPTER_PATH, UNLOAD_LORA_ADAPTER_PATH,
+use crate::engine::remote::lora_wire::{
+    LOAD_LORA_ADAPTER_PATH, SGLANG_LOAD_LORA_ADAPTER_PATH, SGLANG_UNLOAD_LORA_ADAPTER_PATH,
+    UNLOAD_LORA_ADAPTER_PATH,
 };
+use crate::engine::remote::openai_wire::{CompletionAnswer, COMPLETIONS_PATH, MODELS_PATH};
 use crate::engine::remote::wire::{
     ModelInfo, UpdateWeightsAnswer, UpdateWeightsBody, GENERATE_PATH, HEALTH_PATH, MODEL_INFO_PATH,
     UPDATE_WEIGHTS_PATH,
@@ -45,8 +47,6 @@ const WEIGHT_VERSION_PATH: &str = "/get_weight_version";
 const MAX_STOPS: usize = 64;
 /// The longest stop string, in bytes.
 const MAX_STOP_BYTES: usize = 1024;
-/// The longest LoRA adapter name, in bytes.
-const MAX_ADAPTER_NAME_BYTES: usize = 256;
 /// Requests answered at once beyond the generation slots, so health and model-info probes are
 /// answered while every slot waits for the engine.
 const SPARE_TURNS: usize = 4;
@@ -175,11 +175,16 @@ impl Service for Endpoints {
                 self.admit(&request.body, Self::completions_answer)
             }
             (&Method::POST, UPDATE_WEIGHTS_PATH) => self.update_weights(&request.body),
-            (&Method::POST, LOAD_LORA_ADAPTER_PATH) if self.options.max_loras > 0 => {
-                self.load_adapter(&request.body)
+            (&Method::POST, LOAD_LORA_ADAPTER_PATH | SGLANG_LOAD_LORA_ADAPTER_PATH)
+                if self.options.max_loras > 0 =>
+            {
+                let name = &self.options.served_model_name;
+                lora_routes::load(&self.batcher, name, &request.body, dialect(path))
             }
-            (&Method::POST, UNLOAD_LORA_ADAPTER_PATH) if self.options.max_loras > 0 => {
-                self.unload_adapter(&request.body)
+            (&Method::POST, UNLOAD_LORA_ADAPTER_PATH | SGLANG_UNLOAD_LORA_ADAPTER_PATH)
+                if self.options.max_loras > 0 =>
+            {
+                lora_routes::unload(&self.batcher, &request.body, dialect(path))
             }
             (_, GENERATE_PATH | COMPLETIONS_PATH | UPDATE_WEIGHTS_PATH) => {
                 Refusal::new(405, format!("{path} takes POST")).reply()
@@ -187,14 +192,21 @@ impl Service for Endpoints {
             (_, HEALTH_PATH | MODEL_INFO_PATH | WEIGHT_VERSION_PATH | MODELS_PATH) => {
                 Refusal::new(405, format!("{path} takes GET")).reply()
             }
-            (_, LOAD_LORA_ADAPTER_PATH | UNLOAD_LORA_ADAPTER_PATH)
-                if self.options.max_loras > 0 =>
-            {
+            (
+                _,
+                LOAD_LORA_ADAPTER_PATH
+                | UNLOAD_LORA_ADAPTER_PATH
+                | SGLANG_LOAD_LORA_ADAPTER_PATH
+                | SGLANG_UNLOAD_LORA_ADAPTER_PATH,
+            ) if self.options.max_loras > 0 => {
                 Refusal::new(405, format!("{path} takes POST")).reply()
             }
             _ => {
                 let lora = if self.options.max_loras > 0 {
-                    format!(", POST {LOAD_LORA_ADAPTER_PATH}, POST {UNLOAD_LORA_ADAPTER_PATH}")
+                    format!(
+                        ", POST {LOAD_LORA_ADAPTER_PATH}, POST {UNLOAD_LORA_ADAPTER_PATH}, POST \
+                         {SGLANG_LOAD_LORA_ADAPTER_PATH}, POST {SGLANG_UNLOAD_LORA_ADAPTER_PATH}"
+                    )
                 } else {
                     String::new()
                 };
@@ -259,7 +271,9 @@ impl Endpoints {
     fn generate_answer(&self, body: &[u8]) -> Result<serde_json::Value, Refusal> {
         let served = self.batcher.served();
         let parsed = generate_route::parse(body, &served, self.limits())?;
-        let (generations, version) = self.batcher.generate(parsed.requests.clone(), None)?;
+        let (generations, version) = self
+            .batcher
+            .generate(parsed.requests.clone(), parsed.adapters.clone())?;
         let mut outputs = Vec::with_capacity(generations.len());
         for ((request, generation), wanted) in
             parsed.requests.iter().zip(generations).zip(&parsed.wanted)
@@ -293,7 +307,7 @@ impl Endpoints {
         let parsed = completions_route::parse(body, &served, name, self.limits())?;
         let (generations, _version) = self
             .batcher
-            .generate(parsed.requests.clone(), parsed.adapter.clone())?;
+            .generate(parsed.requests.clone(), parsed.adapters.clone())?;
         let usage = completions_route::usage(parsed.prompt_tokens, &generations);
         let mut choices = Vec::with_capacity(generations.len());
         for (index, ((request, generation), wanted)) in parsed
@@ -382,80 +396,14 @@ impl Endpoints {
         };
         Reply::json(status, &reply)
     }
+}
 
-    /// `POST /v1/load_lora_adapter`: vLLM's plain answer once the adapter serves.
-    fn load_adapter(&self, body: &[u8]) -> Reply {
-        let loaded = serde_json::from_slice::<LoadLoraAdapterBody>(body)
-            .map_err(|e| {
-                Refusal::typed(
-                    400,
-                    BAD_REQUEST,
-                    format!(
-                        "malformed request ({e}); expected {{\"lora_name\": string, \
-                         \"lora_path\": string}}"
-                    ),
-                )
-            })
-            .and_then(|body| {
-                self.check_adapter_name(&body.lora_name)?;
-                let name = body.lora_name.clone();
-                self.batcher
-                    .load_adapter(body.lora_name, PathBuf::from(body.lora_path))
-                    .map(|()| name)
-            });
-        match loaded {
-            Ok(name) => Reply::json(
-                200,
-                &format!("Success: LoRA adapter '{name}' added successfully."),
-            ),
-            Err(refusal) => refusal.reply(),
-        }
-    }
-
-    /// `POST /v1/unload_lora_adapter`: vLLM's plain answer once the adapter is gone.
-    fn unload_adapter(&self, body: &[u8]) -> Reply {
-        let unloaded = serde_json::from_slice::<UnloadLoraAdapterBody>(body)
-            .map_err(|e| {
-                Refusal::typed(
-                    400,
-                    BAD_REQUEST,
-                    format!("malformed request ({e}); expected {{\"lora_name\": string}}"),
-                )
-            })
-            .and_then(|body| {
-                let name = body.lora_name.clone();
-                self.batcher.unload_adapter(body.lora_name).map(|()| name)
-            });
-        match unloaded {
-            Ok(name) => Reply::json(
-                200,
-                &format!("Success: LoRA adapter '{name}' removed successfully."),
-            ),
-            Err(refusal) => refusal.reply(),
-        }
-    }
-
-    /// Refuses an adapter name requests could not tell from the base model or that is empty
-    /// or unbounded.
-    fn check_adapter_name(&self, name: &str) -> Result<(), Refusal> {
-        if name.is_empty() || name.len() > MAX_ADAPTER_NAME_BYTES {
-            return Err(Refusal::typed(
-                400,
-                BAD_REQUEST,
-                format!(
-                    "lora_name: 1 to {MAX_ADAPTER_NAME_BYTES} bytes, found {}",
-                    name.len()
-                ),
-            ));
-        }
-        if name == self.options.served_model_name {
-            return Err(Refusal::typed(
-                400,
-                BAD_REQUEST,
-                format!("lora_name `{name}` is the served model's own name; pick another"),
-            ));
-        }
-        Ok(())
+/// Whose LoRA routes `path` is (one of the four LoRA paths).
+fn dialect(path: &str) -> Dialect {
+    if path.starts_with("/v1/") {
+        Dialect::Vllm
+    } else {
+        Dialect::Sglang
     }
 }
 

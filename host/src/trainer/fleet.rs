@@ -79,7 +79,7 @@ impl Fleet {
             );
         };
         let started = Instant::now();
-        if self.generator.weight_loading() == WeightLoading::VllmAdapters {
+        if self.generator.weight_loading().loads_adapters() {
             self.sync_adapters(group, weights, version)?;
             return Ok(started.elapsed().as_secs_f64());
         }
@@ -87,9 +87,10 @@ impl Fleet {
         // (`lm_head.weight`, a copy of the embeddings).
         let head = match self.generator.weight_loading() {
             WeightLoading::Vllm => TiedHead::Written,
-            WeightLoading::Sglang | WeightLoading::None | WeightLoading::VllmAdapters => {
-                TiedHead::Omitted
-            }
+            WeightLoading::Sglang
+            | WeightLoading::None
+            | WeightLoading::VllmAdapters
+            | WeightLoading::SglangAdapters => TiedHead::Omitted,
         };
         // Rewritten every iteration and loaded at once: the page cache serves the servers, and
         // a crash leaves the checkpoint to resume from, which pushes its own weights first.
@@ -195,6 +196,7 @@ fn remote_generator(name: &str, section: &WorkerGroupSection) -> Option<RemoteGe
         max_batch_per_request: rollout.max_batch_per_request,
         protocol,
         weight_loading: match rollout.sync_mode() {
+            Some(WeightSync::Sglang) if section.lora.is_some() => WeightLoading::SglangAdapters,
             Some(WeightSync::Sglang) => WeightLoading::Sglang,
             Some(WeightSync::Vllm) if section.lora.is_some() => WeightLoading::VllmAdapters,
             Some(WeightSync::Vllm) => WeightLoading::Vllm,
@@ -224,7 +226,7 @@ pub fn probe_servers(config: &RunConfig, file: &RunFile) -> anyhow::Result<Vec<S
         };
         // Only SGLang's /get_model_info describes the model; /v1/models names it.
         let model = match generator.weight_loading() {
-            WeightLoading::Sglang => "same model".to_owned(),
+            WeightLoading::Sglang | WeightLoading::SglangAdapters => "same model".to_owned(),
             WeightLoading::Vllm | WeightLoading::VllmAdapters | WeightLoading::None => format!(
                 "serving `{}`",
                 rollout.model_name.as_ref().map_or("", |n| n.get_ref())

@@ -182,7 +182,11 @@ impl RemoteGenerator {
                 outputs.len()
             )));
         }
-        let expected = self.weight_version();
+        // A LoRA group's servers keep their base weights' version: the adapters' names carry
+        // theirs, and a server holding no adapter of that name refuses the request.
+        let expected = self
+            .weight_version()
+            .filter(|_| !self.settings.weight_loading.loads_adapters());
         outputs
             .into_iter()
             .enumerate()
@@ -215,9 +219,15 @@ fn post_generate(
     }
 }
 
-/// The body of one request for `requests`, each sampling from its seed: a batch, or through a
-/// router a single prompt (`requests` holds one).
-fn generate_body(requests: &[GenerationRequest], seeds: &[u64], single: bool) -> GenerateBody {
+/// The body of one request for `requests`, each sampling from its seed through the adapter
+/// `adapters` names (`None`: the base model): a batch, or through a router a single prompt
+/// (`requests` holds one).
+fn generate_body(
+    requests: &[GenerationRequest],
+    seeds: &[u64],
+    adapters: &[Option<&str>],
+    single: bool,
+) -> GenerateBody {
     let mut params = requests.iter().zip(seeds).map(|(r, &s)| wire_params(r, s));
     let mut prompts = requests.iter().map(|r| r.prompt.clone());
     let (input_ids, sampling_params) = match (single, params.next(), prompts.next()) {
@@ -227,10 +237,17 @@ fn generate_body(requests: &[GenerationRequest], seeds: &[u64], single: bool) ->
             OneOrEach::Each(first.into_iter().chain(params).collect()),
         ),
     };
+    let names = || adapters.iter().map(|a| a.map(str::to_owned));
+    let lora_path = match (single, adapters) {
+        (_, adapters) if adapters.iter().all(Option::is_none) => None,
+        (true, [adapter]) => Some(OneOrEach::One(adapter.map(str::to_owned))),
+        _ => Some(OneOrEach::Each(names().collect())),
+    };
     GenerateBody {
         input_ids,
         sampling_params: Some(sampling_params),
         return_logprob: Some(OneOrEach::One(true)),
+        lora_path,
         stream: None,
     }
 }
@@ -317,43 +334,37 @@ impl Generator for RemoteGenerator {
         requests: &[GenerationRequest],
         rng: &mut SeededRng,
     ) -> anyhow::Result<Vec<Generation>> {
-        // Over /v1/completions each request names its model: the base, or a LoRA adapter.
+        // Each request names its LoRA adapter as the servers hold it (`None`: the base model);
+        // over /v1/completions that name is its `model`, the base model's served name without.
         let served = self
             .served_adapters
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
+        let adapters: Vec<Option<&str>> = requests
+            .iter()
+            .map(|request| {
+                let Some(slot) = request.adapter else {
+                    return Ok(None);
+                };
+                served
+                    .get(slot)
+                    .map(|name| Some(name.as_str()))
+                    .ok_or_else(|| {
+                        anyhow!(
+                        "worker group `{}`: a request for LoRA adapter {slot}, which its servers \
+                         were not given",
+                        self.settings.group
+                    )
+                    })
+            })
+            .collect::<anyhow::Result<_>>()?;
         let models: Vec<Option<&str>> = match &self.settings.protocol {
-            Protocol::Openai { model } => requests
+            Protocol::Openai { model } => adapters
                 .iter()
-                .map(|request| match request.adapter {
-                    None => Ok(Some(model.as_str())),
-                    Some(slot) => {
-                        served
-                            .get(slot)
-                            .map(|name| Some(name.as_str()))
-                            .ok_or_else(|| {
-                                anyhow!(
-                            "worker group `{}`: a request for LoRA adapter {slot}, which its \
-                             servers were not given (adapters go to servers with weight_sync = \
-                             \"vllm\")",
-                            self.settings.group
-                        )
-                            })
-                    }
-                })
-                .collect::<anyhow::Result<_>>()?,
-            Protocol::Sglang => {
-                if let Some(request) = requests.iter().find(|r| r.adapter.is_some()) {
-                    bail!(
-                        "worker group `{}`: a request for LoRA adapter {:?} cannot go to an \
-                         SGLang server (LoRA groups generate locally or on vLLM)",
-                        self.settings.group,
-                        request.adapter
-                    );
-                }
-                vec![None; requests.len()]
-            }
+                .map(|adapter| Some(adapter.unwrap_or(model.as_str())))
+                .collect(),
+            Protocol::Sglang => vec![None; requests.len()],
         };
         // A seed fits a signed 64-bit integer, as vLLM's `seed` must; both protocols are sent
         // the same seeds, so they sample alike.
@@ -375,8 +386,8 @@ impl Generator for RemoteGenerator {
         let chunks: Vec<(usize, Request)> = requests
             .chunks(size)
             .zip(seeds.chunks(size))
-            .zip(models.chunks(size))
-            .map(|((requests, seeds), models)| {
+            .zip(models.chunks(size).zip(adapters.chunks(size)))
+            .map(|((requests, seeds), (models, adapters))| {
                 // Over /v1/completions each chunk holds one prompt (`single`).
                 let body = match (models, requests, seeds) {
                     (&[Some(model)], [request], &[seed]) => Request::Completion(completions::body(
@@ -384,7 +395,7 @@ impl Generator for RemoteGenerator {
                         i64::try_from(seed).unwrap_or(i64::MAX),
                         model,
                     )),
-                    _ => Request::Native(generate_body(requests, seeds, single)),
+                    _ => Request::Native(generate_body(requests, seeds, adapters, single)),
                 };
                 (requests.len(), body)
             })

@@ -3,17 +3,17 @@
 //! `/v1/completions` as vLLM serves it ([`openai_wire`], `completions.rs`). [`RemoteGenerator`]
 //! is a worker group's [`Generator`](crate::engine::Generator) on them; it also pushes new
 //! weights (`weights.rs`: SGLang's route, or vLLM's development routes in [`vllm_wire`]) or a
-//! LoRA group's adapters (`adapters.rs`, vLLM's LoRA routes in [`vllm_lora_wire`]) and checks
-//! the servers before any work (`probe.rs`).
+//! LoRA group's adapters (`adapters.rs`, vLLM's or SGLang's LoRA routes in [`lora_wire`]) and
+//! checks the servers before any work (`probe.rs`).
 
 mod adapters;
 mod completions;
 mod connection;
 mod generator;
+pub mod lora_wire;
 pub mod openai_wire;
 mod probe;
 mod settings;
-pub mod vllm_lora_wire;
 pub mod vllm_wire;
 mod weights;
 pub mod wire;

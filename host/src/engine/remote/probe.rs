@@ -1,16 +1,19 @@
 //! Probing a worker group's servers before any work: each must be healthy and serve the
 //! group's model (`/health`; `/get_model_info` where the servers load weights SGLang's way;
 //! `/v1/models` for the OpenAI protocol's model name; `/weight_info` where they load weights
-//! vLLM's way, which only a server in development mode answers; vLLM's LoRA routes where they
-//! load a LoRA group's adapters).
+//! vLLM's way, which only a server in development mode answers; vLLM's or SGLang's LoRA routes
+//! where they load a LoRA group's adapters).
 
 use anyhow::bail;
 
 use super::connection::{Connection, Failure};
 use super::generator::RemoteGenerator;
+use super::lora_wire::{
+    UnloadLoraAdapterBody, ADAPTER_NOT_FOUND, SGLANG_UNLOAD_LORA_ADAPTER_PATH,
+    UNLOAD_LORA_ADAPTER_PATH,
+};
 use super::openai_wire::{ModelList, MODELS_PATH};
 use super::settings::{Protocol, WeightLoading};
-use super::vllm_lora_wire::{UnloadLoraAdapterBody, ADAPTER_NOT_FOUND, UNLOAD_LORA_ADAPTER_PATH};
 use super::vllm_wire::{WeightInfo, WEIGHT_INFO_PATH};
 use super::wire::{ModelInfo, HEALTH_PATH, MODEL_INFO_PATH};
 use crate::model::config::LlamaConfig;
@@ -31,13 +34,14 @@ impl RemoteGenerator {
     /// Errors name the server and both models.
     pub fn probe(&self, model: &LlamaConfig) -> anyhow::Result<()> {
         let group = &self.settings.group;
-        for connection in self.servers.iter().chain(&self.router) {
+        let servers = self.servers.iter().map(|server| (server, false));
+        for (connection, router) in servers.chain(self.router.iter().map(|r| (r, true))) {
             let url = connection.url();
             let tries = self.settings.max_tries.max(1);
             let mut answer = Err(Failure::Transient(String::new()));
             for attempt in 1..=tries {
                 std::thread::sleep(self.backoff(attempt));
-                answer = self.ask(connection);
+                answer = self.ask(connection, router);
                 if !matches!(answer, Err(Failure::Transient(_))) {
                     break;
                 }
@@ -91,8 +95,8 @@ impl RemoteGenerator {
     }
 
     /// One probe of `connection`: `/health`, then what the protocol and the weight sync
-    /// report the model by.
-    fn ask(&self, connection: &Connection) -> Result<Answers, Failure> {
+    /// report the model by (and, but on a `router`, which loads nothing, the LoRA routes).
+    fn ask(&self, connection: &Connection, router: bool) -> Result<Answers, Failure> {
         connection.get_ok(HEALTH_PATH)?;
         let names = match self.settings.protocol {
             Protocol::Openai { .. } => Some(
@@ -105,17 +109,22 @@ impl RemoteGenerator {
             ),
             Protocol::Sglang => None,
         };
+        if self.settings.weight_loading == WeightLoading::SglangAdapters && !router {
+            sglang_lora_routes(connection)?;
+        }
         let info = match self.settings.weight_loading {
-            WeightLoading::Sglang => Some(connection.get::<ModelInfo>(MODEL_INFO_PATH).map_err(
-                |failure| match failure {
-                    Failure::Fatal(reason) => Failure::Fatal(format!(
-                        "{reason}; weight_sync = \"sglang\" needs servers that speak SGLang's \
+            WeightLoading::Sglang | WeightLoading::SglangAdapters => {
+                Some(connection.get::<ModelInfo>(MODEL_INFO_PATH).map_err(
+                    |failure| match failure {
+                        Failure::Fatal(reason) => Failure::Fatal(format!(
+                            "{reason}; weight_sync = \"sglang\" needs servers that speak SGLang's \
                          {MODEL_INFO_PATH} and /update_weights_from_disk (SGLang, drmas-host \
                          serve; for vLLM set weight_sync = \"vllm\")"
-                    )),
-                    transient => transient,
-                },
-            )?),
+                        )),
+                        transient => transient,
+                    },
+                )?)
+            }
             WeightLoading::Vllm => {
                 connection.get::<WeightInfo>(WEIGHT_INFO_PATH).map_err(
                     |failure| match failure {
@@ -137,6 +146,28 @@ impl RemoteGenerator {
             WeightLoading::None => None,
         };
         Ok(Answers { info, names })
+    }
+}
+
+/// Whether `connection` serves SGLang's LoRA routes, asked by unloading an adapter no run
+/// names: SGLang answers that it failed (`"success": false`); a server without the routes, that
+/// it has no such route.
+fn sglang_lora_routes(connection: &Connection) -> Result<(), Failure> {
+    let body = UnloadLoraAdapterBody {
+        lora_name: "drmas-probe".to_owned(),
+    };
+    match connection.post_for_text(SGLANG_UNLOAD_LORA_ADAPTER_PATH, &body) {
+        Err(Failure::Fatal(reason)) if !reason.contains("\"success\"") => {
+            Err(Failure::Fatal(format!(
+                "{reason}; a LoRA group on backend = \"sglang\" needs SGLang started with \
+                 --enable-lora (--max-lora-rank at least the group's rank, --lora-target-modules \
+                 covering its target_modules), or drmas-host serve started with --max-loras \
+                 (twice the group's adapters), which serve {SGLANG_UNLOAD_LORA_ADAPTER_PATH} and \
+                 /load_lora_adapter"
+            )))
+        }
+        Err(Failure::Transient(reason)) => Err(Failure::Transient(reason)),
+        _ => Ok(()),
     }
 }
 

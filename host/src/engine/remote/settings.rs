@@ -46,6 +46,17 @@ pub enum WeightLoading {
     /// each adapter of a LoRA group loaded as a model of its own over the frozen base the
     /// servers serve, named by the group, the adapter and the version.
     VllmAdapters,
+    /// SGLang's LoRA routes (`--enable-lora`): each adapter of a LoRA group loaded under such
+    /// a name, which requests give as their `lora_path`; the servers report their model in
+    /// `/get_model_info` (SGLang, `drmas-host serve --max-loras`).
+    SglangAdapters,
+}
+
+impl WeightLoading {
+    /// Whether the servers load a LoRA group's adapters rather than whole weights.
+    pub fn loads_adapters(self) -> bool {
+        matches!(self, Self::VllmAdapters | Self::SglangAdapters)
+    }
 }
 
 /// The HTTP protocol a fleet generates with.

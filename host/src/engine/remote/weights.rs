@@ -27,9 +27,10 @@ impl RemoteGenerator {
             version,
             |server| match self.settings.weight_loading {
                 WeightLoading::Vllm => self.load_on_vllm(server, folder, version),
-                WeightLoading::Sglang | WeightLoading::None | WeightLoading::VllmAdapters => {
-                    self.load_on_sglang(server, folder, version)
-                }
+                WeightLoading::Sglang
+                | WeightLoading::None
+                | WeightLoading::VllmAdapters
+                | WeightLoading::SglangAdapters => self.load_on_sglang(server, folder, version),
             },
         )
     }

@@ -36,6 +36,10 @@ pub struct GenerateBody {
     /// Whether to return each output token's logprob (`meta_info.output_token_logprobs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub return_logprob: Option<OneOrEach<bool>>,
+    /// The loaded LoRA adapter (by name) to generate through: one for every prompt, or one
+    /// per prompt (`null`: the base model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora_path: Option<OneOrEach<Option<String>>>,
     /// Streaming: not served by drmas; here to name the mistake.
     #[serde(default, skip_serializing)]
     pub stream: Option<bool>,
