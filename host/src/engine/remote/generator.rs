@@ -237,11 +237,11 @@ fn generate_body(
             OneOrEach::Each(first.into_iter().chain(params).collect()),
         ),
     };
-    let names = || adapters.iter().map(|a| a.map(str::to_owned));
-    let lora_path = match (single, adapters) {
-        (_, adapters) if adapters.iter().all(Option::is_none) => None,
-        (true, [adapter]) => Some(OneOrEach::One(adapter.map(str::to_owned))),
-        _ => Some(OneOrEach::Each(names().collect())),
+    let owned = |adapter: &Option<&str>| adapter.map(str::to_owned);
+    let lora_path = match adapters {
+        _ if adapters.iter().all(Option::is_none) => None,
+        [adapter] if single => Some(OneOrEach::One(owned(adapter))),
+        _ => Some(OneOrEach::Each(adapters.iter().map(owned).collect())),
     };
     GenerateBody {
         input_ids,
