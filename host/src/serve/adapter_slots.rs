@@ -1,6 +1,6 @@
-//! [`AdapterSlots`]: the LoRA adapters a server loaded through vLLM's runtime LoRA routes, each
-//! in a slot of the served model's adapters, so one batch can mix requests for different
-//! adapters and the base model.
+//! [`AdapterSlots`]: the LoRA adapters a server loaded through vLLM's or SGLang's runtime LoRA
+//! routes, each in a slot of the served model's adapters, so one batch can mix requests for
+//! different adapters and the base model.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -18,7 +18,8 @@ pub(super) const BAD_REQUEST: &str = "BadRequestError";
 /// An adapter a server holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldAdapter {
-    /// The name requests ask for it by (`model` of a `/v1/completions` request).
+    /// The name requests ask for it by (`model` of a `/v1/completions` request, `lora_path` of
+    /// a `/generate` one).
     pub name: String,
     /// The PEFT folder it was loaded from.
     pub folder: PathBuf,
@@ -71,8 +72,9 @@ impl AdapterSlots {
         let Some(slot) = self.held.iter().position(Option::is_none) else {
             let names: Vec<String> = self.held().into_iter().map(|h| h.name).collect();
             return Err(refuse(format!(
-                "all {} adapter slots hold adapters ({}); unload one \
-                 (POST /v1/unload_lora_adapter) or start the server with a larger --max-loras",
+                "all {} adapter slots hold adapters ({}); unload one (POST \
+                 /v1/unload_lora_adapter or /unload_lora_adapter) or start the server with a \
+                 larger --max-loras",
                 self.capacity,
                 names.join(", ")
             )));
