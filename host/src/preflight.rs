@@ -318,14 +318,10 @@ pub fn resolve_model(model: &str, file: &RunFile) -> anyhow::Result<PathBuf> {
 /// without it, silently.
 fn check_kl_references(config: &RunConfig, file: &RunFile) -> anyhow::Result<()> {
     let in_reward = &config.algorithm.kl_in_reward;
-    // A worker group some agent uses, with nothing to take a reference's log-probabilities from.
+    // A worker group some agent trains, with nothing to take a reference's log-probabilities
+    // from (a group no agent trains is its own reference).
     let unreferenced = config.worker_groups.iter().find(|(name, group)| {
-        group.reference_model.is_none()
-            && group.lora.is_none()
-            && config
-                .agents
-                .iter()
-                .any(|agent| agent.worker_group.get_ref() == *name)
+        group.reference_model.is_none() && group.lora.is_none() && config.group_trains(name)
     });
     if let (true, Some((group_name, _))) = (in_reward.enabled(), unreferenced) {
         return Err(file

@@ -512,6 +512,29 @@ fn a_frozen_agent_samples_but_leaves_every_update() {
         assert_eq!(line["calls/second"], 8.0, "the frozen agent still acts");
     }
 
+    // With the KL in the reward, a frozen group is its own reference: it needs none, its calls'
+    // KL is 0, and the KL the coefficient steers is the trained agents'.
+    let referenced = format!(
+        "{}reference_model = \"{}\"\n\n{}",
+        group("one", "llama"),
+        tiny_model("llama"),
+        group("two", "llama")
+    );
+    let kl_run = run_file("one", "two", &referenced, 1)
+        .replacen("max_new_tokens = 5", "max_new_tokens = 5\ntrain = false", 1)
+        .replace(
+            "[rollout]",
+            "[algorithm.kl_in_reward]\ncoef = 0.5\n\n[rollout]",
+        );
+    let dir = common::scratch(&format!("trainer-frozen-kl-{}", std::process::id()));
+    train_to_the_end(&dir, &kl_run);
+    let line = &metrics(&dir)[1];
+    assert!(line.get("kl_in_reward/kl/second").is_none(), "{line}");
+    assert_eq!(
+        line["kl_in_reward/kl"], line["kl_in_reward/kl/first"],
+        "{line}"
+    );
+
     // Sharing a group with an agent that trains: only that agent's calls reach the update.
     let shared = run_file("shared", "shared", &group("shared", "llama"), 1).replacen(
         "max_new_tokens = 5",

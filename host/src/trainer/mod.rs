@@ -850,7 +850,8 @@ impl Trainer {
 
     /// The KL penalty β·KL of each response token of `rollout` against its worker group's
     /// reference (`[algorithm.kl_in_reward]`), with what the update reuses; the KL (overall and
-    /// per agent), β and the seconds the reference took go into `metrics`.
+    /// per agent, over the agents that train), β and the seconds the reference took go into
+    /// `metrics`. A group no agent trains is its own reference: its calls' KL is 0.
     fn kl_penalties(
         &mut self,
         rollout: &Rollout,
@@ -863,6 +864,12 @@ impl Trainer {
         for (index, group) in self.groups.iter_mut().enumerate() {
             let own = calls_of_group(&self.team, rollout, index);
             if own.is_empty() {
+                continue;
+            }
+            if !group.trains {
+                for &i in &own {
+                    rows[i] = vec![0.0; rollout.calls[i].response.len()];
+                }
                 continue;
             }
             // The reference (and, offloaded, the rest of the training state) comes back first.
@@ -911,10 +918,17 @@ impl Trainer {
         let kl = PerToken::from_rows(rows);
         metrics.set("time/kl_in_reward_s", started.elapsed().as_secs_f64());
         let beta = self.kl_coefficient.value();
-        let mean = mean_kl(&kl);
+        // The KL the coefficient steers is the trained policies'.
+        let trained: Vec<usize> = (0..rollout.calls.len())
+            .filter(|&i| self.trains[rollout.calls[i].agent])
+            .collect();
+        let mean = mean_kl(&kl.select(&trained));
         metrics.set("kl_in_reward/kl", mean);
         metrics.set("kl_in_reward/coef", beta);
         for (agent, member) in self.team.iter().enumerate() {
+            if !self.trains[agent] {
+                continue;
+            }
             let own: Vec<usize> = (0..rollout.calls.len())
                 .filter(|&i| rollout.calls[i].agent == agent)
                 .collect();
