@@ -38,6 +38,19 @@ pub struct Served {
     pub adapters: Vec<HeldAdapter>,
 }
 
+impl Served {
+    /// Whether the LoRA adapter `name` is loaded.
+    pub fn holds(&self, name: &str) -> bool {
+        self.adapters.iter().any(|adapter| adapter.name == name)
+    }
+
+    /// The loaded adapters' names, comma-separated (for messages).
+    pub fn adapter_list(&self) -> String {
+        let names: Vec<&str> = self.adapters.iter().map(|a| a.name.as_str()).collect();
+        names.join(", ")
+    }
+}
+
 /// What a generation job is answered with: the generations and the weight version that made
 /// them.
 pub type Generated = Result<(Vec<Generation>, String), Refusal>;
@@ -160,49 +173,49 @@ impl Batcher {
         requests: Vec<GenerationRequest>,
         adapters: Vec<Option<String>>,
     ) -> Generated {
-        let (reply, answer) = mpsc::channel();
-        let job = GenerateJob {
-            requests,
-            adapters,
-            reply,
+        let job = |reply| {
+            Job::Generate(GenerateJob {
+                requests,
+                adapters,
+                reply,
+            })
         };
-        self.jobs.send(Job::Generate(job)).map_err(|_| stopped())?;
-        answer.recv().map_err(|_| stopped())?
+        self.ask(job).unwrap_or_else(|| Err(stopped()))
     }
 
     /// Loads the PEFT folder `folder` as the adapter `name` once the running batch is done.
     pub fn load_adapter(&self, name: String, folder: PathBuf) -> Result<(), Refusal> {
-        let (reply, answer) = mpsc::channel();
-        let job = Job::LoadAdapter {
+        let job = |reply| Job::LoadAdapter {
             name,
             folder,
             reply,
         };
-        self.jobs.send(job).map_err(|_| stopped())?;
-        answer.recv().map_err(|_| stopped())?
+        self.ask(job).unwrap_or_else(|| Err(stopped()))
     }
 
     /// Unloads the adapter `name` once the running batch is done.
     pub fn unload_adapter(&self, name: String) -> Result<(), Refusal> {
-        let (reply, answer) = mpsc::channel();
-        let job = Job::UnloadAdapter { name, reply };
-        self.jobs.send(job).map_err(|_| stopped())?;
-        answer.recv().map_err(|_| stopped())?
+        let job = |reply| Job::UnloadAdapter { name, reply };
+        self.ask(job).unwrap_or_else(|| Err(stopped()))
     }
 
     /// Replaces the weights by those of the HF folder `path` once the running batch is done;
     /// returns the version served from then on.
     pub fn reload(&self, path: PathBuf, version: Option<String>) -> anyhow::Result<String> {
+        let job = |reply| Job::Reload {
+            path,
+            version,
+            reply,
+        };
+        self.ask(job).context("the engine thread has stopped")?
+    }
+
+    /// Hands the engine thread the job `job` makes around a reply channel and waits for its
+    /// answer; `None` when the thread has stopped.
+    fn ask<R>(&self, job: impl FnOnce(Sender<R>) -> Job) -> Option<R> {
         let (reply, answer) = mpsc::channel();
-        self.jobs
-            .send(Job::Reload {
-                path,
-                version,
-                reply,
-            })
-            .ok()
-            .context("the engine thread has stopped")?;
-        answer.recv().context("the engine thread has stopped")?
+        self.jobs.send(job(reply)).ok()?;
+        answer.recv().ok()
     }
 }
 

@@ -47,14 +47,13 @@ pub fn parse(
     })?;
     let adapter = if body.model == name {
         None
-    } else if served.adapters.iter().any(|a| a.name == body.model) {
+    } else if served.holds(&body.model) {
         Some(body.model.clone())
     } else {
-        let adapters: Vec<&str> = served.adapters.iter().map(|a| a.name.as_str()).collect();
-        let also = if adapters.is_empty() {
+        let also = if served.adapters.is_empty() {
             String::new()
         } else {
-            format!(" and the LoRA adapters {}", adapters.join(", "))
+            format!(" and the LoRA adapters {}", served.adapter_list())
         };
         return Err(Refusal::new(
             404,

@@ -93,18 +93,15 @@ pub fn parse(body: &[u8], served: &Served, limits: RequestLimits) -> Result<Pars
     let params = sampling_params(sampling, n)?;
     let logprobs = per_prompt(body.return_logprob, n, false, "return_logprob")?;
     let adapters = per_prompt(body.lora_path, n, None, "lora_path")?;
-    for name in adapters.iter().flatten() {
-        if !served.adapters.iter().any(|a| a.name == *name) {
-            let held: Vec<&str> = served.adapters.iter().map(|a| a.name.as_str()).collect();
-            return Err(Refusal::new(
-                400,
-                format!(
-                    "lora_path `{name}` names no loaded LoRA adapter (loaded: [{}]); load it \
-                     with POST /load_lora_adapter",
-                    held.join(", ")
-                ),
-            ));
-        }
+    if let Some(name) = adapters.iter().flatten().find(|name| !served.holds(name)) {
+        return Err(Refusal::new(
+            400,
+            format!(
+                "lora_path `{name}` names no loaded LoRA adapter (loaded: [{}]); load it with \
+                 POST /load_lora_adapter",
+                served.adapter_list()
+            ),
+        ));
     }
     let mut requests = Vec::with_capacity(n);
     let mut wanted = Vec::with_capacity(n);

@@ -851,7 +851,8 @@ impl Trainer {
     /// The KL penalty β·KL of each response token of `rollout` against its worker group's
     /// reference (`[algorithm.kl_in_reward]`), with what the update reuses; the KL (overall and
     /// per agent, over the agents that train), β and the seconds the reference took go into
-    /// `metrics`. A group no agent trains is its own reference: its calls' KL is 0.
+    /// `metrics`. Only the calls of agents that train are penalised: a frozen agent's policy is
+    /// not steered, so a group no agent trains needs no reference.
     fn kl_penalties(
         &mut self,
         rollout: &Rollout,
@@ -859,17 +860,15 @@ impl Trainer {
     ) -> anyhow::Result<KlInReward> {
         let started = Instant::now();
         let settings = self.config.algorithm.kl_in_reward;
-        let mut rows: Vec<Vec<f64>> = vec![Vec::new(); rollout.calls.len()];
+        let mut rows: Vec<Vec<f64>> = rollout
+            .calls
+            .iter()
+            .map(|call| vec![0.0; call.response.len()])
+            .collect();
         let mut recomputed: Vec<Option<Vec<f32>>> = vec![None; rollout.calls.len()];
         for (index, group) in self.groups.iter_mut().enumerate() {
-            let own = calls_of_group(&self.team, rollout, index);
+            let own = trained_calls_of_group(&self.team, &self.trains, rollout, index);
             if own.is_empty() {
-                continue;
-            }
-            if !group.trains {
-                for &i in &own {
-                    rows[i] = vec![0.0; rollout.calls[i].response.len()];
-                }
                 continue;
             }
             // The reference (and, offloaded, the rest of the training state) comes back first.
