@@ -309,7 +309,18 @@ pub fn resolve_model(model: &str, file: &RunFile) -> anyhow::Result<PathBuf> {
             path.display()
         );
     }
-    Ok(path)
+    // A checkpoint's folder of a group that did not train names the model it still holds.
+    match crate::trainer::untrained_model(&path)? {
+        Some(held) if !held.exists() => bail!(
+            "{}: model {} is the checkpoint of a worker group that did not train, whose weights \
+             are {}, which does not exist any more; name the model file itself",
+            file.origin,
+            path.display(),
+            held.display()
+        ),
+        Some(held) => Ok(held),
+        None => Ok(path),
+    }
 }
 
 /// Refuses a KL term to a reference that does not exist: an agent whose `kl_coef` (its own or

@@ -185,6 +185,23 @@ fn mixed_generation_matches_each_adapter_alone() {
     );
 }
 
+/// One optimizer step on rows `A` and `C`, through the adapters `slots`, of a loss that every
+/// weight they pass through reaches.
+fn train_step(model: &Llama, optimizer: &mut AdamW, slots: &[Option<usize>]) {
+    let (input, mask) = ids(&[A, C]);
+    let rows = AdapterRows::new(slots, Device::Cpu, true);
+    let hidden = model
+        .forward_hidden_with(&input, Some(&mask), None, &rows)
+        .expect("forward");
+    let loss = model
+        .logits(&hidden)
+        .log_softmax(-1, Kind::Float)
+        .select(2, 5)
+        .mean(Kind::Float);
+    loss.backward();
+    optimizer.step(1e-2).expect("an optimizer step");
+}
+
 #[test]
 fn a_step_changes_only_the_adapter_its_rows_used() {
     let pretrained = adapted(2);
@@ -208,18 +225,7 @@ fn a_step_changes_only_the_adapter_its_rows_used() {
         .collect::<Vec<_>>();
     params.sort_by(|a, b| a.0.cmp(&b.0));
     let mut optimizer = AdamW::new(params, 0.01);
-    let (input, mask) = ids(&[A, C]);
-    let rows = AdapterRows::new(&[Some(1), Some(1)], Device::Cpu, true);
-    let hidden = model
-        .forward_hidden_with(&input, Some(&mask), None, &rows)
-        .expect("forward");
-    let loss = model
-        .logits(&hidden)
-        .log_softmax(-1, Kind::Float)
-        .select(2, 5)
-        .mean(Kind::Float);
-    loss.backward();
-    optimizer.step(1e-2).expect("an optimizer step");
+    train_step(model, &mut optimizer, &[Some(1), Some(1)]);
 
     for ((name, before), (_, after)) in base_before.iter().zip(snapshot(model.var_store())) {
         assert!(before.equal(&after), "base weight {name} changed");
@@ -234,6 +240,44 @@ fn a_step_changes_only_the_adapter_its_rows_used() {
         }
     }
     assert_eq!(changed, 2 * 7 * 2, "every A and B of adapter 1 moves");
+}
+
+/// A step moves only the adapters its rows used: also when its batch mixes adapters, and when
+/// an earlier step used the others (gradients are dropped between steps); never one at
+/// learning rate 0 (a frozen agent's), weight decay included.
+#[test]
+fn a_step_moves_only_the_used_adapters_with_a_learning_rate() {
+    let pretrained = adapted(4);
+    let model = &pretrained.model;
+    let adapters = model.adapters().expect("adapters");
+    let sorted = || {
+        let mut all: Vec<(String, Tensor)> = adapters.var_store().variables().into_iter().collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    };
+    let mut optimizer = AdamW::new(sorted(), 0.1);
+    optimizer.scale_rates(
+        |name| drmas_host::model::lora::is_slot_variable(name, 3),
+        0.0,
+    );
+    train_step(model, &mut optimizer, &[Some(1), Some(2)]);
+    optimizer.zero_grad().expect("dropped");
+    let before: Vec<(String, Tensor)> = sorted()
+        .into_iter()
+        .map(|(n, t)| (n, t.detach().copy()))
+        .collect();
+    train_step(model, &mut optimizer, &[Some(0), Some(3)]);
+
+    let mut moved = 0;
+    for ((name, before), (_, after)) in before.iter().zip(sorted()) {
+        let same = before.equal(&after);
+        if drmas_host::model::lora::is_slot_variable(name, 0) {
+            moved += usize::from(!same);
+        } else {
+            assert!(same, "{name} moved");
+        }
+    }
+    assert_eq!(moved, 2 * 7 * 2, "every A and B of adapter 0 moves");
 }
 
 #[test]

@@ -2,7 +2,8 @@
 //! micro-batch divides its sums by the whole step's call and token counts, so under each loss
 //! aggregation the loss, the gradient norm and each agent's gradient norm are those of one batch
 //! of every call — for micro-batches of 1, 3 and all calls, and of 8 and 20 padded tokens
-//! (each agent's calls are micro-batched on their own), on the tiny Llama fixture.
+//! (each agent's calls are micro-batched on their own), on the tiny Llama fixture; and no
+//! gradient outlives the step.
 
 use std::path::Path;
 
@@ -95,6 +96,13 @@ fn step(aggregation: LossAggregation, micro: MicroBatch) -> [f64; 4] {
         report.skipped.is_none(),
         "{aggregation:?}, {micro:?}: finite step"
     );
+    let held = model.var_store().variables();
+    let held: Vec<&String> = held
+        .iter()
+        .filter(|(_, p)| p.grad().defined())
+        .map(|(n, _)| n)
+        .collect();
+    assert!(held.is_empty(), "gradients kept after the step: {held:?}");
     [
         report.stats.policy_loss,
         report.grad_norm,

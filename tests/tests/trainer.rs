@@ -471,6 +471,27 @@ fn a_frozen_agent_samples_but_leaves_every_update() {
     let end = resume_to_the_end(&resumed, &frozen, 1);
     assert_eq!(weights(&end, "one"), weights(&checkpoint, "one"));
     assert!(end.join("two").join("untrained.json").is_file());
+    // That folder serves as a `model`, standing for the model file it names.
+    let from_checkpoint = format!(
+        "{}[worker_groups.two]\nmodel = \"{}\"\nlearning_rate = 1e-3\n",
+        group("one", "llama"),
+        two.display()
+    );
+    let dir = common::scratch(&format!("trainer-frozen-model-{}", std::process::id()));
+    let path = dir.join("run.toml");
+    std::fs::write(&path, run_file("one", "two", &from_checkpoint, 1)).expect("run file");
+    let (config, file) = RunConfig::load(&path).expect("run file");
+    let plan = drmas_host::preflight::prepare(&config, &file, &common::fixture_registry())
+        .expect("the note's model loads");
+    let (_, model, _) = plan
+        .models
+        .iter()
+        .find(|m| m.0 == "two")
+        .expect("group two");
+    assert_eq!(
+        std::fs::canonicalize(model).expect("model"),
+        std::fs::canonicalize(tiny_model("llama")).expect("fixture")
+    );
     // Frozen after it trained, a group keeps (and saves) its trained weights.
     let after_training = common::scratch(&format!("trainer-frozen-later-{}", std::process::id()));
     let trained_once = trainer(
@@ -546,6 +567,31 @@ fn a_frozen_agent_samples_but_leaves_every_update() {
     let line = &metrics(&dir)[1];
     assert!(line["grad_norm/agent/first"].is_number(), "{line}");
     assert!(line.get("grad_norm/agent/second").is_none(), "{line}");
+
+    // With an adapter per agent, the frozen agent's has no learning rate (it is never stepped).
+    let adapters = run_file("shared", "shared", &lora_group("shared", true), 1).replacen(
+        "max_new_tokens = 5",
+        "max_new_tokens = 5\ntrain = false",
+        1,
+    );
+    let dir = common::scratch(&format!("trainer-frozen-adapter-{}", std::process::id()));
+    train_to_the_end(&dir, &adapters);
+    let line = &metrics(&dir)[1];
+    assert!(line["lr/agent/first"].is_number(), "{line}");
+    assert!(line.get("lr/agent/second").is_none(), "{line}");
+
+    // With offload, a group no agent trains reports its moves' seconds as the others do (it
+    // leaves the device while they update; on a CPU its moves change nothing to observe).
+    let offloaded = frozen.replacen(
+        "[worker_groups.two]",
+        "[worker_groups.two]\noffload = true",
+        1,
+    );
+    let dir = common::scratch(&format!("trainer-frozen-offload-{}", std::process::id()));
+    train_to_the_end(&dir, &offloaded);
+    for line in &metrics(&dir)[1..] {
+        assert!(line["time/offload_s/two"].is_number(), "{line}");
+    }
 }
 
 #[test]

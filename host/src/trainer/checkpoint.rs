@@ -5,6 +5,7 @@
 //! folder and renamed into place, so a crash never leaves a half-written checkpoint that looks
 //! complete.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -33,6 +34,8 @@ const CRITIC_OPTIMIZER_FILE: &str = "critic_optimizer.safetensors";
 /// The note that stands for the folder of a group that does not train and still holds its
 /// model file's weights: `{"model": PATH}`.
 const UNTRAINED_FILE: &str = "untrained.json";
+/// The most bytes of an `untrained.json` read: it holds one path.
+const MAX_NOTE_BYTES: u64 = 64 << 10;
 
 /// The trainer's position, saved with the weights.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -78,7 +81,9 @@ impl Checkpoint {
             if !group.trains && group.untouched {
                 // Its weights are the model file's: a copy would only cost the disk.
                 std::fs::create_dir_all(&dir)?;
-                let note = serde_json::json!({ "model": group.pretrained.source });
+                let source = &group.pretrained.source;
+                let model = std::fs::canonicalize(source).unwrap_or_else(|_| source.clone());
+                let note = serde_json::json!({ "model": model });
                 std::fs::write(dir.join(UNTRAINED_FILE), serde_json::to_vec_pretty(&note)?)?;
                 continue;
             }
@@ -189,6 +194,38 @@ impl Checkpoint {
         }
         Ok(state)
     }
+}
+
+/// The model file a checkpoint's folder of a group that did not train stands for (its
+/// `untrained.json` note), so the folder serves as a `model` as a trained group's does; `None`
+/// for any other path.
+pub fn untrained_model(dir: &Path) -> anyhow::Result<Option<PathBuf>> {
+    let note_path = dir.join(UNTRAINED_FILE);
+    if !note_path.is_file() {
+        return Ok(None);
+    }
+    #[derive(Deserialize)]
+    struct Note {
+        model: PathBuf,
+    }
+    let mut text = Vec::new();
+    std::fs::File::open(&note_path)
+        .and_then(|file| file.take(MAX_NOTE_BYTES + 1).read_to_end(&mut text))
+        .with_context(|| format!("reading {}", note_path.display()))?;
+    if text.len() as u64 > MAX_NOTE_BYTES {
+        bail!(
+            "{} is larger than {MAX_NOTE_BYTES} bytes; the note of a group that did not train \
+             only names its model file",
+            note_path.display()
+        );
+    }
+    let note: Note = serde_json::from_slice(&text).with_context(|| {
+        format!(
+            "{} is not a note `{{\"model\": PATH}}` of a group that did not train",
+            note_path.display()
+        )
+    })?;
+    Ok(Some(note.model))
 }
 
 /// Writes what a group trains into `dir`: the whole model as an HF folder, or (LoRA) only its

@@ -25,7 +25,7 @@ use anyhow::Context;
 use drmas_sdk::{Environment, Orchestra, Task};
 use indicatif::{ProgressBar, ProgressStyle};
 
-pub use checkpoint::Checkpoint;
+pub use checkpoint::{untrained_model, Checkpoint};
 use dynamic_sampling::{append, groups_with_call_spread, groups_with_spread, keep_groups};
 pub use eval::{eval_path, score, EvalReport, SourceScore, SOLVED_REWARD};
 use failed_episodes::{groups_with_failures, nothing_left_to_train, warn_failures};
@@ -639,17 +639,19 @@ impl Trainer {
             && self.iteration <= self.config.algorithm.critic_settings().warmup_iterations;
         for index in 0..self.groups.len() {
             if !self.groups[index].trains {
-                bar.inc(1);
-                continue;
-            }
-            if let (Some(values), Some(returns)) = (&collected.values, &collected.returns) {
-                self.update_critic(index, rollout, values, returns, &mut metrics)?;
-            }
-            if !critic_warmup {
-                let report =
-                    self.update(index, rollout, &collected.advantages, &collected.recomputed)?;
-                trained_tokens += report.forward_tokens;
-                record_update(&mut metrics, &self.groups[index], &report, &self.team);
+                // It never updates: with offload its weights leave the device here, where a
+                // trained group's leave after its update, so the groups that train have them.
+                self.groups[index].offload_after_update();
+            } else {
+                if let (Some(values), Some(returns)) = (&collected.values, &collected.returns) {
+                    self.update_critic(index, rollout, values, returns, &mut metrics)?;
+                }
+                if !critic_warmup {
+                    let report =
+                        self.update(index, rollout, &collected.advantages, &collected.recomputed)?;
+                    trained_tokens += report.forward_tokens;
+                    record_update(&mut metrics, &self.groups[index], &report, &self.team);
+                }
             }
             let group = &mut self.groups[index];
             if let Some(seconds) = group.take_offload_seconds() {

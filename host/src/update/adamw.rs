@@ -9,7 +9,7 @@
 use tch::{Kind, Tensor};
 
 use super::fused_adamw::{copy_each, fused_adamw, AdamWSettings, AdamWTensors};
-use super::gradient_lists::zero_each;
+use super::gradient_lists::drop_gradients;
 use crate::model::error::ModelError;
 use crate::model::transfer::transfer;
 
@@ -118,20 +118,17 @@ impl AdamW {
         }
     }
 
-    /// Sets every accumulated gradient to zero, in one list operation (a parameter without a
-    /// gradient keeps none).
+    /// Drops every accumulated gradient, as PyTorch's `zero_grad()` does (`set_to_none`): their
+    /// memory is free between updates (for rollouts, or another group's update), and a
+    /// parameter no loss reaches before the next step, such as an adapter no row of it used,
+    /// has no gradient then and the step leaves it alone.
     pub fn zero_grad(&mut self) -> Result<(), ModelError> {
-        let grads: Vec<Tensor> = self
-            .params
-            .iter()
-            .map(|(_, p)| p.grad())
-            .filter(Tensor::defined)
-            .collect();
-        zero_each(&grads)
+        let params: Vec<Tensor> = self.params.iter().map(|(_, p)| p.shallow_clone()).collect();
+        drop_gradients(&params)
     }
 
     /// One update at learning rate `lr` from the accumulated gradients (parameters without a
-    /// gradient are left alone). A parameter with a master copy is updated there, in f32, and
+    /// gradient, or whose rate is scaled to 0, are left alone: moments and weight decay too). A parameter with a master copy is updated there, in f32, and
     /// takes the master's value rounded to its own dtype. The step is libtorch's fused AdamW
     /// kernel over every tensor at once (one call per learning-rate scale), then one list copy
     /// of the masters into their parameters.
@@ -152,7 +149,7 @@ impl AdamW {
                 .zip(&self.rate_scales)
             {
                 let grad = param.grad();
-                if !grad.defined() {
+                if !grad.defined() || scale == 0.0 {
                     continue;
                 }
                 let index = match batches.iter().position(|(s, _)| *s == scale) {

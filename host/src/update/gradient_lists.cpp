@@ -1,4 +1,4 @@
-// Gradient norms, scaling and clearing over lists of tensors for host/src/update/gradient_lists.rs: tch
+// Gradient norms, scaling and dropping over lists of tensors for host/src/update/gradient_lists.rs: tch
 // binds no operator that takes a list of tensors, and a norm taken tensor by tensor is about
 // eight operators per tensor (a few thousand per step of a 28-layer model, each a kernel launch on
 // a GPU). Tensors arrive as tch's handles (`at::Tensor*`); no C++ exception crosses into Rust:
@@ -8,7 +8,6 @@
 #include <ATen/ops/_foreach_mul.h>
 #include <ATen/ops/_foreach_norm.h>
 #include <ATen/ops/_foreach_sub.h>
-#include <ATen/ops/_foreach_zero.h>
 #include <ATen/ops/stack.h>
 
 #include "../shim_error.h"
@@ -60,12 +59,13 @@ int drmas_scale_each(void* const* list, std::size_t count, double scale, char* e
   }
 }
 
-// Sets each of `count` tensors to zero in place, in one list operation. Returns 0, or 1 with
-// `error` set.
-int drmas_zero_each(void* const* list, std::size_t count, char* error, std::size_t capacity) {
+// Drops the gradient of each of `count` tensors (PyTorch's `zero_grad(set_to_none=True)`): its
+// memory is freed, and the next backward writes a new one. Returns 0, or 1 with `error` set.
+int drmas_drop_gradients(void* const* list, std::size_t count, char* error,
+                         std::size_t capacity) {
   try {
-    if (count > 0) {
-      at::_foreach_zero_(drmas::tensor_list(list, count));
+    for (auto& tensor : drmas::tensor_list(list, count)) {
+      tensor.mutable_grad().reset();
     }
     return 0;
   } catch (const std::exception& e) {

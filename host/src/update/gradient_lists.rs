@@ -1,8 +1,8 @@
-//! [`squared_norm_sum`], [`scale_each`] and [`zero_each`]: gradient norms, clipping and clearing
-//! over a model's tensors in one libtorch list operation each (the C side is
-//! `gradient_lists.cpp`). Taken tensor by tensor, a norm is about eight operators per tensor: for
-//! a worker group's gradient norm, each agent's, the clipping and the two clearings, a few
-//! thousand per step of a 28-layer model, each a kernel launch on a GPU.
+//! [`squared_norm_sum`], [`scale_each`] and [`drop_gradients`]: gradient norms and clipping over
+//! a model's tensors in one libtorch list operation each, and dropping its gradients in one call
+//! (the C side is `gradient_lists.cpp`). Taken tensor by tensor, a norm is about eight operators
+//! per tensor: for a worker group's gradient norm, each agent's and the clipping, a few thousand
+//! per step of a 28-layer model, each a kernel launch on a GPU.
 
 use std::ffi::{c_char, c_int, c_void};
 
@@ -28,7 +28,7 @@ extern "C" {
         error: *mut c_char,
         capacity: usize,
     ) -> c_int;
-    fn drmas_zero_each(
+    fn drmas_drop_gradients(
         list: *const *mut c_void,
         count: usize,
         error: *mut c_char,
@@ -78,13 +78,15 @@ pub fn scale_each(list: &[Tensor], scale: f64) -> Result<(), ModelError> {
     })
 }
 
-/// Sets every tensor of `list` to zero in place, in one list operation.
-pub fn zero_each(list: &[Tensor]) -> Result<(), ModelError> {
-    let list = handles(list);
+/// Drops the gradient of every tensor of `params` (PyTorch's `zero_grad(set_to_none=True)`): the
+/// memory is free until the next backward writes a new one, and a tensor that no loss reaches
+/// by then has none.
+pub fn drop_gradients(params: &[Tensor]) -> Result<(), ModelError> {
+    let list = handles(params);
     // SAFETY: `list` holds handles of tensors alive for the call; `error` is writable for
     // `capacity` bytes.
-    ShimError::check("clearing the gradients failed", |error, capacity| unsafe {
-        drmas_zero_each(list.as_ptr(), list.len(), error, capacity)
+    ShimError::check("dropping the gradients failed", |error, capacity| unsafe {
+        drmas_drop_gradients(list.as_ptr(), list.len(), error, capacity)
     })
 }
 
@@ -127,7 +129,7 @@ mod tests {
     }
 
     #[test]
-    fn scales_and_clears_every_tensor_in_place() {
+    fn scales_every_tensor_in_place() {
         let list = [
             Tensor::from_slice(&[1.0f32, -2.0]),
             Tensor::from_slice(&[4.0f32]).to_kind(Kind::BFloat16),
@@ -135,9 +137,29 @@ mod tests {
         scale_each(&list, 0.5).expect("scaled");
         assert_eq!(Vec::<f32>::try_from(&list[0]).expect("f32"), [0.5, -1.0]);
         assert_eq!(list[1].to_kind(Kind::Float).double_value(&[0]), 2.0);
-        zero_each(&list).expect("zeroed");
-        assert_eq!(Vec::<f32>::try_from(&list[0]).expect("f32"), [0.0, 0.0]);
-        assert_eq!(list[1].to_kind(Kind::Float).double_value(&[0]), 0.0);
-        zero_each(&[]).expect("nothing to clear");
+    }
+
+    #[test]
+    fn dropped_gradients_are_gone_and_the_next_backward_writes_new_ones() {
+        let params = [
+            Tensor::from_slice(&[1.0f32, -2.0]).set_requires_grad(true),
+            Tensor::from_slice(&[4.0f32]).set_requires_grad(true),
+        ];
+        let loss = || (&params[0] * 3.0).sum(Kind::Float) + params[1].square().sum(Kind::Float);
+        loss().backward();
+        assert!(params.iter().all(|p| p.grad().defined()));
+        drop_gradients(&params).expect("dropped");
+        assert!(params.iter().all(|p| !p.grad().defined()));
+        loss().backward();
+        assert_eq!(
+            Vec::<f32>::try_from(&params[0].grad()).expect("f32"),
+            [3.0, 3.0]
+        );
+        assert_eq!(
+            params[1].grad().double_value(&[0]),
+            8.0,
+            "not added to the old one"
+        );
+        drop_gradients(&[]).expect("nothing to drop");
     }
 }

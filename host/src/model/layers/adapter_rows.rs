@@ -13,9 +13,12 @@ pub enum Routing {
     /// Rows use different adapters (or none): each row's `A` and `B` are gathered for a
     /// batched matmul. Measured against grouping rows per adapter (an `index_select` and an
     /// `index_add` per adapter present) at a decode step of batch 64 over 4 adapters, gathering
-    /// took about half the time (docs/results.md): fewer, larger operations.
+    /// took about half the time (docs/results.md): fewer, larger operations. Only the adapters
+    /// rows use are gathered from, so the others get no gradient in training.
     Mixed {
-        /// Each row's adapter, `[B]` int64 (0 for rows without one).
+        /// The adapters some row uses, ascending.
+        used: Vec<usize>,
+        /// Each row's adapter as a position in `used`, `[B]` int64 (0 for rows without one).
         index: Tensor,
         /// Which rows use an adapter, `[B]` bool; `None` when all do.
         present: Option<Tensor>,
@@ -51,9 +54,14 @@ impl AdapterRows {
         } else if let Some(slot) = first.filter(|&s| slots.iter().all(|&o| o == Some(s))) {
             Routing::One(slot)
         } else {
-            let index: Vec<i64> = slots.iter().map(|s| s.unwrap_or(0) as i64).collect();
+            let mut used: Vec<usize> = slots.iter().flatten().copied().collect();
+            used.sort_unstable();
+            used.dedup();
+            let position = |slot: usize| used.binary_search(&slot).unwrap_or(0) as i64;
+            let index: Vec<i64> = slots.iter().map(|s| s.map_or(0, position)).collect();
             let present: Vec<bool> = slots.iter().map(Option::is_some).collect();
             Routing::Mixed {
+                used,
                 index: Tensor::from_slice(&index).to_device(device),
                 present: present
                     .contains(&false)
@@ -109,9 +117,13 @@ mod tests {
         match rows.routing() {
             Routing::Base => "base".to_owned(),
             Routing::One(slot) => format!("one {slot}"),
-            Routing::Mixed { index, present } => {
+            Routing::Mixed {
+                used,
+                index,
+                present,
+            } => {
                 format!(
-                    "mixed {} {}",
+                    "mixed {used:?} {} {}",
                     list(index),
                     present.as_ref().map_or("all".into(), list)
                 )
@@ -124,10 +136,15 @@ mod tests {
         let mixed = AdapterRows::new(&[Some(1), None, Some(0), Some(1)], Device::Cpu, false);
         assert_eq!(
             describe(&mixed),
-            "mixed Some([1, 0, 0, 1]) Some([1, 0, 1, 1])"
+            "mixed [0, 1] Some([1, 0, 0, 1]) Some([1, 0, 1, 1])"
         );
         let two = AdapterRows::new(&[Some(1), Some(0)], Device::Cpu, false);
-        assert_eq!(describe(&two), "mixed Some([1, 0]) all");
+        assert_eq!(describe(&two), "mixed [0, 1] Some([1, 0]) all");
+        let gaps = AdapterRows::new(&[Some(3), None, Some(1), Some(3)], Device::Cpu, false);
+        assert_eq!(
+            describe(&gaps),
+            "mixed [1, 3] Some([1, 0, 0, 1]) Some([1, 0, 1, 1])"
+        );
         let one = AdapterRows::new(&[Some(2), Some(2)], Device::Cpu, false);
         assert_eq!(describe(&one), "one 2");
         assert!(AdapterRows::new(&[None, None], Device::Cpu, false).is_base());
@@ -139,7 +156,7 @@ mod tests {
         let mixed = AdapterRows::new(&[Some(1), None, Some(0)], Device::Cpu, true);
         let kept = mixed.select(&[2, 0, 0]);
         assert_eq!(kept.slots(), &[Some(0), Some(1), Some(1)]);
-        assert_eq!(describe(&kept), "mixed Some([0, 1, 1]) all");
+        assert_eq!(describe(&kept), "mixed [0, 1] Some([0, 1, 1]) all");
         assert!(kept.training());
         assert_eq!(describe(&mixed.select(&[0, 0])), "one 1");
         assert!(mixed.select(&[1]).is_base());

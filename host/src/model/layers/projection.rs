@@ -44,9 +44,16 @@ impl LoraLinear {
             Routing::One(slot) => x
                 .linear::<Tensor>(&self.a[*slot], None)
                 .linear::<Tensor>(&self.b[*slot], None),
-            Routing::Mixed { index, present } => {
-                let a = Tensor::stack(&self.a, 0).index_select(0, index);
-                let b = Tensor::stack(&self.b, 0).index_select(0, index);
+            Routing::Mixed {
+                used,
+                index,
+                present,
+            } => {
+                let gather = |slots: &[Tensor]| {
+                    let used: Vec<&Tensor> = used.iter().map(|&slot| &slots[slot]).collect();
+                    Tensor::stack(&used, 0).index_select(0, index)
+                };
+                let (a, b) = (gather(&self.a), gather(&self.b));
                 let delta = x.bmm(&a.transpose(1, 2)).bmm(&b.transpose(1, 2));
                 match present {
                     Some(present) => delta * present.view([-1, 1, 1]).to_kind(base.kind()),
