@@ -437,11 +437,16 @@ fn separate_and_heterogeneous_groups_each_take_their_own_step() {
     );
 }
 
+/// `text` (a [`run_file`]) with agent `second` frozen (`train = false`).
+fn freeze_second(text: &str) -> String {
+    text.replacen("max_new_tokens = 5", "max_new_tokens = 5\ntrain = false", 1)
+}
+
 #[test]
 fn a_frozen_agent_samples_but_leaves_every_update() {
     let groups = format!("{}\n{}", group("one", "llama"), group("two", "llama"));
     let trained = run_file("one", "two", &groups, 2);
-    let frozen = trained.replacen("max_new_tokens = 5", "max_new_tokens = 5\ntrain = false", 1);
+    let frozen = freeze_second(&trained);
     let dir = common::scratch(&format!("trainer-unfrozen-{}", std::process::id()));
     train_to_the_end(&dir, &trained);
     let unfrozen = metrics(&dir);
@@ -541,12 +546,10 @@ fn a_frozen_agent_samples_but_leaves_every_update() {
         tiny_model("llama"),
         group("two", "llama")
     );
-    let kl_run = run_file("one", "two", &referenced, 1)
-        .replacen("max_new_tokens = 5", "max_new_tokens = 5\ntrain = false", 1)
-        .replace(
-            "[rollout]",
-            "[algorithm.kl_in_reward]\ncoef = 0.5\n\n[rollout]",
-        );
+    let kl_run = freeze_second(&run_file("one", "two", &referenced, 1)).replace(
+        "[rollout]",
+        "[algorithm.kl_in_reward]\ncoef = 0.5\n\n[rollout]",
+    );
     let dir = common::scratch(&format!("trainer-frozen-kl-{}", std::process::id()));
     train_to_the_end(&dir, &kl_run);
     let line = &metrics(&dir)[1];
@@ -557,11 +560,7 @@ fn a_frozen_agent_samples_but_leaves_every_update() {
     );
 
     // Sharing a group with an agent that trains: only that agent's calls reach the update.
-    let shared = run_file("shared", "shared", &group("shared", "llama"), 1).replacen(
-        "max_new_tokens = 5",
-        "max_new_tokens = 5\ntrain = false",
-        1,
-    );
+    let shared = freeze_second(&run_file("shared", "shared", &group("shared", "llama"), 1));
     let dir = common::scratch(&format!("trainer-frozen-shared-{}", std::process::id()));
     train_to_the_end(&dir, &shared);
     let line = &metrics(&dir)[1];
@@ -569,11 +568,12 @@ fn a_frozen_agent_samples_but_leaves_every_update() {
     assert!(line.get("grad_norm/agent/second").is_none(), "{line}");
 
     // With an adapter per agent, the frozen agent's has no learning rate (it is never stepped).
-    let adapters = run_file("shared", "shared", &lora_group("shared", true), 1).replacen(
-        "max_new_tokens = 5",
-        "max_new_tokens = 5\ntrain = false",
+    let adapters = freeze_second(&run_file(
+        "shared",
+        "shared",
+        &lora_group("shared", true),
         1,
-    );
+    ));
     let dir = common::scratch(&format!("trainer-frozen-adapter-{}", std::process::id()));
     train_to_the_end(&dir, &adapters);
     let line = &metrics(&dir)[1];
