@@ -286,6 +286,11 @@ pub struct LoraSection {
     /// Each agent of the group trains its own adapter (true) or they share one (false).
     #[serde(default = "defaults::per_agent")]
     pub per_agent: bool,
+    /// A folder of PEFT adapters the group's adapters start from instead of LoRA's fresh
+    /// initialisation, one per adapter named as a checkpoint's `adapters/` names them (each
+    /// agent's role, or `shared`); relative to the run file.
+    #[serde(default)]
+    pub init_from: Option<String>,
 }
 
 /// Weight precision of a worker group.

@@ -204,6 +204,9 @@ pub fn prepare(config: &RunConfig, file: &RunFile, registry: &Registry) -> anyho
             if let Err(e) = lora_settings(lora).check() {
                 bail!("{}: [worker_groups.{name}.lora] {e}", file.origin);
             }
+            if let Some(folder) = &lora.init_from {
+                check_initial_adapters(config, file, name, lora, folder)?;
+            }
             if group.reference_model.is_some() {
                 bail!(
                     "{}: [worker_groups.{name}] has both reference_model and [worker_groups.{name}.lora]; \
@@ -287,6 +290,46 @@ pub fn lora_settings(section: &crate::config::LoraSection) -> crate::model::lora
         dropout: section.dropout,
         target_modules: section.target_modules.clone(),
     }
+}
+
+/// Refuses `[worker_groups.NAME.lora] init_from` unless its folder holds a PEFT adapter that
+/// fits the group's LoRA settings for each of the group's adapters.
+fn check_initial_adapters(
+    config: &RunConfig,
+    file: &RunFile,
+    name: &str,
+    lora: &crate::config::LoraSection,
+    folder: &str,
+) -> anyhow::Result<()> {
+    let field: [Step<'_>; 4] = [
+        "worker_groups".into(),
+        name.into(),
+        "lora".into(),
+        "init_from".into(),
+    ];
+    let root = file.resolve(folder);
+    let names = crate::trainer::adapter_names(config, name);
+    for adapter in &names {
+        let dir = root.join(adapter);
+        if !dir.is_dir() {
+            return Err(file
+                .invalid_at(
+                    &field,
+                    format!(
+                        "{} has no folder `{adapter}`: init_from names a folder holding a PEFT \
+                         adapter for each of the group's adapters ({}), as a LoRA run's \
+                         checkpoint holds them in GROUP/adapters",
+                        root.display(),
+                        names.join(", ")
+                    ),
+                )
+                .into());
+        }
+        crate::model::peft::AdapterConfig::read(&dir)
+            .and_then(|adapter| adapter.check_fits(&lora_settings(lora), &dir))
+            .map_err(|e| file.invalid_at(&field, e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// The file of a worker group's `model`: `builtin:smollm2-135m`, or a path relative to the run file.

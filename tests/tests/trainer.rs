@@ -1085,6 +1085,79 @@ fn adapter(checkpoint: &Path, name: &str) -> Vec<(String, tch::Tensor)> {
     tch::Tensor::read_safetensors(&file).expect("adapter weights")
 }
 
+/// Whether two adapters' tensors are the same, name by name, to the bit.
+fn same_adapter(a: &[(String, tch::Tensor)], b: &[(String, tch::Tensor)]) -> bool {
+    a.len() == b.len()
+        && a.iter().all(|(name, x)| {
+            b.iter()
+                .find(|(other, _)| other == name)
+                .is_some_and(|(_, y)| x.equal(y))
+        })
+}
+
+/// `[lora] init_from`: a LoRA group starts from a checkpoint's adapters, to the bit; an agent
+/// frozen on it keeps the loaded adapter while the other trains on from its own; a folder
+/// lacking an adapter, or of other LoRA settings, is refused naming the field.
+#[test]
+fn a_lora_group_starts_from_a_checkpoints_adapters() {
+    let source = common::scratch(&format!("trainer-lora-source-{}", std::process::id()));
+    let text = run_file("shared", "shared", &lora_group("shared", true), 1);
+    let trained = train_to_the_end(&source, &text);
+    let init = |text: &str, folder: &Path| {
+        text.replacen(
+            "per_agent = true\n",
+            &format!("per_agent = true\ninit_from = \"{}\"\n", folder.display()),
+            1,
+        )
+    };
+    let adapters = trained.join("shared/adapters");
+
+    let dir = common::scratch(&format!("trainer-lora-init-{}", std::process::id()));
+    let started = trainer(&dir, &init(&text, &adapters))
+        .expect("trainer")
+        .save()
+        .expect("a checkpoint before any iteration");
+    for role in ["first", "second"] {
+        assert!(
+            same_adapter(&adapter(&started, role), &adapter(&trained, role)),
+            "`{role}` did not start from the checkpoint's adapter"
+        );
+    }
+
+    let dir = common::scratch(&format!("trainer-lora-init-frozen-{}", std::process::id()));
+    let end = train_to_the_end(&dir, &init(&freeze_second(&text), &adapters));
+    assert!(same_adapter(
+        &adapter(&end, "second"),
+        &adapter(&trained, "second")
+    ));
+    assert!(!same_adapter(
+        &adapter(&end, "first"),
+        &adapter(&trained, "first")
+    ));
+
+    let dir = common::scratch(&format!("trainer-lora-init-bad-{}", std::process::id()));
+    std::fs::remove_dir_all(adapters.join("second")).expect("an adapter removed");
+    let error = format!(
+        "{:#}",
+        trainer(&dir, &init(&text, &adapters))
+            .err()
+            .expect("missing")
+    );
+    assert!(
+        error.contains("init_from") && error.contains("has no folder `second`"),
+        "{error}"
+    );
+    let ranked = init(&text, &adapters.join("..")).replace("rank = 4", "rank = 8");
+    let error = format!("{:#}", trainer(&dir, &ranked).err().expect("mismatch"));
+    assert!(error.contains("has no folder `first`"), "{error}");
+    let ranked = init(&text, &trained.join("shared/adapters")).replace("rank = 4", "rank = 8");
+    let error = format!("{:#}", trainer(&dir, &ranked).err().expect("mismatch"));
+    assert!(
+        error.contains("r = 4") && error.contains("do not match"),
+        "{error}"
+    );
+}
+
 #[test]
 fn lora_agents_train_their_own_adapters_and_resume_exactly() {
     // KL against the base model (the adapters off) is on for the first agent.

@@ -39,6 +39,37 @@ pub struct AdapterConfig {
 }
 
 impl AdapterConfig {
+    /// Refuses an adapter (the one in `dir`) whose rank, scale (`alpha / r`) or target
+    /// modules are not those of `ours`, the settings of the adapters it is to be loaded into.
+    pub fn check_fits(&self, ours: &LoraSettings, dir: &Path) -> Result<(), ModelError> {
+        let theirs = &self.settings;
+        let set = |s: &LoraSettings| {
+            s.target_modules
+                .iter()
+                .cloned()
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        if theirs.rank == ours.rank
+            && theirs.scaling() == ours.scaling()
+            && set(theirs) == set(ours)
+        {
+            return Ok(());
+        }
+        Err(ModelError::file(
+            dir.join(ADAPTER_CONFIG_FILE),
+            format!(
+                "r = {}, lora_alpha = {}, target_modules = {:?} do not match the model's \
+                 adapters (r = {}, alpha = {}, {:?})",
+                theirs.rank,
+                theirs.alpha,
+                theirs.target_modules,
+                ours.rank,
+                ours.alpha,
+                ours.target_modules
+            ),
+        ))
+    }
+
     /// Reads `DIR/adapter_config.json`, refusing LoRA variants drmas does not compute
     /// (rsLoRA, DoRA, QALoRA, biases, per-module ranks, `fan_in_fan_out`, layer subsets, extra saved
     /// modules), each with a message naming the field.
@@ -191,37 +222,11 @@ impl Llama {
     /// tensor of the slot must be in the file and nothing else. Errors name the file and the
     /// tensor.
     pub fn load_adapter(&self, slot: usize, dir: &Path) -> Result<(), ModelError> {
-        let config = AdapterConfig::read(dir)?;
-        let path = dir.join(ADAPTER_CONFIG_FILE);
         let ours = self
             .adapters()
             .map(|a| a.settings().clone())
             .ok_or_else(|| ModelError::Input("the model has no LoRA adapters".to_owned()))?;
-        let theirs = &config.settings;
-        let set = |s: &LoraSettings| {
-            s.target_modules
-                .iter()
-                .cloned()
-                .collect::<std::collections::BTreeSet<_>>()
-        };
-        if theirs.rank != ours.rank
-            || theirs.scaling() != ours.scaling()
-            || set(theirs) != set(&ours)
-        {
-            return Err(ModelError::file(
-                &path,
-                format!(
-                    "r = {}, lora_alpha = {}, target_modules = {:?} do not match the model's \
-                     adapters (r = {}, alpha = {}, {:?})",
-                    theirs.rank,
-                    theirs.alpha,
-                    theirs.target_modules,
-                    ours.rank,
-                    ours.alpha,
-                    ours.target_modules
-                ),
-            ));
-        }
+        AdapterConfig::read(dir)?.check_fits(&ours, dir)?;
         let mut expected = self.adapter_tensors(slot)?;
         let weights = dir.join(ADAPTER_WEIGHTS_FILE);
         read_tensors(&weights, |name, values| {

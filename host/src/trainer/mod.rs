@@ -37,6 +37,7 @@ use metrics::{
 };
 pub use metrics::{Metrics, MetricsLog};
 pub use offload::{Offload, Residency};
+pub use setup::adapter_names;
 pub use setup::Phase;
 pub use task_order::TaskOrder;
 pub use worker_group::{tch_device, tch_kind, WorkerGroup};
@@ -221,8 +222,7 @@ impl Trainer {
                 section,
                 &model,
                 reference.as_deref(),
-                lora.as_ref()
-                    .map(|s| (s, setup::adapter_names(&config, name))),
+                lora.as_ref().map(|s| (s, adapter_names(&config, name))),
                 config.run.seed,
                 learning_rate,
                 config.algorithm.loss.weight_decay,
@@ -232,6 +232,11 @@ impl Trainer {
                 .optimizer
                 .set_betas_and_epsilon((beta1, beta2), config.algorithm.loss.adam_epsilon);
             group.set_adapter_learning_rates(setup::adapter_learning_rates(&config, name));
+            if let Some(folder) = section.lora.as_ref().and_then(|l| l.init_from.as_deref()) {
+                group
+                    .start_adapters_from(&file.resolve(folder))
+                    .with_context(|| format!("worker group `{name}`: [lora] init_from"))?;
+            }
             if plan.estimator.uses_critic() {
                 group.add_critic(config.algorithm.critic_settings().weight_decay)?;
             }

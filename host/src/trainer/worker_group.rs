@@ -132,6 +132,21 @@ impl WorkerGroup {
         Ok(())
     }
 
+    /// Loads each of the group's adapters from the PEFT folder `folder/NAME` (a checkpoint's
+    /// `adapters/`) in place of its fresh initialisation; the group's weights are then no longer
+    /// its model file's alone.
+    pub fn start_adapters_from(&mut self, folder: &Path) -> anyhow::Result<()> {
+        for (slot, name) in self.adapter_names.iter().enumerate() {
+            let dir = folder.join(name);
+            self.pretrained
+                .model
+                .load_adapter(slot, &dir)
+                .with_context(|| format!("loading adapter `{name}` from {}", dir.display()))?;
+        }
+        self.untouched = false;
+        Ok(())
+    }
+
     /// Gives adapter `slot` the peak learning rate `rates[slot]` (the optimizer scales those
     /// adapters' steps by the ratio to the group's rate, schedule included).
     pub fn set_adapter_learning_rates(&mut self, rates: Vec<f64>) {
