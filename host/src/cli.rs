@@ -58,7 +58,7 @@ pub enum Command {
     /// Train the agents that the run file describes.
     Train(TrainArgs),
     /// Evaluate the agents that the run file describes (avg@k, pass@k per data source).
-    Eval,
+    Eval(EvalArgs),
     /// List every component the plugins folder offers, and the built-in estimators.
     Plugins,
     /// Check a run file without doing any work: everything `train` would refuse.
@@ -124,6 +124,16 @@ pub struct TrainArgs {
     /// Continue from the newest checkpoint in the run folder instead of starting over.
     #[arg(long)]
     pub resume: bool,
+}
+
+/// Options of `eval`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Args)]
+pub struct EvalArgs {
+    /// A checkpoint folder of a run of this run file (`RUN/checkpoints/iteration_NNNNN`) whose
+    /// weights to evaluate, at that iteration's eval seed: it scores what the run's own
+    /// evaluation after that iteration scored.
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint: Option<PathBuf>,
 }
 
 /// Options of `devices`.

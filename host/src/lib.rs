@@ -96,9 +96,22 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        cli::Command::Eval => {
+        cli::Command::Eval(args) => {
             let (config, file, plan) = prepare(&cli.common, preflight::Intent::Eval)?;
+            let checkpoint = args
+                .checkpoint
+                .as_deref()
+                .map(trainer::Checkpoint::open)
+                .transpose()?;
             let mut trainer = trainer::Trainer::new(config, &file, plan)?;
+            if let Some(checkpoint) = &checkpoint {
+                trainer.load_checkpoint_weights(checkpoint)?;
+                println!(
+                    "evaluating {} (the weights after iteration {})",
+                    checkpoint.dir().display(),
+                    checkpoint.iteration()
+                );
+            }
             let report = trainer.evaluate_standalone()?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())

@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 
 use drmas_host::config::RunConfig;
-use drmas_host::trainer::{FailedCount, TaskOrder, TrainSummary, Trainer};
+use drmas_host::trainer::{Checkpoint, FailedCount, TaskOrder, TrainSummary, Trainer};
 use serde_json::Value;
 
 fn tiny_model(family: &str) -> String {
@@ -1155,6 +1155,46 @@ fn a_lora_group_starts_from_a_checkpoints_adapters() {
     assert!(
         error.contains("r = 4") && error.contains("do not match"),
         "{error}"
+    );
+}
+
+/// `drmas-host eval --checkpoint`: a checkpoint's weights (a full group's and a LoRA group's),
+/// evaluated at its iteration's eval seed, score exactly what the run's own evaluation after
+/// that iteration scored.
+#[test]
+fn evaluating_a_checkpoint_reproduces_the_runs_own_evaluation() {
+    // The iteration of each whose evaluation differs from the one before training.
+    for (label, groups, iteration) in [
+        ("full", group("shared", "llama"), 2),
+        ("lora", lora_group("shared", true), 1),
+    ] {
+        let text = run_file("shared", "shared", &groups, 2)
+            .replace("save_every = 1", "save_every = 1\neval_every = 1");
+        let dir = common::scratch(&format!("trainer-eval-{label}-{}", std::process::id()));
+        train_to_the_end(&dir, &text);
+        let read = |iteration: u32| -> drmas_host::trainer::EvalReport {
+            let path = dir.join(format!("run/eval/iteration_{iteration:05}.json"));
+            serde_json::from_slice(&std::fs::read(path).expect("the run's eval")).expect("a report")
+        };
+        assert_ne!(
+            read(iteration),
+            read(0),
+            "{label}: training changed the scores"
+        );
+        let mut evaluator = trainer(&dir, &text).expect("trainer");
+        let checkpoint = dir.join(format!("run/checkpoints/iteration_{iteration:05}"));
+        let checkpoint = Checkpoint::open(&checkpoint).expect("a checkpoint");
+        assert_eq!(checkpoint.iteration(), iteration);
+        evaluator
+            .load_checkpoint_weights(&checkpoint)
+            .expect("loads");
+        let report = evaluator.evaluate_standalone().expect("eval");
+        assert_eq!(report, read(iteration), "{label}");
+    }
+    let error = Checkpoint::open(Path::new("run/checkpoints")).expect_err("not a checkpoint");
+    assert!(
+        format!("{error:#}").contains("is not a checkpoint"),
+        "{error:#}"
     );
 }
 

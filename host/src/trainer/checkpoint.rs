@@ -146,6 +146,55 @@ impl Checkpoint {
         Ok(())
     }
 
+    /// The checkpoint in `dir`, which must be a complete checkpoint folder
+    /// (`RUN/checkpoints/iteration_NNNNN`).
+    pub fn open(dir: &Path) -> anyhow::Result<Self> {
+        let iteration = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("iteration_"))
+            .and_then(|n| n.parse::<u32>().ok());
+        match iteration {
+            Some(iteration) if dir.join(STATE_FILE).is_file() => Ok(Self {
+                dir: dir.to_owned(),
+                iteration,
+            }),
+            _ => bail!(
+                "{} is not a checkpoint: name a folder RUN/checkpoints/iteration_NNNNN that holds \
+                 {STATE_FILE} (a run writes one per save)",
+                dir.display()
+            ),
+        }
+    }
+
+    /// Loads every group's weights (or adapters) only, for an evaluation: no optimizer state.
+    pub fn restore_weights(&self, groups: &mut [WorkerGroup]) -> anyhow::Result<()> {
+        for group in groups {
+            self.restore_group_weights(group)?;
+        }
+        Ok(())
+    }
+
+    /// Loads `group`'s weights (or adapters) from its folder in the checkpoint and returns the
+    /// folder, or `None` for a group saved as untrained (its weights are the model file's).
+    fn restore_group_weights(&self, group: &mut WorkerGroup) -> anyhow::Result<Option<PathBuf>> {
+        let dir = self.dir.join(&group.name);
+        if !dir.is_dir() {
+            bail!(
+                "checkpoint {} has no worker group `{}`; was it written by another run file?",
+                self.dir.display(),
+                group.name
+            );
+        }
+        if dir.join(UNTRAINED_FILE).is_file() {
+            return Ok(None);
+        }
+        restore_model(group, &dir)
+            .with_context(|| format!("restoring worker group `{}`", group.name))?;
+        group.untouched = false;
+        Ok(Some(dir))
+    }
+
     /// The folder.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -166,20 +215,9 @@ impl Checkpoint {
         )
         .with_context(|| format!("parsing {}", state_path.display()))?;
         for group in groups {
-            let dir = self.dir.join(&group.name);
-            if !dir.is_dir() {
-                bail!(
-                    "checkpoint {} has no worker group `{}`; was it written by another run file?",
-                    self.dir.display(),
-                    group.name
-                );
-            }
-            if dir.join(UNTRAINED_FILE).is_file() {
+            let Some(dir) = self.restore_group_weights(group)? else {
                 continue;
-            }
-            restore_model(group, &dir)
-                .with_context(|| format!("restoring worker group `{}`", group.name))?;
-            group.untouched = false;
+            };
             let optimizer = dir.join(OPTIMIZER_FILE);
             let saved = Tensor::read_safetensors(&optimizer)
                 .with_context(|| format!("reading {}", optimizer.display()))?;

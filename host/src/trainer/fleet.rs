@@ -62,6 +62,11 @@ impl Fleet {
         }))
     }
 
+    /// Whether the servers can load weights the trainer sends (`weight_sync` is not `none`).
+    pub fn loads_weights(&self) -> bool {
+        self.weights.is_some()
+    }
+
     /// Whether the servers were given this run's weights yet (servers that cannot load
     /// weights keep those they started with).
     pub fn synced(&self) -> bool {

@@ -301,6 +301,28 @@ impl Trainer {
         &self.out_dir
     }
 
+    /// Loads the weights of `checkpoint` for an evaluation (`drmas-host eval --checkpoint`),
+    /// at that iteration's eval seed. Servers that cannot load weights would evaluate their
+    /// own: refused.
+    pub fn load_checkpoint_weights(&mut self, checkpoint: &Checkpoint) -> anyhow::Result<()> {
+        for (group, fleet) in self.groups.iter().zip(&self.fleets) {
+            if fleet.as_ref().is_some_and(|f| !f.loads_weights()) {
+                anyhow::bail!(
+                    "worker group `{}` generates on servers that cannot load weights \
+                     (weight_sync = \"none\"), so they would evaluate their own, not {}'s; \
+                     give them a weight_sync, or serve the checkpoint's weights yourself and \
+                     evaluate without --checkpoint",
+                    group.name,
+                    checkpoint.dir().display()
+                );
+            }
+        }
+        checkpoint.restore_weights(&mut self.groups)?;
+        self.iteration = checkpoint.iteration();
+        self.trained_through = checkpoint.iteration();
+        Ok(())
+    }
+
     /// Continues from the newest checkpoint in the run folder, if there is one; returns the
     /// iteration it resumes after. Without one the run starts over: the metrics and samples of
     /// a run killed before its first checkpoint are dropped, as they would be redone.
