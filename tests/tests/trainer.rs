@@ -1190,12 +1190,16 @@ fn evaluating_a_checkpoint_reproduces_the_runs_own_evaluation() {
             .expect("loads");
         let report = evaluator.evaluate_standalone().expect("eval");
         assert_eq!(report, read(iteration), "{label}");
+        // Naming the run folder instead: the message lists its checkpoints.
+        let error = format!(
+            "{:#}",
+            Checkpoint::open(&dir.join("run")).expect_err("a run")
+        );
+        assert!(
+            error.contains("is not a checkpoint") && error.contains("iteration_00002"),
+            "{error}"
+        );
     }
-    let error = Checkpoint::open(Path::new("run/checkpoints")).expect_err("not a checkpoint");
-    assert!(
-        format!("{error:#}").contains("is not a checkpoint"),
-        "{error:#}"
-    );
 }
 
 #[test]

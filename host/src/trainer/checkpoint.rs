@@ -154,17 +154,30 @@ impl Checkpoint {
             .and_then(|n| n.to_str())
             .and_then(|n| n.strip_prefix("iteration_"))
             .and_then(|n| n.parse::<u32>().ok());
-        match iteration {
-            Some(iteration) if dir.join(STATE_FILE).is_file() => Ok(Self {
+        if let Some(iteration) = iteration.filter(|_| dir.join(STATE_FILE).is_file()) {
+            return Ok(Self {
                 dir: dir.to_owned(),
                 iteration,
-            }),
-            _ => bail!(
-                "{} is not a checkpoint: name a folder RUN/checkpoints/iteration_NNNNN that holds \
-                 {STATE_FILE} (a run writes one per save)",
-                dir.display()
-            ),
+            });
         }
+        // Named a run folder or its checkpoints/ folder: say which checkpoints are there.
+        let inside = [dir.join("checkpoints"), dir.to_owned()]
+            .iter()
+            .map(|root| complete(root))
+            .collect::<anyhow::Result<Vec<_>>>()?
+            .into_iter()
+            .find(|found| !found.is_empty())
+            .map(|found| {
+                let names: Vec<String> =
+                    found.iter().map(|(_, d)| d.display().to_string()).collect();
+                format!("; checkpoints there: {}", names.join(", "))
+            })
+            .unwrap_or_default();
+        bail!(
+            "{} is not a checkpoint: name a folder RUN/checkpoints/iteration_NNNNN that holds \
+             {STATE_FILE} (a run writes one per save){inside}",
+            dir.display()
+        )
     }
 
     /// Loads every group's weights (or adapters) only, for an evaluation: no optimizer state.
