@@ -586,6 +586,18 @@ impl Plan {
                 "worker group `{name}`: {summary} from {}",
                 path.display()
             );
+            if let Some(lora) = config.worker_groups.get(name).and_then(|g| g.lora.as_ref()) {
+                let _ = writeln!(
+                    out,
+                    "  LoRA adapters {} (rank {}, alpha {}), {}",
+                    crate::trainer::adapter_names(config, name).join(", "),
+                    lora.rank,
+                    lora.alpha,
+                    lora.init_from
+                        .as_ref()
+                        .map_or("fresh".to_owned(), |from| format!("from {from}"))
+                );
+            }
             let Some(group) = config.worker_groups.get(name).filter(|g| g.offload) else {
                 continue;
             };

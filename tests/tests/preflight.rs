@@ -74,6 +74,18 @@ fn offload_on_a_cpu_group_is_accepted_with_a_note_that_it_changes_nothing() {
 }
 
 #[test]
+fn a_lora_groups_adapters_are_named_in_the_summary() {
+    assert_noted_only_when_set(
+        (
+            "micro_batch_size = 8\n",
+            "micro_batch_size = 8\n\n[worker_groups.shared.lora]\nrank = 8\n",
+        ),
+        "  LoRA adapters solver, verifier (rank 8, alpha 32), fresh",
+        "LoRA",
+    );
+}
+
+#[test]
 fn a_frozen_agent_is_named_in_the_summary() {
     assert_noted_only_when_set(
         (
