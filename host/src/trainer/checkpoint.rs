@@ -149,12 +149,7 @@ impl Checkpoint {
     /// The checkpoint in `dir`, which must be a complete checkpoint folder
     /// (`RUN/checkpoints/iteration_NNNNN`).
     pub fn open(dir: &Path) -> anyhow::Result<Self> {
-        let iteration = dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_prefix("iteration_"))
-            .and_then(|n| n.parse::<u32>().ok());
-        if let Some(iteration) = iteration.filter(|_| dir.join(STATE_FILE).is_file()) {
+        if let Some(iteration) = iteration_of(dir).filter(|_| dir.join(STATE_FILE).is_file()) {
             return Ok(Self {
                 dir: dir.to_owned(),
                 iteration,
@@ -347,12 +342,7 @@ fn complete(root: &Path) -> anyhow::Result<Vec<(u32, PathBuf)>> {
     let mut found = Vec::new();
     for entry in entries {
         let path = entry?.path();
-        let iteration = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_prefix("iteration_"))
-            .and_then(|n| n.parse::<u32>().ok());
-        if let Some(iteration) = iteration {
+        if let Some(iteration) = iteration_of(&path) {
             if path.join(STATE_FILE).is_file() {
                 found.push((iteration, path));
             }
@@ -360,6 +350,15 @@ fn complete(root: &Path) -> anyhow::Result<Vec<(u32, PathBuf)>> {
     }
     found.sort();
     Ok(found)
+}
+
+/// The iteration a checkpoint folder's name `iteration_NNNNN` gives.
+fn iteration_of(dir: &Path) -> Option<u32> {
+    dir.file_name()?
+        .to_str()?
+        .strip_prefix("iteration_")?
+        .parse()
+        .ok()
 }
 
 /// Deletes all but the newest [`KEEP`] checkpoints. Each is first renamed out of the

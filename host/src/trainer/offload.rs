@@ -1,8 +1,8 @@
 //! [`Offload`]: a worker group's `offload = true`. After its update the group's weights (and
-//! gradients, where some are held), reference model, critic and optimizer state (moments, f32 masters) leave its
-//! device for host memory (pinned when the device is a GPU); the weights come back before the
-//! next rollout or evaluation that generates in process (a group on inference servers keeps
-//! them off the device until its update), the rest only before the group's next update (with a
+//! gradients, where some are held), reference model, critic and optimizer state (moments, f32
+//! masters) leave its device for host memory (pinned when the device is a GPU); the weights
+//! come back before the next rollout or evaluation that generates in process (a group on
+//! inference servers keeps them off the device until its update), the rest only before the group's next update (with a
 //! critic: before the critic values the iteration's calls), so other groups sharing the device
 //! have its memory for their own update. A group no agent trains never updates: its weights
 //! leave when the others update.

@@ -94,8 +94,7 @@ pub fn adapter_names(config: &RunConfig, group: &str) -> Vec<String> {
 
 /// The learning rate of each adapter (by slot) of worker group `group` when its agents own
 /// one each: the agent's `learning_rate`, or the group's; 0 for an agent that does not train,
-/// so its adapter stays as it is even where a batch mixing adapters gives it a zero gradient.
-/// Empty otherwise.
+/// so its adapter never moves (AdamW leaves parameters at rate 0 alone). Empty otherwise.
 pub fn adapter_learning_rates(config: &RunConfig, group: &str) -> Vec<f64> {
     let Some(section) = config.worker_groups.get(group) else {
         return Vec::new();

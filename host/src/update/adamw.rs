@@ -128,8 +128,9 @@ impl AdamW {
     }
 
     /// One update at learning rate `lr` from the accumulated gradients (parameters without a
-    /// gradient, or whose rate is scaled to 0, are left alone: moments and weight decay too). A parameter with a master copy is updated there, in f32, and
-    /// takes the master's value rounded to its own dtype. The step is libtorch's fused AdamW
+    /// gradient, or whose rate is scaled to 0, are left alone: moments and weight decay too).
+    /// A parameter with a master copy is updated there, in f32, and takes the master's value
+    /// rounded to its own dtype. The step is libtorch's fused AdamW
     /// kernel over every tensor at once (one call per learning-rate scale), then one list copy
     /// of the masters into their parameters.
     pub fn step(&mut self, lr: f64) -> Result<(), ModelError> {
