@@ -1190,6 +1190,15 @@ fn evaluating_a_checkpoint_reproduces_the_runs_own_evaluation() {
             .expect("loads");
         let report = evaluator.evaluate_standalone().expect("eval");
         assert_eq!(report, read(iteration), "{label}");
+        let written = std::fs::read_dir(dir.join("run/eval"))
+            .expect("eval folder")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|name| name.starts_with(&format!("standalone_iteration_{iteration:05}_")))
+            .count();
+        assert_eq!(
+            written, 1,
+            "{label}: the checkpoint's evaluation is named after it"
+        );
         // Naming the run folder instead: the message lists its checkpoints.
         let error = format!(
             "{:#}",

@@ -1235,16 +1235,18 @@ impl Trainer {
     }
 
     /// [`Self::evaluate`] outside training (`drmas-host eval`): writes
-    /// `eval/standalone_<unix seconds>.json`, so it never replaces a training run's own
-    /// evaluations in the same folder.
+    /// `eval/standalone_<unix seconds>.json` (`standalone_iteration_NNNNN_<unix seconds>.json`
+    /// for a checkpoint's weights), so it never replaces a training run's own evaluations in
+    /// the same folder.
     pub fn evaluate_standalone(&mut self) -> anyhow::Result<EvalReport> {
         let seconds = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let path = self
-            .out_dir
-            .join("eval")
-            .join(format!("standalone_{seconds}.json"));
+        let name = match self.iteration {
+            0 => format!("standalone_{seconds}.json"),
+            iteration => format!("standalone_iteration_{iteration:05}_{seconds}.json"),
+        };
+        let path = self.out_dir.join("eval").join(name);
         self.evaluate_into("eval", &path)
     }
 
