@@ -402,6 +402,19 @@ fn servers_that_cannot_load_weights_evaluate_but_do_not_train() {
     assert_eq!(lines[0]["calls/second"], 8.0, "{}", lines[0]);
     assert!(lines[0].get("time/weight_sync_s/judge").is_none());
     assert_eq!(server.get("/get_model_info")["weight_version"], before);
+    // Its servers cannot be given a checkpoint's weights: evaluating one is refused.
+    let run = common::scratch_path("completions-frozen-judge");
+    let output = drmas_command(&run, "eval", &judge)
+        .arg("--checkpoint")
+        .arg(run.join("run/checkpoints/iteration_00001"))
+        .output()
+        .expect("run drmas-host");
+    assert!(!output.status.success());
+    assert!(
+        log(&output).contains("worker group `judge` generates on servers that cannot load weights"),
+        "{}",
+        log(&output)
+    );
 }
 
 #[test]

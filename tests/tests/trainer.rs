@@ -497,6 +497,15 @@ fn a_frozen_agent_samples_but_leaves_every_update() {
         std::fs::canonicalize(model).expect("model"),
         std::fs::canonicalize(tiny_model("llama")).expect("fixture")
     );
+    // A note whose model file is gone says so.
+    std::fs::write(two.join("untrained.json"), r#"{"model": "/no/such/model"}"#).expect("note");
+    let error = drmas_host::preflight::prepare(&config, &file, &common::fixture_registry())
+        .err()
+        .expect("the model is gone");
+    assert!(
+        format!("{error:#}").contains("whose weights are /no/such/model, which does not exist"),
+        "{error:#}"
+    );
     // Frozen after it trained, a group keeps (and saves) its trained weights.
     let after_training = common::scratch(&format!("trainer-frozen-later-{}", std::process::id()));
     let trained_once = trainer(
