@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use drmas_host::config::WorkerGroupSection;
 use drmas_host::model::layers::AdapterRows;
 use drmas_host::model::lora::{LoraSettings, TARGET_MODULES};
-use drmas_host::trainer::WorkerGroup;
+use drmas_host::trainer::{Residency, WorkerGroup};
 use tch::{Device, Kind, Tensor};
 
 fn tiny_llama() -> PathBuf {
@@ -196,7 +196,13 @@ fn an_offloaded_bf16_group_moves_each_part_at_its_phase_and_returns_bit_for_bit(
         &format!("dtype = \"bf16\"\ndevice = \"{device}\"\noffload = true"),
         false,
     );
-    assert_eq!(group.residency(), Some((home, home)), "loaded at home");
+    let at = |weights_home, training_state_home| {
+        Some(Residency {
+            weights_home,
+            training_state_home,
+        })
+    };
+    assert_eq!(group.residency(), at(true, true), "loaded at home");
     train_step(&mut group);
     let trained = snapshot(&group);
     assert!(
@@ -205,7 +211,7 @@ fn an_offloaded_bf16_group_moves_each_part_at_its_phase_and_returns_bit_for_bit(
     );
 
     group.offload_after_update();
-    assert_eq!(group.residency(), Some((Device::Cpu, Device::Cpu)));
+    assert_eq!(group.residency(), at(false, false));
     assert_eq!(places(&group), (Device::Cpu, Device::Cpu, Device::Cpu));
     if let Device::Cuda(_) = home {
         let weight = &group.pretrained.model.var_store().variables()["model.norm.weight"];
@@ -217,11 +223,11 @@ fn an_offloaded_bf16_group_moves_each_part_at_its_phase_and_returns_bit_for_bit(
     assert_bit_identical(&trained, &snapshot(&group));
 
     group.prepare_rollout();
-    assert_eq!(group.residency(), Some((home, Device::Cpu)));
+    assert_eq!(group.residency(), at(true, false));
     assert_eq!(places(&group), (home, Device::Cpu, Device::Cpu));
 
     group.prepare_update();
-    assert_eq!(group.residency(), Some((home, home)));
+    assert_eq!(group.residency(), at(true, true));
     assert_eq!(places(&group), (home, home, home));
     assert_bit_identical(&trained, &snapshot(&group));
 

@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 
 use drmas_host::config::RunConfig;
-use drmas_host::trainer::{Checkpoint, FailedCount, TaskOrder, TrainSummary, Trainer};
+use drmas_host::trainer::{Checkpoint, FailedCount, Residency, TaskOrder, TrainSummary, Trainer};
 use serde_json::Value;
 
 fn tiny_model(family: &str) -> String {
@@ -589,15 +589,25 @@ fn a_frozen_agent_samples_but_leaves_every_update() {
     assert!(line["lr/agent/first"].is_number(), "{line}");
     assert!(line.get("lr/agent/second").is_none(), "{line}");
 
-    // With offload, a group no agent trains reports its moves' seconds as the others do (it
-    // leaves the device while they update; on a CPU its moves change nothing to observe).
-    let offloaded = frozen.replacen(
-        "[worker_groups.two]",
-        "[worker_groups.two]\noffload = true",
-        1,
-    );
+    // With offload, a group no agent trains leaves the device while the others update, and
+    // reports its moves' seconds as they do. Without an eval after the last iteration (which
+    // brings the weights back), the run ends with them still away.
+    let offloaded = frozen
+        .replacen(
+            "[worker_groups.two]",
+            "[worker_groups.two]\noffload = true",
+            1,
+        )
+        .replacen("eval_data = { path = \"alpha, beta\" }\n", "", 1);
     let dir = common::scratch(&format!("trainer-frozen-offload-{}", std::process::id()));
-    train_to_the_end(&dir, &offloaded);
+    let mut run = trainer(&dir, &offloaded).expect("trainer");
+    run.train().expect("the run");
+    let away = Residency {
+        weights_home: false,
+        training_state_home: false,
+    };
+    assert_eq!(run.residency("two"), Some(away));
+    assert_eq!(run.residency("one"), None, "no offload there");
     for line in &metrics(&dir)[1..] {
         assert!(line["time/offload_s/two"].is_number(), "{line}");
     }

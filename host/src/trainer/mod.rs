@@ -296,6 +296,14 @@ impl Trainer {
         self.initial_eval = Some((report, source));
     }
 
+    /// With `offload = true` on worker group `group`: where its parts are now.
+    pub fn residency(&self, group: &str) -> Option<Residency> {
+        self.groups
+            .iter()
+            .find(|g| g.name == group)
+            .and_then(WorkerGroup::residency)
+    }
+
     /// The run folder.
     pub fn out_dir(&self) -> &Path {
         &self.out_dir

@@ -29,8 +29,15 @@ pub struct Offload {
     seconds: f64,
 }
 
-/// Where a group's parts are: `(weights, training state)` devices.
-pub type Residency = (Device, Device);
+/// Where an offloaded group's parts are meant to be now: on its own device ("home") or in host
+/// memory. On a CPU group both are host memory; this still tells the phases apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Residency {
+    /// Whether the weights (and gradients, where some are held) are on the group's device.
+    pub weights_home: bool,
+    /// Whether the reference model, critic and optimizer state are on the group's device.
+    pub training_state_home: bool,
+}
 
 impl Offload {
     /// A group on `home`, everything there.
@@ -77,11 +84,9 @@ impl WorkerGroup {
 
     /// With offload: where the weights and the training state are meant to be now.
     pub fn residency(&self) -> Option<Residency> {
-        self.offload.as_ref().map(|offload| {
-            (
-                offload.place(offload.weights_home),
-                offload.place(offload.training_state_home),
-            )
+        self.offload.as_ref().map(|offload| Residency {
+            weights_home: offload.weights_home,
+            training_state_home: offload.training_state_home,
         })
     }
 
