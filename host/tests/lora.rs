@@ -244,7 +244,7 @@ fn a_step_changes_only_the_adapter_its_rows_used() {
 
 /// A step moves only the adapters its rows used: also when its batch mixes adapters, and when
 /// an earlier step used the others (gradients are dropped between steps); never one at
-/// learning rate 0 (a frozen agent's), weight decay included.
+/// learning rate 0, weight decay included.
 #[test]
 fn a_step_moves_only_the_used_adapters_with_a_learning_rate() {
     let pretrained = adapted(4);

@@ -373,12 +373,18 @@ pub(super) fn record_update(
         metrics.set(format!("grad_norm/agent/{}", team[*agent].role), *norm);
     }
     metrics.set(format!("lr/{name}"), lr);
-    // An adapter at rate 0 is a frozen agent's: it has no learning rate to log.
+    // The adapters of the agents this update trained (not a frozen agent's).
+    let trained = |role: &String| {
+        report
+            .agent_grad_norms
+            .keys()
+            .any(|&agent| team[agent].role == *role)
+    };
     for (role, rate) in group
         .adapter_names
         .iter()
         .zip(&group.adapter_learning_rates)
-        .filter(|&(_, &rate)| rate > 0.0)
+        .filter(|&(role, _)| trained(role))
     {
         metrics.set(format!("lr/agent/{role}"), lr * rate / group.learning_rate);
     }

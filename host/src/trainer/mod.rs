@@ -673,11 +673,7 @@ impl Trainer {
         let critic_warmup = collected.values.is_some()
             && self.iteration <= self.config.algorithm.critic_settings().warmup_iterations;
         for index in 0..self.groups.len() {
-            if !self.groups[index].trains {
-                // It never updates: with offload its weights leave the device here, where a
-                // trained group's leave after its update, so the groups that train have them.
-                self.groups[index].offload_after_update();
-            } else {
+            if self.groups[index].trains {
                 if let (Some(values), Some(returns)) = (&collected.values, &collected.returns) {
                     self.update_critic(index, rollout, values, returns, &mut metrics)?;
                 }
@@ -687,6 +683,10 @@ impl Trainer {
                     trained_tokens += report.forward_tokens;
                     record_update(&mut metrics, &self.groups[index], &report, &self.team);
                 }
+            } else {
+                // It never updates: with offload its weights leave the device here, where a
+                // trained group's leave after its update, so the groups that train have them.
+                self.groups[index].offload_after_update();
             }
             let group = &mut self.groups[index];
             if let Some(seconds) = group.take_offload_seconds() {

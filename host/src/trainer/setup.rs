@@ -93,8 +93,7 @@ pub fn adapter_names(config: &RunConfig, group: &str) -> Vec<String> {
 }
 
 /// The learning rate of each adapter (by slot) of worker group `group` when its agents own
-/// one each: the agent's `learning_rate`, or the group's; 0 for an agent that does not train,
-/// so its adapter never moves (AdamW leaves parameters at rate 0 alone). Empty otherwise.
+/// one each: the agent's `learning_rate`, or the group's. Empty otherwise.
 pub fn adapter_learning_rates(config: &RunConfig, group: &str) -> Vec<f64> {
     let Some(section) = config.worker_groups.get(group) else {
         return Vec::new();
@@ -106,13 +105,7 @@ pub fn adapter_learning_rates(config: &RunConfig, group: &str) -> Vec<f64> {
         .agents
         .iter()
         .filter(|a| a.worker_group.get_ref() == group)
-        .map(|a| {
-            if a.trains() {
-                a.learning_rate.unwrap_or(section.learning_rate)
-            } else {
-                0.0
-            }
-        })
+        .map(|a| a.learning_rate.unwrap_or(section.learning_rate))
         .collect()
 }
 

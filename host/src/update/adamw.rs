@@ -128,7 +128,7 @@ impl AdamW {
     }
 
     /// One update at learning rate `lr` from the accumulated gradients (parameters without a
-    /// gradient, or whose rate is scaled to 0, are left alone: moments and weight decay too).
+    /// gradient are left alone: moments and weight decay too).
     /// A parameter with a master copy is updated there, in f32, and takes the master's value
     /// rounded to its own dtype. The step is libtorch's fused AdamW
     /// kernel over every tensor at once (one call per learning-rate scale), then one list copy
@@ -150,7 +150,7 @@ impl AdamW {
                 .zip(&self.rate_scales)
             {
                 let grad = param.grad();
-                if !grad.defined() || scale == 0.0 {
+                if !grad.defined() {
                     continue;
                 }
                 let index = match batches.iter().position(|(s, _)| *s == scale) {
