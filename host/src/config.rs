@@ -18,6 +18,7 @@ pub use rollout_backend::{check_trainable, GroupRolloutSection, RolloutBackend, 
 pub use rollout_correction::{OldLogprobs, RolloutCorrectionSection};
 
 mod kl_in_reward;
+mod off_policy;
 mod rollout_backend;
 mod rollout_correction;
 
@@ -679,6 +680,11 @@ pub struct RolloutSection {
     /// panicked or timed out) before the run stops; a failed episode's prompt group is dropped
     /// from the batch. 0: the first failure stops the run.
     pub max_episode_failure_rate: f64,
+    /// The next iteration's rollout runs on the servers while this iteration's update runs,
+    /// sampled by the weights one update behind (verl's one-step off-policy): the update no
+    /// longer waits for generation, nor generation for the update. Needs every worker group on
+    /// servers; the old log-probabilities are recomputed.
+    pub one_step_off_policy: bool,
 }
 
 /// How a rollout batches agent calls.
@@ -710,6 +716,7 @@ impl Default for RolloutSection {
             batch_wait_ms: 50,
             plugin_call_timeout_s: 60,
             max_episode_failure_rate: 0.0,
+            one_step_off_policy: false,
         }
     }
 }
@@ -859,7 +866,8 @@ impl RunConfig {
             rollout_backend::check(name, group, file)?;
         }
         validate::check_numbers(self, file)?;
-        rollout_correction::check(self, file)
+        rollout_correction::check(self, file)?;
+        off_policy::check(self, file)
     }
 }
 

@@ -316,6 +316,117 @@ fn each_weight_version_names_the_update_its_weights_come_from() {
         "iteration-2"
     );
 }
+/// The first prompt group's calls in `run/samples.jsonl` of `dir`, by iteration: each call's
+/// task, role and text.
+fn sampled_calls(dir: &Path) -> std::collections::BTreeMap<u64, Vec<(Value, Value, Value)>> {
+    let mut calls = std::collections::BTreeMap::<u64, Vec<_>>::new();
+    let text = std::fs::read_to_string(dir.join("run/samples.jsonl")).expect("samples.jsonl");
+    for line in text.lines() {
+        let call: Value = serde_json::from_str(line).expect("a JSON line");
+        let iteration = call["iteration"].as_u64().expect("an iteration");
+        calls.entry(iteration).or_default().push((
+            call["task"].clone(),
+            call["role"].clone(),
+            call["text"].clone(),
+        ));
+    }
+    calls
+}
+
+/// The metrics lines of the training iterations in `run/metrics.jsonl` of `dir`.
+fn training_lines(dir: &Path) -> Vec<Value> {
+    common::metrics(&dir.join("run"))
+        .into_values()
+        .filter(|line| line.get("reward/mean").is_some())
+        .collect()
+}
+
+/// `metric` of each iteration's metrics line.
+fn series(lines: &[Value], metric: &str) -> Vec<Option<f64>> {
+    lines.iter().map(|line| line[metric].as_f64()).collect()
+}
+
+#[test]
+fn a_one_step_off_policy_run_samples_one_update_behind_and_resumes_before_its_next_rollout() {
+    let server = Served::start("llama");
+    let rollout = on_servers(&[&server.url]);
+    let text = |iterations: u32, off_policy: bool| {
+        let tables = format!("[worker_groups.{GROUP}.rollout]\n{rollout}");
+        let text = common::pair_run_file(iterations, 1, &tables)
+            .replace("[eval]\nk = 2\n", "[eval]\nk = 0\n");
+        if off_policy {
+            text.replace("[rollout]\n", "[rollout]\none_step_off_policy = true\n")
+        } else {
+            text
+        }
+    };
+    let synchronous = train("off-policy-sync", &text(3, false));
+    let dir = common::scratch("off-policy");
+    let output = drmas(&dir, "train", &text(3, true));
+    assert!(output.status.success(), "{}", log(&output));
+    let lines = training_lines(&dir);
+    let lines = &lines[..];
+
+    // Iteration 1 samples with the model file's weights, as the synchronous run does; the
+    // rollouts of iterations 2 and 3 were made during updates 1 and 2, one update behind.
+    assert_eq!(
+        series(lines, "rollout/policy_lag"),
+        [Some(0.0), Some(1.0), Some(1.0)]
+    );
+    let wait = series(lines, "time/next_rollout_wait_s");
+    assert!(
+        wait[0].is_some() && wait[1].is_some() && wait[2].is_none(),
+        "{wait:?}"
+    );
+    assert_eq!(
+        common::deterministic(&lines[0]),
+        common::deterministic(&synchronous[0])
+    );
+    let synchronous_calls = sampled_calls(&common::scratch_path("off-policy-sync"));
+    let calls = sampled_calls(&dir);
+    assert_eq!(calls[&1], synchronous_calls[&1]);
+    // The data walks as in the synchronous run.
+    for iteration in [2, 3] {
+        assert_eq!(calls[&iteration][0].0, synchronous_calls[&iteration][0].0);
+    }
+    // The old log-probabilities are the trainer's: the same weights as the sampler's in
+    // iteration 1, one update ahead of them afterwards.
+    for role in ["first", "second"] {
+        let mismatch = series(lines, &format!("mismatch/{role}/log_ratio_abs_max"));
+        eprintln!("{role}: sampler vs trainer log-ratio, largest per iteration {mismatch:?}");
+        let mismatch: Vec<f64> = mismatch
+            .into_iter()
+            .map(|m| m.expect("a mismatch"))
+            .collect();
+        assert!(mismatch[0] < 1e-4, "{mismatch:?}");
+        assert!(mismatch[1] > 1e-3 && mismatch[2] > 1e-3, "{mismatch:?}");
+    }
+
+    // The checkpoint of iteration 1 holds the data cursor and sampler before rollout 2, which
+    // is not saved: resumed there, the run rolls out iteration 2 on the updated weights, as
+    // the synchronous run did.
+    let dir = common::scratch("off-policy-resumed");
+    let output = drmas(&dir, "train", &text(2, true));
+    assert!(output.status.success(), "{}", log(&output));
+    std::fs::remove_dir_all(dir.join("run/checkpoints/iteration_00002"))
+        .expect("remove the last checkpoint");
+    let output = drmas_command(&dir, "train", &text(2, true))
+        .arg("--resume")
+        .output()
+        .expect("run drmas-host");
+    assert!(output.status.success(), "{}", log(&output));
+    let resumed = training_lines(&dir);
+    assert_eq!(
+        series(&resumed, "rollout/policy_lag"),
+        [Some(0.0), Some(0.0)]
+    );
+    assert_eq!(
+        common::deterministic(&resumed[1]),
+        common::deterministic(&synchronous[1])
+    );
+    assert_eq!(sampled_calls(&dir)[&2], synchronous_calls[&2]);
+}
+
 #[test]
 fn a_run_over_openai_completions_samples_what_the_native_protocol_samples() {
     let (a, b) = (Served::start("llama"), Served::start("llama"));

@@ -585,3 +585,33 @@ fn a_frozen_agent_takes_no_training_settings_and_some_agent_must_train() {
          evaluate with `drmas-host eval`"
     );
 }
+
+#[test]
+fn one_step_off_policy_needs_every_group_on_servers_and_recomputed_logprobs() {
+    let off_policy = "\n[rollout]\none_step_off_policy = true\n";
+    let config = parse(VALID).expect("valid config");
+    assert!(!config.rollout.one_step_off_policy, "off by default");
+    let message = error(&format!("{VALID}{off_policy}"));
+    assert!(
+        message.contains(":35:23:")
+            && message.contains("worker group `shared` generates in this process"),
+        "{message}"
+    );
+    let servers = "\n[worker_groups.shared.rollout]\nbackend = \"sglang\"\nurls = [\"http://127.0.0.1:30000\"]\n";
+    let text = format!("{VALID}{off_policy}{servers}");
+    let config = parse(&text).expect("every group on servers");
+    assert!(config.rollout.one_step_off_policy);
+    let group = &config.worker_groups["shared"];
+    assert_eq!(
+        OldLogprobs::for_group(config.algorithm.old_logprobs, group),
+        OldLogprobs::Recompute
+    );
+    let message = error(&text.replace(
+        "params = { norm_by_std = false }\n",
+        "params = { norm_by_std = false }\nold_logprobs = \"sampler\"\n",
+    ));
+    assert!(
+        message.contains(":33:16:") && message.contains("one update behind"),
+        "{message}"
+    );
+}

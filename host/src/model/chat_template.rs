@@ -24,6 +24,7 @@ pub struct TemplateMessage<'a> {
 }
 
 /// A compiled chat template plus the special tokens templates refer to.
+#[derive(Clone)]
 pub struct ChatTemplate {
     source: String,
     env: Environment<'static>,

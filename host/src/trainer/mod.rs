@@ -8,10 +8,12 @@ mod eval;
 mod failed_episodes;
 mod fleet;
 mod kl_coefficient;
+mod learner;
 mod metrics;
 mod offload;
 mod out_of_memory;
 pub mod run_folder;
+mod sampler;
 mod setup;
 mod stopped;
 mod task_order;
@@ -24,36 +26,33 @@ use std::time::Instant;
 use anyhow::Context;
 use drmas_sdk::{Environment, Orchestra, Task};
 use indicatif::{ProgressBar, ProgressStyle};
+use tokenizers::Tokenizer;
 
 pub use checkpoint::{untrained_model, Checkpoint};
-use dynamic_sampling::{append, groups_with_call_spread, groups_with_spread, keep_groups};
 pub use eval::{eval_path, score, EvalReport, SourceScore, SOLVED_REWARD};
-use failed_episodes::{groups_with_failures, nothing_left_to_train, warn_failures};
+use failed_episodes::{nothing_left_to_train, warn_failures};
 pub use fleet::probe_servers;
 use kl_coefficient::{mean_kl, KlCoefficient};
-use metrics::{
-    iteration_line, record_advantages, record_critic, record_dynamic_sampling, record_eval,
-    record_penalised_reward, record_rollout, record_update, record_update_time,
-};
+use learner::Learner;
+use metrics::{iteration_line, record_advantages, record_eval};
 pub use metrics::{Metrics, MetricsLog};
 pub use offload::{Offload, Residency};
+use sampler::{run_rollout, samples, shaped_rewards, Sampled, Sampler};
 pub use setup::adapter_names;
 pub use setup::Phase;
 pub use task_order::TaskOrder;
 pub use worker_group::{tch_device, tch_kind, WorkerGroup};
 
 use crate::advantage::{Estimator, Penalty, PerToken, Sample, TokenInput};
-use crate::config::{RunConfig, RunFile, SpreadMetric};
+use crate::config::{RunConfig, RunFile};
 use crate::engine::{Generator, LocalGenerator};
 use crate::model::chat_codec::ChatCodec;
+use crate::model::chat_template::ChatTemplate;
 use crate::plugins::Hosted;
 use crate::preflight::{resolve_model, Plan};
 use crate::rng::SeededRng;
-use crate::rollout::{self, AgentCall, Rollout, RolloutLimits, TeamMember};
-use crate::update::{
-    reference_kl, update_group, AgentTraining, LrSchedule, MicroBatch, NonFinite, Reference,
-    UpdateInputs, UpdateReport, UpdateSettings,
-};
+use crate::rollout::{AgentCall, Crew, Rollout, TeamMember};
+use crate::update::{reference_kl, AgentTraining, MicroBatch, Reference};
 
 /// The indices of `rollout`'s calls made by agents of worker group `group` (of `team`).
 fn calls_of_group(team: &[TeamMember], rollout: &Rollout, group: usize) -> Vec<usize> {
@@ -90,6 +89,12 @@ pub struct Trainer {
     groups: Vec<WorkerGroup>,
     /// Per worker group: its servers when it generates remotely.
     fleets: Vec<Option<fleet::Fleet>>,
+    /// Each worker group's tokenizer and chat template, copied for rollouts beside the updates
+    /// (empty unless `[rollout] one_step_off_policy`).
+    codec_copies: Vec<(Tokenizer, ChatTemplate)>,
+    /// Under `[rollout] one_step_off_policy`: the next iteration's rollout, made beside this
+    /// iteration's update.
+    in_flight: Option<InFlight>,
     estimator: Box<dyn Estimator>,
     penalty: Penalty,
     train_tasks: Vec<Task>,
@@ -263,7 +268,22 @@ impl Trainer {
             .zip(config.worker_groups.values())
             .map(|(group, section)| fleet::Fleet::for_group(group, section, file, &out_dir))
             .collect::<anyhow::Result<Vec<_>>>()?;
+        let codec_copies = if config.rollout.one_step_off_policy {
+            groups
+                .iter()
+                .map(|g| {
+                    (
+                        g.pretrained.tokenizer.clone(),
+                        g.pretrained.chat_template.clone(),
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ok(Self {
+            codec_copies,
+            in_flight: None,
             agent_training: setup::agent_training(&config),
             trains: config.agents.iter().map(|a| a.trains()).collect(),
             order: TaskOrder::new(plan.train_tasks.len(), config.run.seed),
@@ -388,9 +408,17 @@ impl Trainer {
         let mut after = cut_short_eval.filter(|_| self.iteration == total);
         let mut checkpoint = None;
         for iteration in first..=total {
-            let start = (self.order, self.rng.clone());
             self.iteration = iteration;
-            let collected = match self.collect() {
+            let in_flight = self.in_flight.take();
+            let start = match &in_flight {
+                Some(in_flight) => in_flight.start.clone(),
+                None => (self.order, self.rng.clone()),
+            };
+            let collected = match in_flight {
+                Some(in_flight) => self.prepare(in_flight.sampled),
+                None => self.collect(),
+            };
+            let collected = match collected {
                 Ok(collected) => collected,
                 Err(error) => {
                     // Nothing has changed but the data cursor and the sampler: rewinding them
@@ -400,15 +428,33 @@ impl Trainer {
                     return Err(self.stopped(error, Stage::Dropped(iteration)));
                 }
             };
-            let mut metrics = self
-                .learn(&collected)
-                .map_err(|error| self.stopped(error, Stage::Updating))?;
+            let learned = if self.config.rollout.one_step_off_policy && iteration < total {
+                self.learn_beside_next_rollout(&collected)
+            } else {
+                self.learner()
+                    .learn(&collected)
+                    .map(|metrics| (metrics, None))
+            };
+            let (mut metrics, next_rollout) =
+                learned.map_err(|error| self.stopped(error, Stage::Updating))?;
             self.trained_through = iteration;
+            // A failed next rollout leaves the data cursor and the sampler where it began:
+            // this iteration finishes and is saved, and a resumed run rolls it out again.
+            let mut stop = match next_rollout {
+                Some(Ok(next)) => {
+                    self.in_flight = Some(next);
+                    None
+                }
+                Some(Err(error)) => Some(error),
+                None => None,
+            };
             println!("{}", iteration_line(&metrics, total));
             let last = iteration == total;
             // From here on the iteration is finished: an error or a stop signal still lets its
             // metrics line and its checkpoint be written.
-            let mut stop = self.sync_fleets(&mut metrics).err();
+            if stop.is_none() {
+                stop = self.sync_fleets(&mut metrics).err();
+            }
             if !last && stop.is_none() {
                 stop = crate::interrupt::check().err().map(anyhow::Error::from);
             }
@@ -549,12 +595,17 @@ impl Trainer {
 
     /// Writes a checkpoint of the current iteration; returns its folder.
     pub fn save(&self) -> anyhow::Result<PathBuf> {
+        // A rollout made beside the update is not saved: the checkpoint resumes before it.
+        let (task_order, rng) = match &self.in_flight {
+            Some(in_flight) => (in_flight.start.0, &in_flight.start.1),
+            None => (self.order, &self.rng),
+        };
         Checkpoint::write(
             &self.out_dir,
             &checkpoint::TrainerState {
                 iteration: self.iteration,
-                task_order: self.order,
-                rng: self.rng.state(),
+                task_order,
+                rng: rng.state(),
                 skipped_steps: self.skipped_steps,
                 kl_in_reward_coef: self
                     .config
@@ -575,37 +626,61 @@ impl Trainer {
     /// times → rollout (one call per agent turn) → penalised rewards → the estimator's
     /// advantages. It changes no weights, so a failed or interrupted one can be dropped.
     fn collect(&mut self) -> anyhow::Result<Collected> {
-        let mut metrics = Metrics::new(self.iteration);
-        let group_size = self.config.rollout.group_size;
+        let sampled = self.sample()?;
+        self.prepare(sampled)
+    }
 
-        let started = Instant::now();
-        let sampled = self.sample_groups()?;
-        record_rollout(
-            &mut metrics,
-            &sampled.generated,
-            &self.team,
-            started.elapsed().as_secs_f64(),
-        );
-        let generated_rewards =
-            self.shaped_rewards(&sampled.generated, &self.samples(&sampled.generated), None);
-        record_penalised_reward(&mut metrics, &sampled.generated, &generated_rewards);
-        let dynamic = self.config.algorithm.dynamic_sampling.enabled;
-        if let Some(kept) = sampled.kept.as_ref().filter(|_| dynamic) {
-            record_dynamic_sampling(&mut metrics, &sampled.generated, kept, group_size);
+    /// Rolls out the iteration's prompt groups on the worker groups' current weights.
+    fn sample(&mut self) -> anyhow::Result<Sampled> {
+        self.prepare_generators()?;
+        let (local, codecs) = split_groups(&mut self.groups);
+        let generators = generators(&local, &self.fleets);
+        Sampler {
+            crew: Crew {
+                orchestra: &self.orchestra,
+                environment: &self.environment,
+                team: &self.team,
+                codecs: &codecs,
+                generators: &generators,
+            },
+            config: &self.config,
+            penalty: &self.penalty,
+            train_tasks: &self.train_tasks,
+            order: &mut self.order,
+            rng: &mut self.rng,
+            iteration: self.iteration,
+            policy_lag: self.iteration.saturating_sub(1 + self.trained_through),
+            show_progress: true,
         }
-        let failed = sampled.generated.failed_episodes();
-        metrics.set("episodes/failed", failed as f64);
-        metrics.set("groups/dropped_failed", sampled.failed_groups as f64);
+        .sample()
+    }
+
+    /// The rest of the first half of an iteration on `sampled`, its rollout: the samples
+    /// written, the critic's values, the greedy baselines and the KL in the reward where the
+    /// run has them, and the estimator's advantages, all from the current weights.
+    fn prepare(&mut self, sampled: Sampled) -> anyhow::Result<Collected> {
+        let Sampled {
+            groups: sampled,
+            mut metrics,
+        } = sampled;
+        let group_size = self.config.rollout.group_size;
         self.write_samples(&sampled.generated, &sampled.tasks, group_size)?;
         if sampled.batch().episodes.is_empty() && sampled.failed_groups > 0 {
             return Err(nothing_left_to_train(&sampled.generated, self.iteration));
         }
-        self.failed.episodes += failed as u64;
+        self.failed.episodes += sampled.generated.failed_episodes() as u64;
         self.failed.groups += sampled.failed_groups as u64;
 
         let rollout = sampled.batch();
-        let samples = self.samples(rollout);
-        let rewards = self.shaped_rewards(rollout, &samples, Some(&mut metrics));
+        let samples = samples(&self.team, &self.config, rollout);
+        let rewards = shaped_rewards(
+            &self.team,
+            &self.config,
+            &self.penalty,
+            rollout,
+            &samples,
+            Some(&mut metrics),
+        );
         let lengths: Vec<usize> = rollout.calls.iter().map(|c| c.response.len()).collect();
         let values = if self.estimator.uses_critic() {
             Some(self.critic_values(rollout)?)
@@ -659,55 +734,85 @@ impl Trainer {
         })
     }
 
-    /// The second half of an iteration: one update per worker group on what [`Self::collect`]
-    /// gathered; returns the iteration's metrics. Never interrupted: once one group's weights
-    /// change, the iteration has to finish.
-    fn learn(&mut self, collected: &Collected) -> anyhow::Result<Metrics> {
-        let _updating = crate::interrupt::updating();
-        tracing::debug!("iteration {}: updating the worker groups", self.iteration);
-        let mut metrics = collected.metrics.clone();
-        let rollout = collected.sampled.batch();
-        let started = Instant::now();
-        let bar = phase_bar(self.groups.len() as u64, "update");
-        let mut trained_tokens = 0;
-        let critic_warmup = collected.values.is_some()
-            && self.iteration <= self.config.algorithm.critic_settings().warmup_iterations;
-        for index in 0..self.groups.len() {
-            if self.groups[index].trains {
-                if let (Some(values), Some(returns)) = (&collected.values, &collected.returns) {
-                    self.update_critic(index, rollout, values, returns, &mut metrics)?;
-                }
-                if !critic_warmup {
-                    let report =
-                        self.update(index, rollout, &collected.advantages, &collected.recomputed)?;
-                    trained_tokens += report.forward_tokens;
-                    record_update(&mut metrics, &self.groups[index], &report, &self.team);
-                }
-            } else {
-                // It never updates: with offload its weights leave the device here, where a
-                // trained group's leave after its update, so the groups that train have them.
-                self.groups[index].offload_after_update();
-            }
-            let group = &mut self.groups[index];
-            if let Some(seconds) = group.take_offload_seconds() {
-                metrics.set(format!("time/offload_s/{}", group.name), seconds);
-            }
-            bar.inc(1);
+    /// The update half of the current iteration.
+    fn learner(&mut self) -> Learner<'_> {
+        Learner {
+            groups: &mut self.groups,
+            config: &self.config,
+            team: &self.team,
+            trains: &self.trains,
+            agent_training: &self.agent_training,
+            skipped_steps: &mut self.skipped_steps,
+            kl_coefficient: &mut self.kl_coefficient,
+            iteration: self.iteration,
         }
-        if let (Some(values), Some(returns)) = (&collected.values, &collected.returns) {
-            record_critic(&mut metrics, values, returns, critic_warmup);
-        }
-        if let Some(kl) = collected.reference_kl {
-            self.kl_coefficient.update(kl, rollout.calls.len());
-        }
-        bar.finish_and_clear();
-        record_update_time(
-            &mut metrics,
-            started.elapsed().as_secs_f64(),
-            trained_tokens,
-            self.skipped_steps,
-        );
-        Ok(metrics)
+    }
+
+    /// The current iteration's update with the next iteration's rollout beside it on the
+    /// servers, sampled by the weights they hold: one update behind. Returns the update's
+    /// metrics (with the seconds it then waited for the rollout) and the rollout, or the error
+    /// that ended it, in which case the data cursor and the sampler stay where it began.
+    fn learn_beside_next_rollout(
+        &mut self,
+        collected: &Collected,
+    ) -> anyhow::Result<(Metrics, Option<anyhow::Result<InFlight>>)> {
+        self.prepare_generators()?;
+        let codecs: Vec<ChatCodec<'_>> = self
+            .codec_copies
+            .iter()
+            .map(|(tokenizer, template)| ChatCodec::new(tokenizer, template))
+            .collect();
+        let generators: Vec<&dyn Generator> = self
+            .fleets
+            .iter()
+            .map(|fleet| fleet.as_ref().map(|f| &f.generator as &dyn Generator))
+            .collect::<Option<_>>()
+            .context("[rollout] one_step_off_policy needs every worker group on servers")?;
+        let start = (self.order, self.rng.clone());
+        let (mut order, mut rng) = start.clone();
+        let sampler = Sampler {
+            crew: Crew {
+                orchestra: &self.orchestra,
+                environment: &self.environment,
+                team: &self.team,
+                codecs: &codecs,
+                generators: &generators,
+            },
+            config: &self.config,
+            penalty: &self.penalty,
+            train_tasks: &self.train_tasks,
+            order: &mut order,
+            rng: &mut rng,
+            iteration: self.iteration + 1,
+            policy_lag: self.iteration - self.trained_through,
+            show_progress: false,
+        };
+        let mut learner = Learner {
+            groups: &mut self.groups,
+            config: &self.config,
+            team: &self.team,
+            trains: &self.trains,
+            agent_training: &self.agent_training,
+            skipped_steps: &mut self.skipped_steps,
+            kl_coefficient: &mut self.kl_coefficient,
+            iteration: self.iteration,
+        };
+        let (learned, sampled, waited) = std::thread::scope(|scope| {
+            let rollout = scope.spawn(move || sampler.sample());
+            let learned = learner.learn(collected);
+            let learned_at = Instant::now();
+            let sampled = rollout
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (learned, sampled, learned_at.elapsed())
+        });
+        let mut metrics = learned?;
+        metrics.set("time/next_rollout_wait_s", waited.as_secs_f64());
+        let next = sampled.map(|sampled| {
+            (self.order, self.rng) = (order, rng);
+            InFlight { sampled, start }
+        });
+        Ok((metrics, Some(next)))
     }
 
     /// Sends the new weights of every remote worker group that trains to its servers.
@@ -719,67 +824,6 @@ impl Trainer {
             }
         }
         Ok(())
-    }
-
-    /// The iteration's rollouts: the next `prompts_per_batch` prompts, each `group_size` times;
-    /// with dynamic sampling, as many such rollouts as it takes (up to its cap) to fill the batch
-    /// with prompt groups whose rewards differ (episode or penalised call rewards, by its
-    /// `metric`).
-    fn sample_groups(&mut self) -> anyhow::Result<SampledGroups> {
-        let prompts = self.config.rollout.prompts_per_batch;
-        let group_size = self.config.rollout.group_size;
-        let dynamic = self.config.algorithm.dynamic_sampling;
-        let mut sampled = SampledGroups::default();
-        let mut keep = Vec::new();
-        let mut kept_groups = 0;
-        let rounds = if dynamic.enabled {
-            dynamic.max_rollout_batches.max(1)
-        } else {
-            1
-        };
-        for _ in 0..rounds {
-            let picks = self.order.next_batch(prompts);
-            let batch: Vec<Task> = picks.iter().map(|&i| self.train_tasks[i].clone()).collect();
-            let tasks: Vec<&Task> = batch
-                .iter()
-                .flat_map(|task| std::iter::repeat_n(task, group_size))
-                .collect();
-            let rollout = self.rollout(&tasks, "rollout")?;
-            warn_failures(&rollout, "rollout", "its prompt group is dropped");
-            let failed = groups_with_failures(&rollout, group_size);
-            sampled.failed_groups += failed.iter().filter(|&&f| f).count();
-            let spread = match dynamic.metric {
-                SpreadMetric::Reward => groups_with_spread(&rollout, group_size),
-                SpreadMetric::PenalisedReward => {
-                    let rewards = self.shaped_rewards(&rollout, &self.samples(&rollout), None);
-                    groups_with_call_spread(&rollout, &rewards, group_size)
-                }
-            };
-            for (spread, failed) in spread.into_iter().zip(failed) {
-                // A failed episode spoils its group's baseline: the group is dropped like one
-                // without spread (and, under dynamic sampling, replaced the same way).
-                let take = !failed && (spread || !dynamic.enabled) && kept_groups < prompts;
-                kept_groups += usize::from(take);
-                keep.push(take);
-            }
-            append(&mut sampled.generated, rollout);
-            sampled.tasks.extend(batch);
-            if kept_groups == prompts {
-                break;
-            }
-        }
-        if dynamic.enabled || sampled.failed_groups > 0 {
-            sampled.kept = Some(keep_groups(sampled.generated.clone(), &keep, group_size));
-        }
-        sampled.keep = keep;
-        if dynamic.enabled && kept_groups < prompts {
-            tracing::warn!(
-                "dynamic sampling: {kept_groups} of {prompts} prompt groups with reward spread \
-                 (and no failed episode) after {rounds} rollouts ([algorithm.dynamic_sampling] \
-                 max_rollout_batches); training on those"
-            );
-        }
-        Ok(sampled)
     }
 
     /// ReMax's baselines: each prompt group of `sampled`'s batch rolled out once more, greedily
@@ -803,58 +847,6 @@ impl Trainer {
         );
         metrics.set("time/greedy_baseline_s", started.elapsed().as_secs_f64());
         Ok(samples.iter().map(|s| rewards[s.uid as usize]).collect())
-    }
-
-    /// Each call's reward as the estimator sees it (`samples` are `rollout`'s): the
-    /// invalid-action penalty applied, plus DAPO's overlong penalty when
-    /// `[algorithm.overlong_penalty]` is on, whose mean goes into `metrics` when given.
-    fn shaped_rewards(
-        &self,
-        rollout: &Rollout,
-        samples: &[Sample],
-        metrics: Option<&mut Metrics>,
-    ) -> Vec<f64> {
-        let mut rewards = self.penalty.apply(samples);
-        let shaping = self.config.algorithm.overlong_penalty;
-        if shaping.buffer == 0 {
-            return rewards;
-        }
-        let mut total = 0.0;
-        for (call, reward) in rollout.calls.iter().zip(rewards.iter_mut()) {
-            let penalty =
-                shaping.penalty(call.response.len(), self.team[call.agent].max_new_tokens);
-            *reward += penalty;
-            total += penalty;
-        }
-        if let Some(metrics) = metrics {
-            metrics.set(
-                "reward/overlong_penalty_mean",
-                total / rewards.len().max(1) as f64,
-            );
-        }
-        rewards
-    }
-
-    /// One training sample per agent call of `rollout`, for the estimator.
-    fn samples(&self, rollout: &Rollout) -> Vec<Sample> {
-        let group_size = self.config.rollout.group_size;
-        rollout
-            .calls
-            .iter()
-            .map(|call| Sample {
-                uid: (call.episode / group_size) as u32,
-                trajectory: call.episode as u32,
-                agent: call.agent as u16,
-                worker_group: self.team[call.agent].group as u16,
-                reward: rollout.episodes[call.episode].reward(),
-                step: call.step as u16,
-                step_reward: rollout.episodes[call.episode].step_reward(call.step),
-                call_reward: rollout.episodes[call.episode].call_reward(call.index),
-                state: rollout.episodes[call.episode].step_state(call.step),
-                valid: call.valid,
-                padding: false,
-            })
-            .collect()
     }
 
     /// Each group's critic's values of its calls of `rollout`, in call order (an offloaded
@@ -986,141 +978,6 @@ impl Trainer {
         })
     }
 
-    /// Worker group `index`'s critic update on its calls of `rollout` towards their `returns`
-    /// (`values`: the critic's values the returns were computed with; both one row per call).
-    fn update_critic(
-        &mut self,
-        index: usize,
-        rollout: &Rollout,
-        values: &PerToken,
-        returns: &PerToken,
-        metrics: &mut Metrics,
-    ) -> anyhow::Result<()> {
-        let own = trained_calls_of_group(&self.team, &self.trains, rollout, index);
-        let calls: Vec<&AgentCall> = own.iter().map(|&i| &rollout.calls[i]).collect();
-        let group = &mut self.groups[index];
-        let Some(critic) = &mut group.critic else {
-            return Ok(());
-        };
-        let report = critic
-            .update(
-                &calls,
-                &returns.select(&own),
-                &values.select(&own),
-                &self.config.algorithm.critic_settings(),
-                self.config.algorithm.loss.mini_batches,
-                self.config.algorithm.loss.ppo_epochs,
-            )
-            .with_context(|| format!("updating the critic of worker group `{}`", group.name))
-            .map_err(|error| out_of_memory::in_critic(error, &group.name, &self.config))?;
-        if report.skipped_steps > 0 {
-            self.skipped_steps += report.skipped_steps as u64;
-            tracing::warn!(
-                "worker group `{}`, iteration {}: the critic's loss or gradient is not finite; \
-                 {} of its optimizer steps skipped. Check [algorithm.critic] learning_rate and \
-                 the rewards",
-                group.name,
-                self.iteration,
-                report.skipped_steps
-            );
-        }
-        metrics.set(format!("critic/vf_loss/{}", group.name), report.stats.loss);
-        metrics.set(
-            format!("critic/vf_clipfrac/{}", group.name),
-            report.stats.clip_fraction,
-        );
-        metrics.set(format!("critic/grad_norm/{}", group.name), report.grad_norm);
-        Ok(())
-    }
-
-    /// Worker group `index`'s update on its calls of `rollout` (`advantages` has one row per
-    /// call; `recomputed`, empty or one per call, the old log-probabilities already computed).
-    fn update(
-        &mut self,
-        index: usize,
-        rollout: &Rollout,
-        advantages: &PerToken,
-        recomputed: &[Option<Vec<f32>>],
-    ) -> anyhow::Result<UpdateReport> {
-        let group = &mut self.groups[index];
-        group.prepare_update();
-        let own = trained_calls_of_group(&self.team, &self.trains, rollout, index);
-        let calls: Vec<_> = own.iter().map(|&i| &rollout.calls[i]).collect();
-        let group_advantages = advantages.select(&own);
-        let group_recomputed: Vec<Option<&[f32]>> = own
-            .iter()
-            .map(|&i| recomputed.get(i).and_then(Option::as_deref))
-            .collect();
-        let loss = &self.config.algorithm.loss;
-        let settings = UpdateSettings {
-            mini_batches: loss.mini_batches,
-            epochs: loss.ppo_epochs,
-            grad_clip: loss.grad_clip,
-            schedule: LrSchedule {
-                peak: group.learning_rate,
-                warmup_steps: loss.warmup_steps,
-                decay: loss.lr_schedule,
-                total_steps: self.config.optimizer_steps(),
-                min_lr_ratio: loss.min_lr_ratio,
-            },
-        };
-        let reference = Reference::for_group(
-            group.reference.as_ref().map(|reference| &reference.model),
-            !group.adapter_names.is_empty(),
-        );
-        // LoRA dropout draws from libtorch's generator: seeded per iteration and group so a
-        // resumed run draws what an uninterrupted one does.
-        tch::manual_seed(
-            (self.config.run.seed ^ (u64::from(self.iteration) << 20) ^ index as u64) as i64,
-        );
-        let inputs = UpdateInputs {
-            calls: &calls,
-            advantages: &group_advantages,
-            recomputed: &group_recomputed,
-        };
-        let report = update_group(
-            &group.pretrained.model,
-            reference,
-            &mut group.optimizer,
-            &inputs,
-            &self.agent_training,
-            &settings,
-        )
-        .with_context(|| format!("updating worker group `{}`", group.name))
-        .map_err(|error| {
-            out_of_memory::in_update(error, &group.name, &self.config, &self.agent_training)
-        })?;
-        group.offload_after_update();
-        group.untouched = false;
-        if let Some(reason) = &report.skipped {
-            self.skipped_steps += report.skipped_steps as u64;
-            let what = match reason {
-                NonFinite::Loss { agent } => format!(
-                    "the loss of agent `{}`'s calls is not finite",
-                    self.team[*agent].role
-                ),
-                NonFinite::Gradient { parameter } => {
-                    format!("the gradient of {parameter} (the first such parameter) is not finite")
-                }
-            };
-            let skipped = match report.skipped_steps + report.steps {
-                1 => "the optimizer step was skipped".to_owned(),
-                all => format!(
-                    "{} of its {all} optimizer steps were skipped",
-                    report.skipped_steps
-                ),
-            };
-            tracing::warn!(
-                "worker group `{}`, iteration {}: {what}; {skipped} ({} skipped so far). Check \
-                 the group's learning_rate, its model's weights and the rewards",
-                group.name,
-                self.iteration,
-                self.skipped_steps
-            );
-        }
-        Ok(report)
-    }
-
     /// Appends the first prompt group's calls (role, text, validity, episode and own reward) to
     /// `samples.jsonl`, so what the agents actually write can be read along the metrics.
     fn write_samples(
@@ -1155,62 +1012,34 @@ impl Trainer {
 
     /// Rolls out one episode per task with the team's current sampling settings.
     fn rollout(&mut self, tasks: &[&Task], label: &str) -> anyhow::Result<Rollout> {
-        // Servers start from the trainer's weights: a resumed run's are not the model file's.
+        self.prepare_generators()?;
+        let (local, codecs) = split_groups(&mut self.groups);
+        let generators = generators(&local, &self.fleets);
+        let crew = Crew {
+            orchestra: &self.orchestra,
+            environment: &self.environment,
+            team: &self.team,
+            codecs: &codecs,
+            generators: &generators,
+        };
+        run_rollout(&crew, &self.config, tasks, Some(label), &mut self.rng)
+    }
+
+    /// Readies every worker group to generate: servers get the trainer's weights where they
+    /// have not yet (a resumed run's are not the model file's), local groups' offloaded weights
+    /// come back (a group on servers leaves its weights in host memory until its update).
+    fn prepare_generators(&mut self) -> anyhow::Result<()> {
         for (group, fleet) in self.groups.iter().zip(&self.fleets) {
             if let Some(fleet) = fleet.as_ref().filter(|f| !f.synced()) {
                 fleet.sync(group, &weight_version(self.trained_through))?;
             }
         }
-        // A group on servers leaves its offloaded weights in host memory until its update.
         for (group, fleet) in self.groups.iter_mut().zip(&self.fleets) {
             if fleet.is_none() {
                 group.prepare_rollout();
             }
         }
-        let bar = phase_bar(tasks.len() as u64, label);
-        let (local, codecs): (Vec<LocalGenerator<'_>>, Vec<ChatCodec<'_>>) = self
-            .groups
-            .iter_mut()
-            .map(|group| LocalGenerator::split(&mut group.pretrained))
-            .unzip();
-        let generators: Vec<&dyn Generator> = local
-            .iter()
-            .zip(&self.fleets)
-            .map(|(local, fleet)| match fleet {
-                Some(fleet) => &fleet.generator as &dyn Generator,
-                None => local as &dyn Generator,
-            })
-            .collect();
-        let rollout = rollout::run(
-            &rollout::Crew {
-                orchestra: &self.orchestra,
-                environment: &self.environment,
-                team: &self.team,
-                codecs: &codecs,
-                generators: &generators,
-            },
-            tasks,
-            RolloutLimits {
-                max_prompt_tokens: self.config.rollout.max_prompt_tokens,
-                max_batch: MAX_GENERATION_BATCH,
-                schedule: self.config.rollout.schedule,
-                batch_wait: std::time::Duration::from_millis(self.config.rollout.batch_wait_ms),
-                max_failure_rate: self.config.rollout.max_episode_failure_rate,
-            },
-            &mut self.rng,
-            &mut |finished| bar.set_position(finished as u64),
-        )
-        .map_err(|error| out_of_memory::in_rollout(error, &self.config))?;
-        bar.finish_and_clear();
-        if rollout.truncated_prompts > 0 {
-            tracing::warn!(
-                "{} prompts were longer than [rollout] max_prompt_tokens = {} and lost their \
-                 beginning",
-                rollout.truncated_prompts,
-                self.config.rollout.max_prompt_tokens
-            );
-        }
-        Ok(rollout)
+        Ok(())
     }
 
     /// Rolls out `tasks` with the team's `phase` sampling settings and an RNG of its own (seeded
@@ -1305,6 +1134,29 @@ impl Trainer {
     }
 }
 
+/// Each worker group's in-process generator and chat codec.
+fn split_groups(groups: &mut [WorkerGroup]) -> (Vec<LocalGenerator<'_>>, Vec<ChatCodec<'_>>) {
+    groups
+        .iter_mut()
+        .map(|group| LocalGenerator::split(&mut group.pretrained))
+        .unzip()
+}
+
+/// The generator each worker group's calls go to: its servers, else its own model (`local`).
+fn generators<'a>(
+    local: &'a [LocalGenerator<'_>],
+    fleets: &'a [Option<fleet::Fleet>],
+) -> Vec<&'a dyn Generator> {
+    local
+        .iter()
+        .zip(fleets)
+        .map(|(local, fleet)| match fleet {
+            Some(fleet) => &fleet.generator as &dyn Generator,
+            None => local as &dyn Generator,
+        })
+        .collect()
+}
+
 /// The weight version of the weights after `iteration` (0: before training).
 fn weight_version(iteration: u32) -> String {
     format!("iteration-{iteration}")
@@ -1362,6 +1214,14 @@ struct Collected {
     /// With the KL in the reward: each call's old log-probabilities where its agent recomputes
     /// them (computed for the KL, reused by the update); empty otherwise.
     recomputed: Vec<Option<Vec<f32>>>,
+}
+
+/// The next iteration's rollout, made beside an update (`[rollout] one_step_off_policy`).
+struct InFlight {
+    sampled: Sampled,
+    /// The data cursor and the sampler's RNG before it: where a checkpoint of the iteration
+    /// it was made beside resumes.
+    start: (TaskOrder, SeededRng),
 }
 
 /// What the KL in the reward computed for a rollout.
