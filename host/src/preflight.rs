@@ -640,6 +640,13 @@ impl Plan {
                 kl.kl_type.name()
             );
         }
+        if config.rollout.one_step_off_policy {
+            let _ = writeln!(
+                out,
+                "rollouts     one step off-policy: each iteration's rollout runs on the servers \
+                 beside the previous update, sampled one update behind"
+            );
+        }
         for warning in &self.warnings {
             let _ = writeln!(out, "warning: {warning}");
         }

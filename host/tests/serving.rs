@@ -362,6 +362,12 @@ fn a_one_step_off_policy_run_samples_one_update_behind_and_resumes_before_its_ne
     };
     let synchronous = train("off-policy-sync", &text(3, false));
     let dir = common::scratch("off-policy");
+    let checked = drmas(&dir, "check", &text(3, true));
+    assert!(
+        checked.status.success() && log(&checked).contains("rollouts     one step off-policy"),
+        "{}",
+        log(&checked)
+    );
     let output = drmas(&dir, "train", &text(3, true));
     assert!(output.status.success(), "{}", log(&output));
     let lines = training_lines(&dir);

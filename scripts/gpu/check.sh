@@ -16,7 +16,8 @@
 # two SmolLM2-shaped groups sharing the device, with and without `offload = true` (peak GPU memory,
 # the moves' seconds); one iteration of the SmolLM2-shaped model with its rollouts on two
 # `drmas-host serve` workers on the device, with an adapter per agent loaded through vLLM's LoRA
-# routes and with full weights (rollout and weight-sync seconds, the sampler-trainer log-ratio);
+# routes, with full weights, and with full weights for three iterations one step off-policy
+# (rollout and weight-sync seconds, the sampler-trainer log-ratio, the policy lag);
 # and a long-response update step (8 × 2048 tokens) of the SmolLM2-shaped model with and
 # without activation checkpointing (peak GPU memory, seconds).
 #
@@ -81,8 +82,9 @@ train train-smollm2-two-groups-offload-bf16 "$smollm2" bf16 two 'offload = true'
 # same one-iteration run with its rollouts on them (addressed directly: the device has no
 # sglang-router): first with an adapter per agent, loaded through vLLM's LoRA routes, then with
 # full weights, which the run pushes to both (so after the LoRA run: they change the base the
-# workers hold). Their metrics carry the rollout and weight-sync seconds and the sampler-trainer
-# log-ratio, next to train-smollm2-bf16's in process.
+# workers hold), then three iterations of it one step off-policy (each rollout after the first
+# made beside the previous update). Their metrics carry the rollout and weight-sync seconds and
+# the sampler-trainer log-ratio, next to train-smollm2-bf16's in process.
 # serve_worker N starts worker N and sets $url to its URL (empty if it did not start); it is not
 # called as $(…), whose subshell would keep the pid from server_pids.
 serve_worker() {
@@ -111,8 +113,12 @@ model_name = \"smollm2\"\nweight_sync = \"vllm\"
 [worker_groups.shared.lora]\nrank = 8\nalpha = 16\nper_agent = true"
   train train-smollm2-served-bf16 "$smollm2" bf16 shared \
     "[worker_groups.shared.rollout]\nbackend = \"sglang\"\nurls = [\"$first\", \"$second\"]"
+  RUN_ITERATIONS=3 RUN_ROLLOUT_EXTRA="one_step_off_policy = true" \
+    train train-smollm2-served-off-policy-bf16 "$smollm2" bf16 shared \
+    "[worker_groups.shared.rollout]\nbackend = \"sglang\"\nurls = [\"$first\", \"$second\"]"
 else
-  for name in train-smollm2-served-lora-bf16 train-smollm2-served-bf16; do
+  for name in train-smollm2-served-lora-bf16 train-smollm2-served-bf16 \
+    train-smollm2-served-off-policy-bf16; do
     step "$name" 5 sh -c 'echo "a serve worker did not start (serve-worker-*.log)" >&2; exit 1'
   done
 fi

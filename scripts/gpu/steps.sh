@@ -68,11 +68,12 @@ step() {
   return 0
 }
 
-# A one-iteration run file: the math Solver and Verifier on MODEL on $device in DTYPE, sharing
+# A run file: the math Solver and Verifier on MODEL on $device in DTYPE, sharing
 # one group, or (GROUPS = two) each in its own group; EXTRA lines go into every group's section;
 # PROMPTS prompts of GROUP_SIZE samples each, every response at most TOKENS tokens (default 8 ×
 # 4, 32). The random models earn equal rewards, so every advantage is 0: the entropy bonus gives
-# the update a gradient to compute and apply.
+# the update a gradient to compute and apply. One iteration, or RUN_ITERATIONS; RUN_ROLLOUT_EXTRA
+# adds lines to [rollout].
 run_file() {
   local model="$1" dtype="$2" dir="$3" groups="${4:-shared}" extra="${5:-}"
   local prompts="${6:-8}" group_size="${7:-4}" tokens="${8:-32}"
@@ -84,7 +85,7 @@ run_file() {
 [run]
 output_dir = "$dir"
 seed = 0
-iterations = 1
+iterations = ${RUN_ITERATIONS:-1}
 eval_every = 0
 save_every = -1
 
@@ -126,11 +127,12 @@ group_size = $group_size
 temperature = 1.0
 max_prompt_tokens = 256
 max_response_tokens = $tokens
+${RUN_ROLLOUT_EXTRA:-}
 EOF
 }
 
-# train NAME MODEL DTYPE [GROUPS [EXTRA [PROMPTS GROUP_SIZE TOKENS [LIMIT_S]]]]: one iteration of
-# run_file's run as step NAME (time limit LIMIT_S, default 240), its metrics kept in the logs.
+# train NAME MODEL DTYPE [GROUPS [EXTRA [PROMPTS GROUP_SIZE TOKENS [LIMIT_S]]]]: run_file's run
+# as step NAME (time limit LIMIT_S, default 240), its metrics kept in the logs.
 train() {
   local name="$1" model="$2" dtype="$3"
   run_file "$model" "$dtype" "$work/runs/$name" "${4:-shared}" "${5:-}" "${6:-8}" "${7:-4}" \
