@@ -1,12 +1,16 @@
 //! Rollouts on inference servers, end to end with real processes on loopback: `drmas-host
 //! serve` workers speaking SGLang's protocol and OpenAI's `/v1/completions` (as vLLM shapes it),
-//! and `drmas-host train` / `eval` / `check` pointing a worker group at them. A run on servers records the local run's metrics (plus the weight
-//! sync's time and, as it recomputes the old log-probabilities, the sampler–trainer mismatch,
-//! which is tiny: the same model in f32), pushes every iteration's weights (each version named after the update it holds, a resumed run's first its checkpoint's), reproduces itself from its seed, survives a
-//! killed server, and bad URLs, dead or silent servers and another model fail before any work.
-//! Through PyPI's sglang-router (installed by `scripts/router-venv.sh`; the test says so and
-//! passes without it) a run generates through the router and pushes weights to the servers
-//! directly, as the router does not forward `/update_weights_from_disk`.
+//! and `drmas-host train` / `eval` / `check` pointing a worker group at them. A run on servers
+//! records the local run's metrics (plus the weight sync's time and, as it recomputes the old
+//! log-probabilities, the sampler–trainer mismatch, which is tiny: the same model in f32), pushes
+//! every iteration's weights (each version named after the update it holds, a resumed run's first
+//! its checkpoint's), reproduces itself from its seed, survives a killed server, runs one step
+//! off-policy (full and LoRA groups, each rollout after the first sampled one update behind, a
+//! resume redoing the rollout a checkpoint left in flight), and bad URLs, dead or silent servers
+//! and another model fail before any work. Through PyPI's sglang-router (installed by
+//! `scripts/router-venv.sh`; the test says so and passes without it) a run generates through the
+//! router and pushes weights to the servers directly, as the router does not forward
+//! `/update_weights_from_disk`.
 
 mod common;
 
@@ -346,6 +350,27 @@ fn series(lines: &[Value], metric: &str) -> Vec<Option<f64>> {
     lines.iter().map(|line| line[metric].as_f64()).collect()
 }
 
+/// Asserts that the three iterations of `lines` were sampled one step off-policy: iteration 1
+/// by the weights its update starts from (the sampler-trainer mismatch at rounding level), the
+/// rollouts of iterations 2 and 3 during updates 1 and 2, one update behind the trainer's
+/// recomputed old log-probabilities.
+fn assert_one_update_behind(lines: &[Value]) {
+    assert_eq!(
+        series(lines, "rollout/policy_lag"),
+        [Some(0.0), Some(1.0), Some(1.0)]
+    );
+    for role in ["first", "second"] {
+        let mismatch = series(lines, &format!("mismatch/{role}/log_ratio_abs_max"));
+        eprintln!("{role}: sampler vs trainer log-ratio, largest per iteration {mismatch:?}");
+        let mismatch: Vec<f64> = mismatch
+            .into_iter()
+            .map(|m| m.expect("a mismatch"))
+            .collect();
+        assert!(mismatch[0] < 1e-4, "{mismatch:?}");
+        assert!(mismatch[1] > 1e-3 && mismatch[2] > 1e-3, "{mismatch:?}");
+    }
+}
+
 #[test]
 fn a_one_step_off_policy_run_samples_one_update_behind_and_resumes_before_its_next_rollout() {
     let server = Served::start("llama");
@@ -371,15 +396,9 @@ fn a_one_step_off_policy_run_samples_one_update_behind_and_resumes_before_its_ne
     let output = drmas(&dir, "train", &text(3, true));
     assert!(output.status.success(), "{}", log(&output));
     let lines = training_lines(&dir);
-    let lines = &lines[..];
-
-    // Iteration 1 samples with the model file's weights, as the synchronous run does; the
-    // rollouts of iterations 2 and 3 were made during updates 1 and 2, one update behind.
-    assert_eq!(
-        series(lines, "rollout/policy_lag"),
-        [Some(0.0), Some(1.0), Some(1.0)]
-    );
-    let wait = series(lines, "time/next_rollout_wait_s");
+    // Iteration 1 as the synchronous run's, rollouts 2 and 3 beside updates 1 and 2.
+    assert_one_update_behind(&lines);
+    let wait = series(&lines, "time/next_rollout_wait_s");
     assert!(
         wait[0].is_some() && wait[1].is_some() && wait[2].is_none(),
         "{wait:?}"
@@ -394,18 +413,6 @@ fn a_one_step_off_policy_run_samples_one_update_behind_and_resumes_before_its_ne
     // The data walks as in the synchronous run.
     for iteration in [2, 3] {
         assert_eq!(calls[&iteration][0].0, synchronous_calls[&iteration][0].0);
-    }
-    // The old log-probabilities are the trainer's: the same weights as the sampler's in
-    // iteration 1, one update ahead of them afterwards.
-    for role in ["first", "second"] {
-        let mismatch = series(lines, &format!("mismatch/{role}/log_ratio_abs_max"));
-        eprintln!("{role}: sampler vs trainer log-ratio, largest per iteration {mismatch:?}");
-        let mismatch: Vec<f64> = mismatch
-            .into_iter()
-            .map(|m| m.expect("a mismatch"))
-            .collect();
-        assert!(mismatch[0] < 1e-4, "{mismatch:?}");
-        assert!(mismatch[1] > 1e-3 && mismatch[2] > 1e-3, "{mismatch:?}");
     }
 
     // The checkpoint of iteration 1 holds the data cursor and sampler before rollout 2, which
@@ -1296,6 +1303,25 @@ fn a_run_of_lora_agents_on_two_servers_samples_each_agents_adapter_as_the_traine
             ["iteration-3"],
             "older versions' adapters removed"
         );
+    }
+}
+
+#[test]
+fn a_lora_group_one_step_off_policy_samples_each_agents_adapter_one_update_behind() {
+    let servers = [
+        Served::start_with("llama", &["--max-loras", "4"]),
+        Served::start_with("llama", &["--max-loras", "4"]),
+    ];
+    let urls = [servers[0].url.as_str(), servers[1].url.as_str()];
+    let lora = "\n[worker_groups.shared.lora]\nrank = 8\nalpha = 16\nper_agent = true\n";
+    let text = run_file(3, &(over_completions(&urls, "llama", "vllm") + lora))
+        .replace("[eval]\nk = 2\n", "[eval]\nk = 0\n")
+        .replace("[rollout]\n", "[rollout]\none_step_off_policy = true\n");
+    let lines = train("off-policy-lora", &text);
+    assert_one_update_behind(&lines);
+    // Every update's adapters were pushed once the rollout beside it was done.
+    for server in &servers {
+        assert_serves_the_last_adapters(server);
     }
 }
 
