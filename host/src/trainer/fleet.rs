@@ -73,106 +73,149 @@ impl Fleet {
         self.weights.is_none() || self.generator.weight_version().is_some()
     }
 
-    /// Writes `group`'s weights as an HF folder and has every server load them as `version`;
-    /// returns the seconds it took (writing and loading).
+    /// Writes `group`'s weights and has every server load them as `version`; returns the
+    /// seconds it took (writing and loading).
     pub fn sync(&self, group: &WorkerGroup, version: &str) -> anyhow::Result<f64> {
-        let Some(weights) = &self.weights else {
-            anyhow::bail!(
-                "worker group `{}`: its servers cannot load new weights (weight_sync = \"none\"); \
-                 only `drmas-host eval` runs on them",
-                group.name
-            );
-        };
+        let staged = self.stage(group, version)?;
+        self.load(&group.name, staged)
+    }
+
+    /// Writes `group`'s weights for the servers to load as `version`: an HF folder, or a LoRA
+    /// group's adapters as PEFT folders in `weights/VERSION/`. The servers go on serving the
+    /// weights they hold until [`Self::load`].
+    pub fn stage(&self, group: &WorkerGroup, version: &str) -> anyhow::Result<StagedWeights> {
+        let weights = self.weights_folder(&group.name)?;
         let started = Instant::now();
-        if self.generator.weight_loading().loads_adapters() {
-            self.sync_adapters(group, weights, version)?;
-            return Ok(started.elapsed().as_secs_f64());
-        }
-        // vLLM's in-place reload keeps a tied model's old LM head unless the folder holds one
-        // (`lm_head.weight`, a copy of the embeddings).
-        let head = match self.generator.weight_loading() {
-            WeightLoading::Vllm => TiedHead::Written,
-            WeightLoading::Sglang
-            | WeightLoading::None
-            | WeightLoading::VllmAdapters
-            | WeightLoading::SglangAdapters => TiedHead::Omitted,
+        let adapters = if self.generator.weight_loading().loads_adapters() {
+            write_adapters(group, &weights.join(version), version)?
+        } else {
+            // vLLM's in-place reload keeps a tied model's old LM head unless the folder holds
+            // one (`lm_head.weight`, a copy of the embeddings).
+            let head = match self.generator.weight_loading() {
+                WeightLoading::Vllm => TiedHead::Written,
+                WeightLoading::Sglang
+                | WeightLoading::None
+                | WeightLoading::VllmAdapters
+                | WeightLoading::SglangAdapters => TiedHead::Omitted,
+            };
+            // Rewritten every iteration (beside, then renamed into place, so a server reading
+            // the old folder keeps reading it) and loaded at once: the page cache serves the
+            // servers, and a crash leaves the checkpoint to resume from, which pushes its own
+            // weights first.
+            group
+                .pretrained
+                .save_hf_with(weights, Durability::Cached, head)
+                .with_context(|| {
+                    format!(
+                        "worker group `{}`: writing its weights for the servers",
+                        group.name
+                    )
+                })?;
+            Vec::new()
         };
-        // Rewritten every iteration and loaded at once: the page cache serves the servers, and
-        // a crash leaves the checkpoint to resume from, which pushes its own weights first.
-        group
-            .pretrained
-            .save_hf_with(weights, Durability::Cached, head)
-            .with_context(|| {
-                format!(
-                    "worker group `{}`: writing its weights for the servers",
-                    group.name
-                )
-            })?;
-        self.generator.update_weights(weights, version)?;
-        let seconds = started.elapsed().as_secs_f64();
-        tracing::info!(
-            "worker group `{}`: servers serve weight version {version} ({seconds:.2}s)",
-            group.name
-        );
+        Ok(StagedWeights {
+            version: version.to_owned(),
+            adapters,
+            write_seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Has every server load `staged`, weights group `group` wrote with [`Self::stage`]; a
+    /// LoRA group's older versions are then removed. Returns the seconds of the writing and
+    /// the loading.
+    pub fn load(&self, group: &str, staged: StagedWeights) -> anyhow::Result<f64> {
+        let weights = self.weights_folder(group)?;
+        let started = Instant::now();
+        let version = &staged.version;
+        if self.generator.weight_loading().loads_adapters() {
+            self.generator.update_adapters(&staged.adapters, version)?;
+            remove_other_versions(weights, version)?;
+        } else {
+            self.generator.update_weights(weights, version)?;
+        }
+        let seconds = staged.write_seconds + started.elapsed().as_secs_f64();
+        let what = if staged.adapters.is_empty() {
+            "weight version"
+        } else {
+            "LoRA adapters"
+        };
+        tracing::info!("worker group `{group}`: servers serve {what} {version} ({seconds:.2}s)");
         Ok(seconds)
     }
 
-    /// A LoRA group's sync: each adapter written as a PEFT folder in `weights/VERSION/`, loaded
-    /// by every server under its own name, then everything else in `weights/` removed (older
-    /// versions; the current one stays, since a server may read an adapter's folder again
-    /// while it serves it, after evicting it from memory).
-    fn sync_adapters(
-        &self,
-        group: &WorkerGroup,
-        weights: &Path,
-        version: &str,
-    ) -> anyhow::Result<()> {
-        let folder = weights.join(version);
-        let base = group.pretrained.source.display().to_string();
-        let adapters = group
-            .adapter_names
-            .iter()
-            .enumerate()
-            .map(|(slot, name)| {
-                let dir = folder.join(name);
-                group
-                    .pretrained
-                    .model
-                    .save_adapter(slot, &dir, &base)
-                    .with_context(|| {
-                        format!(
-                            "worker group `{}`: writing LoRA adapter `{name}` for the servers",
-                            group.name
-                        )
-                    })?;
-                Ok(ServedAdapter {
-                    name: served_adapter_name(&group.name, name, version),
-                    folder: dir,
-                })
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        self.generator.update_adapters(&adapters, version)?;
-        let older = std::fs::read_dir(weights)
-            .with_context(|| format!("listing {}", weights.display()))?
-            .filter_map(Result::ok)
-            .filter(|entry| entry.file_name() != version);
-        for entry in older {
-            let path = entry.path();
-            let removed = if path.is_dir() {
-                std::fs::remove_dir_all(&path)
-            } else {
-                std::fs::remove_file(&path)
-            };
-            if let Err(error) = removed {
-                tracing::warn!("could not remove {}: {error}", path.display());
-            }
-        }
-        tracing::info!(
-            "worker group `{}`: servers serve its LoRA adapters {version}",
-            group.name
-        );
-        Ok(())
+    /// The folder the servers load `group`'s weights from; an error when they load none.
+    fn weights_folder(&self, group: &str) -> anyhow::Result<&Path> {
+        self.weights.as_deref().with_context(|| {
+            format!(
+                "worker group `{group}`: its servers cannot load new weights (weight_sync = \
+                 \"none\"); only `drmas-host eval` runs on them"
+            )
+        })
     }
+}
+
+/// A worker group's weights written for its servers and not yet loaded by them.
+pub struct StagedWeights {
+    /// The version they are to be served as.
+    version: String,
+    /// A LoRA group's adapters under their served names; empty for full weights.
+    adapters: Vec<ServedAdapter>,
+    /// The seconds the writing took.
+    write_seconds: f64,
+}
+
+/// Writes each adapter of LoRA group `group` as a PEFT folder in `folder`, to be served under
+/// its name for `version`.
+fn write_adapters(
+    group: &WorkerGroup,
+    folder: &Path,
+    version: &str,
+) -> anyhow::Result<Vec<ServedAdapter>> {
+    let base = group.pretrained.source.display().to_string();
+    group
+        .adapter_names
+        .iter()
+        .enumerate()
+        .map(|(slot, name)| {
+            let dir = folder.join(name);
+            group
+                .pretrained
+                .model
+                .save_adapter(slot, &dir, &base)
+                .with_context(|| {
+                    format!(
+                        "worker group `{}`: writing LoRA adapter `{name}` for the servers",
+                        group.name
+                    )
+                })?;
+            Ok(ServedAdapter {
+                name: served_adapter_name(&group.name, name, version),
+                folder: dir,
+            })
+        })
+        .collect()
+}
+
+/// Removes everything in `weights` but the folder of `version`: older adapter versions (the
+/// current one stays, since a server may read an adapter's folder again while it serves it,
+/// after evicting it from memory).
+fn remove_other_versions(weights: &Path, version: &str) -> anyhow::Result<()> {
+    let older = std::fs::read_dir(weights)
+        .with_context(|| format!("listing {}", weights.display()))?
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_name() != version);
+    for entry in older {
+        let path = entry.path();
+        let removed = if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        if let Err(error) = removed {
+            tracing::warn!("could not remove {}: {error}", path.display());
+        }
+    }
+    Ok(())
 }
 
 /// The remote generator of worker group `name` when its section names a remote backend.

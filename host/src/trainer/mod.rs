@@ -32,6 +32,7 @@ pub use checkpoint::{untrained_model, Checkpoint};
 pub use eval::{eval_path, score, EvalReport, SourceScore, SOLVED_REWARD};
 use failed_episodes::{nothing_left_to_train, warn_failures};
 pub use fleet::probe_servers;
+use fleet::StagedWeights;
 use kl_coefficient::{mean_kl, KlCoefficient};
 use learner::Learner;
 use metrics::{iteration_line, record_advantages, record_eval};
@@ -428,15 +429,14 @@ impl Trainer {
                     return Err(self.stopped(error, Stage::Dropped(iteration)));
                 }
             };
-            let learned = if self.config.rollout.one_step_off_policy && iteration < total {
-                self.learn_beside_next_rollout(&collected)
-            } else {
-                self.learner()
-                    .learn(&collected)
-                    .map(|metrics| (metrics, None))
-            };
-            let (mut metrics, next_rollout) =
-                learned.map_err(|error| self.stopped(error, Stage::Updating))?;
+            let beside = self.config.rollout.one_step_off_policy && iteration < total;
+            let Learned {
+                mut metrics,
+                next_rollout,
+                staged,
+            } = self
+                .learn(&collected, beside)
+                .map_err(|error| self.stopped(error, Stage::Updating))?;
             self.trained_through = iteration;
             // A failed next rollout leaves the data cursor and the sampler where it began:
             // this iteration finishes and is saved, and a resumed run rolls it out again.
@@ -453,7 +453,9 @@ impl Trainer {
             // From here on the iteration is finished: an error or a stop signal still lets its
             // metrics line and its checkpoint be written.
             if stop.is_none() {
-                stop = self.sync_fleets(&mut metrics).err();
+                stop = staged
+                    .and_then(|staged| self.sync_fleets(&mut metrics, staged))
+                    .err();
             }
             if !last && stop.is_none() {
                 stop = crate::interrupt::check().err().map(anyhow::Error::from);
@@ -734,43 +736,36 @@ impl Trainer {
         })
     }
 
-    /// The update half of the current iteration.
-    fn learner(&mut self) -> Learner<'_> {
-        Learner {
-            groups: &mut self.groups,
-            config: &self.config,
-            team: &self.team,
-            trains: &self.trains,
-            agent_training: &self.agent_training,
-            skipped_steps: &mut self.skipped_steps,
-            kl_coefficient: &mut self.kl_coefficient,
-            iteration: self.iteration,
-        }
-    }
-
-    /// The current iteration's update with the next iteration's rollout beside it on the
-    /// servers, sampled by the weights they hold: one update behind. Returns the update's
-    /// metrics (with the seconds it then waited for the rollout) and the rollout, or the error
-    /// that ended it, in which case the data cursor and the sampler stay where it began.
-    fn learn_beside_next_rollout(
+    /// The second half of the current iteration: its update. With `next_rollout_beside`, the
+    /// next iteration's rollout runs on the servers meanwhile, sampled by the weights they hold:
+    /// one update behind; the new weights are written for the servers while it goes on, and
+    /// loaded once it is done. A failed rollout leaves the data cursor and the sampler where it
+    /// began.
+    fn learn(
         &mut self,
         collected: &Collected,
-    ) -> anyhow::Result<(Metrics, Option<anyhow::Result<InFlight>>)> {
-        self.prepare_generators()?;
+        next_rollout_beside: bool,
+    ) -> anyhow::Result<Learned> {
+        if next_rollout_beside {
+            self.prepare_generators()?;
+        }
         let codecs: Vec<ChatCodec<'_>> = self
             .codec_copies
             .iter()
             .map(|(tokenizer, template)| ChatCodec::new(tokenizer, template))
             .collect();
-        let generators: Vec<&dyn Generator> = self
-            .fleets
-            .iter()
-            .map(|fleet| fleet.as_ref().map(|f| &f.generator as &dyn Generator))
-            .collect::<Option<_>>()
-            .context("[rollout] one_step_off_policy needs every worker group on servers")?;
+        let generators: Vec<&dyn Generator> = if next_rollout_beside {
+            self.fleets
+                .iter()
+                .map(|fleet| fleet.as_ref().map(|f| &f.generator as &dyn Generator))
+                .collect::<Option<_>>()
+                .context("[rollout] one_step_off_policy needs every worker group on servers")?
+        } else {
+            Vec::new()
+        };
         let start = (self.order, self.rng.clone());
         let (mut order, mut rng) = start.clone();
-        let sampler = Sampler {
+        let sampler = next_rollout_beside.then(|| Sampler {
             crew: Crew {
                 orchestra: &self.orchestra,
                 environment: &self.environment,
@@ -786,40 +781,65 @@ impl Trainer {
             iteration: self.iteration + 1,
             policy_lag: self.iteration - self.trained_through,
             show_progress: false,
-        };
-        let mut learner = Learner {
-            groups: &mut self.groups,
-            config: &self.config,
-            team: &self.team,
-            trains: &self.trains,
-            agent_training: &self.agent_training,
-            skipped_steps: &mut self.skipped_steps,
-            kl_coefficient: &mut self.kl_coefficient,
-            iteration: self.iteration,
-        };
-        let (learned, sampled, waited) = std::thread::scope(|scope| {
-            let rollout = scope.spawn(move || sampler.sample());
-            let learned = learner.learn(collected);
-            let learned_at = Instant::now();
-            let sampled = rollout
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            (learned, sampled, learned_at.elapsed())
+        });
+        let version = weight_version(self.iteration);
+        let (learned, staged, sampled, waited) = std::thread::scope(|scope| {
+            let rollout = sampler.map(|sampler| scope.spawn(move || sampler.sample()));
+            let learned = Learner {
+                groups: &mut self.groups,
+                config: &self.config,
+                team: &self.team,
+                trains: &self.trains,
+                agent_training: &self.agent_training,
+                skipped_steps: &mut self.skipped_steps,
+                kl_coefficient: &mut self.kl_coefficient,
+                iteration: self.iteration,
+            }
+            .learn(collected);
+            let staged = match (&learned, &rollout) {
+                (Ok(_), Some(_)) => stage_weights(&self.groups, &self.fleets, &version),
+                _ => Ok(Vec::new()),
+            };
+            let staged_at = Instant::now();
+            let sampled = rollout.map(|rollout| {
+                rollout
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            });
+            (learned, staged, sampled, staged_at.elapsed())
         });
         let mut metrics = learned?;
-        metrics.set("time/next_rollout_wait_s", waited.as_secs_f64());
-        let next = sampled.map(|sampled| {
-            (self.order, self.rng) = (order, rng);
-            InFlight { sampled, start }
+        if sampled.is_some() {
+            metrics.set("time/next_rollout_wait_s", waited.as_secs_f64());
+        }
+        let next_rollout = sampled.map(|sampled| {
+            sampled.map(|sampled| {
+                (self.order, self.rng) = (order, rng);
+                InFlight { sampled, start }
+            })
         });
-        Ok((metrics, Some(next)))
+        Ok(Learned {
+            metrics,
+            next_rollout,
+            staged,
+        })
     }
 
-    /// Sends the new weights of every remote worker group that trains to its servers.
-    fn sync_fleets(&self, metrics: &mut Metrics) -> anyhow::Result<()> {
-        for (group, fleet) in self.groups.iter().zip(&self.fleets) {
+    /// Sends the new weights of every remote worker group that trains to its servers: those
+    /// `staged` holds for a group (one per group, or none) are loaded, the others written
+    /// first.
+    fn sync_fleets(
+        &self,
+        metrics: &mut Metrics,
+        mut staged: Vec<Option<StagedWeights>>,
+    ) -> anyhow::Result<()> {
+        let version = weight_version(self.trained_through);
+        for (index, (group, fleet)) in self.groups.iter().zip(&self.fleets).enumerate() {
             if let Some(fleet) = fleet.as_ref().filter(|_| group.trains) {
-                let seconds = fleet.sync(group, &weight_version(self.trained_through))?;
+                let seconds = match staged.get_mut(index).and_then(Option::take) {
+                    Some(staged) => fleet.load(&group.name, staged)?,
+                    None => fleet.sync(group, &version)?,
+                };
                 metrics.set(format!("time/weight_sync_s/{}", group.name), seconds);
             }
         }
@@ -1214,6 +1234,37 @@ struct Collected {
     /// With the KL in the reward: each call's old log-probabilities where its agent recomputes
     /// them (computed for the KL, reused by the update); empty otherwise.
     recomputed: Vec<Option<Vec<f32>>>,
+}
+
+/// What an iteration's update half leaves.
+struct Learned {
+    /// The iteration's metrics.
+    metrics: Metrics,
+    /// Under `[rollout] one_step_off_policy`, the next iteration's rollout made beside the
+    /// update, or the error that ended it.
+    next_rollout: Option<anyhow::Result<InFlight>>,
+    /// The new weights written for each group's servers while that rollout went on, or the
+    /// error that ended the writing; empty when nothing was written ahead.
+    staged: anyhow::Result<Vec<Option<StagedWeights>>>,
+}
+
+/// Writes the weights of every worker group that trains on servers for them to load as
+/// `version` (see [`fleet::Fleet::stage`]); one entry per group.
+fn stage_weights(
+    groups: &[WorkerGroup],
+    fleets: &[Option<fleet::Fleet>],
+    version: &str,
+) -> anyhow::Result<Vec<Option<StagedWeights>>> {
+    groups
+        .iter()
+        .zip(fleets)
+        .map(
+            |(group, fleet)| match fleet.as_ref().filter(|_| group.trains) {
+                Some(fleet) => fleet.stage(group, version).map(Some),
+                None => Ok(None),
+            },
+        )
+        .collect()
 }
 
 /// The next iteration's rollout, made beside an update (`[rollout] one_step_off_policy`).
