@@ -192,10 +192,13 @@ fn train(name: &str, text: &str) -> Vec<Value> {
     let dir = common::scratch(name);
     let output = drmas(&dir, "train", text);
     assert!(output.status.success(), "{}", log(&output));
-    std::fs::read_to_string(dir.join("run/metrics.jsonl"))
-        .expect("metrics.jsonl")
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).expect("a JSON line"))
+    training_lines(&dir)
+}
+
+/// The metrics lines of the training iterations in `run/metrics.jsonl` of `dir`.
+fn training_lines(dir: &Path) -> Vec<Value> {
+    common::metrics(&dir.join("run"))
+        .into_values()
         .filter(|line| line.get("reward/mean").is_some())
         .collect()
 }
@@ -335,14 +338,6 @@ fn sampled_calls(dir: &Path) -> std::collections::BTreeMap<u64, Vec<(Value, Valu
         ));
     }
     calls
-}
-
-/// The metrics lines of the training iterations in `run/metrics.jsonl` of `dir`.
-fn training_lines(dir: &Path) -> Vec<Value> {
-    common::metrics(&dir.join("run"))
-        .into_values()
-        .filter(|line| line.get("reward/mean").is_some())
-        .collect()
 }
 
 /// `metric` of each iteration's metrics line.

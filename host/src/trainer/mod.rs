@@ -651,7 +651,7 @@ impl Trainer {
             order: &mut self.order,
             rng: &mut self.rng,
             iteration: self.iteration,
-            policy_lag: self.iteration.saturating_sub(1 + self.trained_through),
+            sampled_by: self.trained_through,
             show_progress: true,
         }
         .sample()
@@ -779,7 +779,7 @@ impl Trainer {
             order: &mut order,
             rng: &mut rng,
             iteration: self.iteration + 1,
-            policy_lag: self.iteration - self.trained_through,
+            sampled_by: self.trained_through,
             show_progress: false,
         });
         let version = weight_version(self.iteration);

@@ -28,8 +28,9 @@ pub(super) struct Sampler<'a> {
     pub rng: &'a mut SeededRng,
     /// The iteration the rollout is for.
     pub iteration: u32,
-    /// Updates between the weights that sample and those the iteration's update starts from.
-    pub policy_lag: u32,
+    /// The last update whose weights sample (0: the model files'); the iteration's update
+    /// starts from those of the iteration before it.
+    pub sampled_by: u32,
     /// Draw a progress bar (not beside the update's).
     pub show_progress: bool,
 }
@@ -54,7 +55,8 @@ impl Sampler<'_> {
             team,
             started.elapsed().as_secs_f64(),
         );
-        metrics.set("rollout/policy_lag", f64::from(self.policy_lag));
+        let policy_lag = self.iteration.saturating_sub(1 + self.sampled_by);
+        metrics.set("rollout/policy_lag", f64::from(policy_lag));
         let generated_samples = samples(team, self.config, &sampled.generated);
         let generated_rewards = shaped_rewards(
             team,
