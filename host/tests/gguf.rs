@@ -483,3 +483,132 @@ fn llama3_style_tokenizer_adds_bos_and_groups_digits() {
     let decoded = tokenizer.decode(encoding.get_ids(), true).expect("decodes");
     assert_eq!(decoded, "12345 a");
 }
+
+/// A one-layer Llama (hidden 8, two query heads sharing one key/value head) with a byte-level
+/// BPE tokenizer and a chat template, every tensor f32: small enough to mutate byte by byte.
+fn tiny_llama_gguf() -> Gguf {
+    let mut tokens = byte_level_alphabet();
+    tokens.extend(["12", "<|im_start|>", "<|im_end|>"].map(String::from));
+    let vocab = tokens.len() as u64;
+    let mut types = vec![1i32; tokens.len()];
+    types[tokens.len() - 2..].fill(3);
+    let strings = |items: &[String]| items.iter().map(|t| string_bytes(t)).collect();
+    let u32_value = |v: u32| v.to_le_bytes().to_vec();
+    let floats = |count: u64, scale: f32| {
+        (0..count)
+            .flat_map(|i| ((i % 7) as f32 * scale - 0.03).to_le_bytes())
+            .collect::<Vec<u8>>()
+    };
+    let mut file = Gguf::new()
+        .kv("llama.embedding_length", 4, u32_value(8))
+        .kv("llama.attention.head_count", 4, u32_value(2))
+        .kv("llama.attention.head_count_kv", 4, u32_value(1))
+        .kv("llama.feed_forward_length", 4, u32_value(16))
+        .kv("llama.block_count", 4, u32_value(1))
+        .kv("llama.context_length", 4, u32_value(32))
+        .kv(
+            "llama.attention.layer_norm_rms_epsilon",
+            6,
+            1e-5f32.to_le_bytes().to_vec(),
+        )
+        .kv("tokenizer.ggml.model", 8, string_bytes("gpt2"))
+        .kv("tokenizer.ggml.tokens", 9, array_bytes(8, strings(&tokens)))
+        .kv(
+            "tokenizer.ggml.token_type",
+            9,
+            array_bytes(5, types.iter().map(|t| t.to_le_bytes().to_vec()).collect()),
+        )
+        .kv(
+            "tokenizer.ggml.merges",
+            9,
+            array_bytes(8, strings(&["1 2".to_owned()])),
+        )
+        .kv("tokenizer.ggml.eos_token_id", 4, u32_value(vocab as u32 - 1))
+        .kv(
+            "tokenizer.chat_template",
+            8,
+            string_bytes(
+                "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}",
+            ),
+        )
+        .tensor("token_embd.weight", &[8, vocab], 0, floats(8 * vocab, 0.01));
+    for (name, dims) in [
+        ("blk.0.attn_norm.weight", vec![8]),
+        ("blk.0.attn_q.weight", vec![8, 8]),
+        ("blk.0.attn_k.weight", vec![8, 4]),
+        ("blk.0.attn_v.weight", vec![8, 4]),
+        ("blk.0.attn_output.weight", vec![8, 8]),
+        ("blk.0.ffn_norm.weight", vec![8]),
+        ("blk.0.ffn_gate.weight", vec![8, 16]),
+        ("blk.0.ffn_up.weight", vec![8, 16]),
+        ("blk.0.ffn_down.weight", vec![16, 8]),
+        ("output_norm.weight", vec![8]),
+    ] {
+        let count = dims.iter().product();
+        file = file.tensor(name, &dims, 0, floats(count, 0.02));
+    }
+    file
+}
+
+/// Opens `path` as far as a worker group would: the model, its tokenizer and chat template.
+fn load_all(path: &Path) -> Result<(), String> {
+    let gguf = GgufModel::open(path).map_err(|e| e.to_string())?;
+    gguf.tokenizer().map_err(|e| e.to_string())?;
+    gguf.chat_template().map_err(|e| e.to_string())?;
+    drmas_host::model::llama::Llama::from_gguf(&gguf, tch::Device::Cpu)
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+#[test]
+fn every_changed_header_byte_is_an_error_or_a_model_never_a_panic() {
+    let bytes = tiny_llama_gguf().bytes();
+    let path = temp_file("mutated", &bytes);
+    load_all(&path).expect("the unchanged file loads whole");
+    let header_end = GgufFile::open(&path).expect("opens").data_offset() as usize;
+    let started = Instant::now();
+    let (mut panics, mut errors) = (Vec::new(), 0);
+    // Each byte zeroed, set to all ones, or its top bit flipped: lengths, counts, types and
+    // values go to zero, to the largest values and to far off ones.
+    let changes = (0..header_end).flat_map(|position| {
+        let original = bytes[position];
+        [0x00, 0xff, original ^ 0x80]
+            .into_iter()
+            .filter(move |&changed| changed != original)
+            .map(move |changed| (position, changed))
+    });
+    for (position, changed) in changes {
+        let mut mutated = bytes.clone();
+        mutated[position] = changed;
+        std::fs::write(&path, &mutated).expect("temp file");
+        match std::panic::catch_unwind(|| load_all(&path)) {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => errors += 1,
+            Err(payload) => {
+                let message = payload
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_default();
+                panics.push(format!("byte {position} = {changed:#04x}: {message}"));
+            }
+        }
+    }
+    std::fs::remove_file(&path).expect("temp file removed");
+    assert!(
+        panics.is_empty(),
+        "{} panics:\n{}",
+        panics.len(),
+        panics.join("\n")
+    );
+    assert!(
+        errors > header_end,
+        "most changes are refused: {errors} of about {}",
+        3 * header_end
+    );
+    assert!(
+        started.elapsed().as_secs() < 120,
+        "{header_end} changed files took {:?}",
+        started.elapsed()
+    );
+}

@@ -605,3 +605,79 @@ fn a_huge_prompt_is_cut_before_tokenising_and_keeps_the_same_tail() {
     let (whole, cut) = tail("2 + 2?");
     assert!(!cut && whole.len() < 32, "{whole:?}");
 }
+
+/// The changes made to `bytes[range]`: each byte zeroed, set to all ones and its top bit
+/// flipped (lengths, offsets, shapes and numbers go to zero, to the largest values and far
+/// off; JSON gets stray bytes and invalid UTF-8).
+fn byte_changes(bytes: &[u8], range: std::ops::Range<usize>) -> Vec<(usize, u8)> {
+    range
+        .flat_map(|position| {
+            let original = bytes[position];
+            [0x00, 0xff, original ^ 0x80]
+                .into_iter()
+                .filter(move |&changed| changed != original)
+                .map(move |changed| (position, changed))
+        })
+        .collect()
+}
+
+/// Loads `dir` with every change of `changes` made to its `file` in turn; the panics, if any.
+fn panics_loading(dir: &Path, file: &str, bytes: &[u8], changes: &[(usize, u8)]) -> Vec<String> {
+    let path = dir.join(file);
+    let mut panics = Vec::new();
+    for &(position, changed) in changes {
+        let mut mutated = bytes.to_vec();
+        mutated[position] = changed;
+        fs::write(&path, &mutated).expect("writes");
+        let loaded = std::panic::catch_unwind(|| Pretrained::load(dir, Device::Cpu, Kind::Float));
+        if let Err(payload) = loaded {
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            panics.push(format!(
+                "{file} byte {position} = {changed:#04x}: {message}"
+            ));
+        }
+    }
+    fs::write(&path, bytes).expect("restores");
+    panics
+}
+
+#[test]
+fn every_changed_byte_of_a_folders_headers_and_json_is_an_error_or_a_model_never_a_panic() {
+    let root = tempfile::tempdir().expect("a temp dir");
+    let dir = copy_fixture("llama", root.path());
+    let started = Instant::now();
+    let weights = fs::read(dir.join("model.safetensors")).expect("reads");
+    let header_len = u64::from_le_bytes(weights[..8].try_into().expect("8 bytes")) as usize;
+    let mut panics = panics_loading(
+        &dir,
+        "model.safetensors",
+        &weights,
+        &byte_changes(&weights, 0..8 + header_len),
+    );
+    for file in [
+        "config.json",
+        "generation_config.json",
+        "tokenizer_config.json",
+        "tokenizer.json",
+    ] {
+        let bytes = fs::read(dir.join(file)).expect("reads");
+        panics.extend(panics_loading(
+            &dir,
+            file,
+            &bytes,
+            &byte_changes(&bytes, 0..bytes.len()),
+        ));
+    }
+    assert!(
+        panics.is_empty(),
+        "{} panics:\n{}",
+        panics.len(),
+        panics.join("\n")
+    );
+    Pretrained::load(&dir, Device::Cpu, Kind::Float).expect("the restored folder loads");
+    eprintln!("{:?}", started.elapsed());
+}

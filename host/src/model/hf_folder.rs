@@ -8,6 +8,7 @@ use tokenizers::Tokenizer;
 
 use super::config::LlamaConfig;
 use super::error::ModelError;
+use super::tokenizer_json::parse_tokenizer;
 
 /// The model configuration's file.
 pub const CONFIG_FILE: &str = "config.json";
@@ -60,7 +61,9 @@ impl HfFolder {
                 "missing: an HF model folder needs it (only fast tokenizers are supported)",
             ));
         }
-        let tokenizer = Tokenizer::from_file(&tokenizer_path)
+        let tokenizer_bytes =
+            std::fs::read(&tokenizer_path).map_err(|e| ModelError::file(&tokenizer_path, e))?;
+        let tokenizer = parse_tokenizer(&tokenizer_bytes)
             .map_err(|e| ModelError::file(&tokenizer_path, format!("not a tokenizer: {e}")))?;
 
         let tokenizer_config_path = dir.join(TOKENIZER_CONFIG_FILE);

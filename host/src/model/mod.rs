@@ -21,6 +21,7 @@ pub mod pretrained;
 pub mod process_setting;
 pub mod safetensors_io;
 pub mod save_hf;
+pub mod tokenizer_json;
 pub mod transfer;
 pub mod weights;
 

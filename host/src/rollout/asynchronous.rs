@@ -18,6 +18,7 @@ use super::episode::EpisodeState;
 use super::failure::{episode_of, FailureCount};
 use super::{AgentCall, Crew, EpisodeOutcome, Rollout, RolloutLimits};
 use crate::engine::Generation;
+use crate::panic_message::panic_message;
 use crate::rng::SeededRng;
 
 /// What a worker thread reports to the scheduler.
@@ -280,11 +281,7 @@ fn step(
 /// Runs `work`, turning a panic into an error so the scheduler always hears back.
 fn caught<T>(work: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
     catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|panic| {
-        let message = panic
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "no message".to_owned());
+        let message = panic_message(&*panic).unwrap_or_else(|| "no message".to_owned());
         Err(anyhow!("a rollout worker panicked: {message}"))
     })
 }

@@ -388,8 +388,11 @@ impl<'a> Cursor<'a> {
                     "rows of {row} elements are not whole {ty} blocks of {block}"
                 )));
             }
-            let bytes = elements / block * layout.block_bytes as u64;
-            let end = start.saturating_add(bytes);
+            // Dims that claim more bytes than any file holds end past this one too.
+            let end = (elements / block)
+                .checked_mul(layout.block_bytes as u64)
+                .and_then(|bytes| start.checked_add(bytes))
+                .unwrap_or(u64::MAX);
             if end > file_len {
                 let path = self.path.to_owned();
                 return Err(GgufError::TensorOutOfBounds {

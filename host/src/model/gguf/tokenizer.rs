@@ -10,6 +10,7 @@ use tokenizers::Tokenizer;
 
 use super::reader::GgufFile;
 use super::GgufError;
+use crate::model::tokenizer_json::parse_tokenizer;
 
 /// `tokenizer.ggml.token_type` of control (special) tokens such as `<|im_end|>`.
 const TOKEN_CONTROL: i64 = 3;
@@ -163,7 +164,7 @@ pub fn load(file: &GgufFile, json: &Value) -> Result<Tokenizer, GgufError> {
         what,
     };
     let bytes = serde_json::to_vec(json).map_err(|e| fail(e.to_string()))?;
-    Tokenizer::from_bytes(bytes).map_err(|e| fail(format!("the tokenizers crate refused it: {e}")))
+    parse_tokenizer(&bytes).map_err(|e| fail(format!("the tokenizers crate refused it: {e}")))
 }
 
 /// The Jinja chat template (`tokenizer.chat_template`), if the file has one.
