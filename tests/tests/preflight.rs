@@ -497,3 +497,84 @@ fn an_agent_whose_actions_its_role_refuses_is_a_warning() {
     );
     assert!(!prepare(&demo_text()).expect("the demo").contains("warning"));
 }
+
+/// The text of `text` with each number in turn (a run of digits with its sign, point and
+/// exponent after `=`, `,` or `[`) replaced by each of `extremes`, with the number's place: its
+/// line, and its section with the line up to it (the same key in two run files has the same
+/// place there).
+fn with_each_number_replaced<'a>(
+    text: &'a str,
+    extremes: &'a [&'static str],
+) -> impl Iterator<Item = (usize, String, &'static str, String)> + 'a {
+    let bytes = text.as_bytes();
+    let in_number = |b: u8| b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'e' | b'_');
+    let starts = (0..bytes.len()).filter(move |&at| {
+        bytes[at].is_ascii_digit()
+            && at > 0
+            && matches!(bytes[at - 1], b' ' | b'[' | b'-')
+            && text[..at]
+                .trim_end_matches(['-', ' '])
+                .ends_with(['=', ',', '['])
+    });
+    starts.flat_map(move |at| {
+        let start = if bytes[at - 1] == b'-' { at - 1 } else { at };
+        let end = (at..bytes.len())
+            .find(|&i| !in_number(bytes[i]))
+            .unwrap_or(bytes.len());
+        let before = &text[..start];
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let section = before
+            .lines()
+            .rev()
+            .find(|line| line.starts_with('['))
+            .unwrap_or("");
+        let place = format!("{section} {}", &before[line_start..]);
+        let line = before.lines().count();
+        extremes.iter().map(move |extreme| {
+            let changed = format!("{before}{extreme}{}", &text[end..]);
+            (line, place.clone(), *extreme, changed)
+        })
+    })
+}
+
+#[test]
+fn every_number_of_every_run_file_set_to_an_extreme_is_refused_or_taken_never_a_panic() {
+    // Zero, negative, past u32 and i64, huge, subnormal and non-finite.
+    let extremes = [
+        "0",
+        "-1",
+        "4294967296",
+        "9223372036854775807",
+        "1e308",
+        "5e-324",
+        "nan",
+        "-inf",
+    ];
+    let mut files: Vec<_> = std::fs::read_dir(common::repo().join("configs"))
+        .expect("configs/ lists")
+        .map(|entry| entry.expect("an entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut panics = Vec::new();
+    for path in &files {
+        let text = std::fs::read_to_string(path).expect("reads");
+        for (line, place, extreme, changed) in with_each_number_replaced(&text, &extremes) {
+            // A key already tried in an earlier run file is not tried again.
+            if !seen.insert((place, extreme)) {
+                continue;
+            }
+            if std::panic::catch_unwind(|| prepare(&changed)).is_err() {
+                panics.push(format!("{}:{line}: {extreme}", path.display()));
+            }
+        }
+    }
+    assert!(seen.len() > 250, "keys × extremes tried: {}", seen.len());
+    assert!(
+        panics.is_empty(),
+        "{} panics:\n{}",
+        panics.len(),
+        panics.join("\n")
+    );
+}

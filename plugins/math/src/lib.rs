@@ -11,7 +11,9 @@ pub mod dataset;
 pub mod generator;
 pub mod roles;
 
-pub use roles::{MathEnvironment, MathOrchestra, SolverAgent, SolverOnlyOrchestra, VerifierAgent};
+pub use roles::{
+    MathEnvironment, MathOrchestra, SolverAgent, SolverOnlyOrchestra, VerifierAgent, MAX_GENERATED,
+};
 
 drmas_sdk::export_plugin! {
     name: "math",

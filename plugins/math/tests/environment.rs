@@ -98,6 +98,33 @@ fn a_bad_split_or_config_key_is_an_error() {
 }
 
 #[test]
+fn generated_datasets_are_bounded_by_limit_or_generated_count() {
+    let too_many = drmas_math::MAX_GENERATED as u64 + 1;
+    let spec = |limit| DatasetSpec {
+        path: "builtin:generated".into(),
+        split: "train".into(),
+        limit,
+        ..Default::default()
+    };
+    let env = MathEnvironment::from_config(&"".into()).expect("config");
+    let error = env.load_tasks(&spec(Some(too_many))).expect_err("too many");
+    assert!(
+        error.message().contains("limit") && error.message().contains(&too_many.to_string()),
+        "{}",
+        error.message()
+    );
+    let counted = format!("generated_count = {too_many}");
+    let env = MathEnvironment::from_config(&counted.as_str().into()).expect("config");
+    let error = env.load_tasks(&spec(None)).expect_err("too many");
+    assert!(
+        error.message().contains("generated_count"),
+        "{}",
+        error.message()
+    );
+    assert_eq!(env.load_tasks(&spec(Some(3))).expect("a limit").len(), 3);
+}
+
+#[test]
 fn max_record_bytes_bounds_a_line_and_is_checked() {
     let error = MathEnvironment::from_config(&"max_record_bytes = 0".into())
         .err()

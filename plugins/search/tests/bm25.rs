@@ -98,6 +98,11 @@ fn ranks_by_bm25_over_title_and_text() {
         bm25.search(&queries, 0),
         Err(RetrieverError::ZeroTopK)
     ));
+    // Any top_k finds at most the index's passages, without sizing a buffer by it.
+    let everything = bm25
+        .search_one("hamlet france paris nobel", usize::MAX)
+        .expect("search");
+    assert_eq!(everything.len(), 4);
 }
 
 #[test]

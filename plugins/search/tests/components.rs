@@ -200,6 +200,25 @@ fn max_record_bytes_bounds_a_question_line_and_is_checked() {
 }
 
 #[test]
+fn top_k_is_from_one_to_a_thousand_passages() {
+    for top_k in [0, 1001, i64::MAX] {
+        let config = format!(
+            "top_k = {top_k}\n[retriever]\nkind = \"http\"\nurl = \"http://127.0.0.1:9\"\n"
+        );
+        let error = SearchEnvironment::from_config(&config.as_str().into())
+            .err()
+            .expect("out of range")
+            .to_string();
+        assert!(
+            error.contains(&format!(
+                "[environment.params] top_k = {top_k} must be from 1 to 1000"
+            )),
+            "{error}"
+        );
+    }
+}
+
+#[test]
 fn an_unreachable_http_retriever_is_found_when_the_environment_is_built() {
     // Built by `check` as by `train`: a URL nobody answers at fails there, naming it.
     let config = "[retriever]\nkind = \"http\"\nurl = \"http://127.0.0.1:9\"\ntimeout_secs = 1\n";

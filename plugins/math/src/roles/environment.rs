@@ -22,6 +22,10 @@ use crate::generator::{generate, Difficulty, Split};
 /// The built-in generated dataset's path.
 pub const GENERATED: &str = "builtin:generated";
 
+/// The most tasks `builtin:generated` makes for one dataset (about 300 MB of tasks): a larger
+/// `limit` or `generated_count` is refused rather than filling the machine's memory.
+pub const MAX_GENERATED: usize = 1_000_000;
+
 /// Scores solutions with the answer checker.
 pub struct MathEnvironment {
     config: MathEnvironmentConfig,
@@ -97,7 +101,19 @@ impl MathEnvironment {
                     )))
                 }
             };
-            let count = limit.unwrap_or(self.config.generated_count);
+            let (count, key) = match limit {
+                Some(limit) => (limit, "the dataset's `limit`"),
+                None => (
+                    self.config.generated_count,
+                    "[environment.params] generated_count",
+                ),
+            };
+            if count > MAX_GENERATED {
+                return Err(Error::new(format!(
+                    "{GENERATED} makes at most {MAX_GENERATED} tasks, and {key} asks for \
+                     {count}: lower it, or put more tasks in a dataset file"
+                )));
+            }
             return Ok(generate(self.config.seed, split, self.config.level, count));
         }
         let path = spec.resolved_path();

@@ -6,7 +6,7 @@ mod solver;
 mod template;
 mod verifier;
 
-pub use environment::MathEnvironment;
+pub use environment::{MathEnvironment, MAX_GENERATED};
 pub use orchestra::{MathOrchestra, SolverOnlyOrchestra};
 pub use solver::SolverAgent;
 pub use verifier::{Verdict, VerifierAgent};

@@ -405,8 +405,11 @@ impl Bm25Retriever {
             reason,
         };
         let searcher = self.reader.searcher();
+        // No search finds more passages than the index holds: a larger `top_k` would only size
+        // the collector's buffer by it.
+        let limit = top_k.min(usize::try_from(searcher.num_docs()).unwrap_or(usize::MAX));
         let top = searcher
-            .search(query, &TopDocs::with_limit(top_k).order_by_score())
+            .search(query, &TopDocs::with_limit(limit.max(1)).order_by_score())
             .map_err(|e| index_error(e.to_string()))?;
         top.into_iter()
             .map(|(score, address)| {

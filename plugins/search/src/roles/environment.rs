@@ -52,6 +52,10 @@ fn default_max_record_bytes() -> u64 {
     DEFAULT_MAX_RECORD_BYTES as u64
 }
 
+/// The most passages one search of the environment returns (what `drmas-retriever` serves by
+/// default at most): each is text in the agent's next prompt.
+const MAX_TOP_K: usize = 1000;
+
 fn default_top_k() -> usize {
     3
 }
@@ -113,6 +117,12 @@ impl Component for SearchEnvironment {
         let config: Config = params.parse()?;
         let max_record_bytes = check_max_record_bytes(config.max_record_bytes)
             .map_err(|reason| Error::new(format!("[environment.params] {reason}")))?;
+        if !(1..=MAX_TOP_K).contains(&config.top_k) {
+            return Err(Error::new(format!(
+                "[environment.params] top_k = {} must be from 1 to {MAX_TOP_K} passages a search",
+                config.top_k
+            )));
+        }
         let retriever: Arc<dyn Retriever> = match config.retriever {
             RetrieverConfig::Bm25 { corpus, index_dir } => {
                 let progress = |message: &str| drmas_sdk::log::info!("{message}");
