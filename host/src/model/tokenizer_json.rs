@@ -7,9 +7,9 @@ use tokenizers::Tokenizer;
 use crate::panic_message::panic_message;
 
 /// Parses `bytes` as a `tokenizer.json`. The tokenizers crate panics on some malformed files
-/// instead of failing (a decoder it cannot read, for one): such a panic
-/// becomes an error like the crate's own, so a damaged model folder is the user's to replace,
-/// never a crash of the run. Only the crate's parsing runs inside.
+/// instead of failing (a decoder it cannot read, for one): such a panic becomes an error like
+/// the crate's own, so a damaged model folder is the user's to replace, never a crash of the
+/// run. Only the crate's parsing runs inside.
 pub fn parse_tokenizer(bytes: &[u8]) -> Result<Tokenizer, String> {
     match catch_unwind(AssertUnwindSafe(|| Tokenizer::from_bytes(bytes))) {
         Ok(parsed) => parsed.map_err(|e| e.to_string()),

@@ -22,8 +22,8 @@ use crate::generator::{generate, Difficulty, Split};
 /// The built-in generated dataset's path.
 pub const GENERATED: &str = "builtin:generated";
 
-/// The most tasks `builtin:generated` makes for one dataset (about 300 MB of tasks): a larger
-/// `limit` or `generated_count` is refused rather than filling the machine's memory.
+/// The most tasks `builtin:generated` makes for one dataset: a larger `limit` or
+/// `generated_count` is refused rather than generated until the memory runs out.
 pub const MAX_GENERATED: usize = 1_000_000;
 
 /// Scores solutions with the answer checker.
