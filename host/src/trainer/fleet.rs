@@ -127,18 +127,15 @@ impl Fleet {
         let weights = self.weights_folder(group)?;
         let started = Instant::now();
         let version = &staged.version;
-        if self.generator.weight_loading().loads_adapters() {
+        let what = if self.generator.weight_loading().loads_adapters() {
             self.generator.update_adapters(&staged.adapters, version)?;
             remove_other_versions(weights, version)?;
+            "LoRA adapters"
         } else {
             self.generator.update_weights(weights, version)?;
-        }
-        let seconds = staged.write_seconds + started.elapsed().as_secs_f64();
-        let what = if staged.adapters.is_empty() {
             "weight version"
-        } else {
-            "LoRA adapters"
         };
+        let seconds = staged.write_seconds + started.elapsed().as_secs_f64();
         tracing::info!("worker group `{group}`: servers serve {what} {version} ({seconds:.2}s)");
         Ok(seconds)
     }
