@@ -14,7 +14,6 @@ pub mod engine;
 pub mod experiment;
 pub mod interrupt;
 pub mod model;
-mod panic_message;
 pub mod plot;
 pub mod plugins;
 pub mod preflight;

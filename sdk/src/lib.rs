@@ -52,6 +52,7 @@
 //!
 //! ABI compatibility: this crate's version is the plugin ABI version; see docs/plugins.md.
 
+mod caught_panic;
 mod config;
 mod contract;
 mod data;
@@ -62,6 +63,7 @@ mod roles;
 pub mod export;
 pub mod ffi;
 
+pub use caught_panic::{catch_quietly, CaughtPanic};
 pub use config::Params;
 pub use contract::{Actions, Role};
 pub use data::{

@@ -1,21 +1,18 @@
 //! [`parse_tokenizer`]: a tokenizer from the bytes of a `tokenizer.json`, never a panic.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
+use drmas_sdk::catch_quietly;
 use tokenizers::Tokenizer;
-
-use crate::panic_message::panic_message;
 
 /// Parses `bytes` as a `tokenizer.json`. The tokenizers crate panics on some malformed files
 /// instead of failing (a decoder it cannot read, for one): such a panic becomes an error like
 /// the crate's own, so a damaged model folder is the user's to replace, never a crash of the
-/// run. Only the crate's parsing runs inside.
+/// run, and nothing on stderr but that error. Only the crate's parsing runs inside.
 pub fn parse_tokenizer(bytes: &[u8]) -> Result<Tokenizer, String> {
-    match catch_unwind(AssertUnwindSafe(|| Tokenizer::from_bytes(bytes))) {
+    match catch_quietly(|| Tokenizer::from_bytes(bytes)) {
         Ok(parsed) => parsed.map_err(|e| e.to_string()),
         Err(panic) => Err(format!(
             "malformed, the tokenizers crate stopped on it: {}",
-            panic_message(&*panic).unwrap_or_default()
+            panic.message()
         )),
     }
 }

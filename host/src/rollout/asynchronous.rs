@@ -6,19 +6,17 @@
 //! bit-reproducible; each group samples from its own stream, seeded from the run's.
 
 use std::collections::VecDeque;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
-use drmas_sdk::Task;
+use drmas_sdk::{catch_quietly, Task};
 
 use super::agent_turn::{complete, generate_batch, prepare, BatchRecord, PreparedCall};
 use super::episode::EpisodeState;
 use super::failure::{episode_of, FailureCount};
 use super::{AgentCall, Crew, EpisodeOutcome, Rollout, RolloutLimits};
 use crate::engine::Generation;
-use crate::panic_message::panic_message;
 use crate::rng::SeededRng;
 
 /// What a worker thread reports to the scheduler.
@@ -280,8 +278,5 @@ fn step(
 
 /// Runs `work`, turning a panic into an error so the scheduler always hears back.
 fn caught<T>(work: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
-    catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|panic| {
-        let message = panic_message(&*panic).unwrap_or_else(|| "no message".to_owned());
-        Err(anyhow!("a rollout worker panicked: {message}"))
-    })
+    catch_quietly(work).unwrap_or_else(|panic| Err(anyhow!("a rollout worker panicked: {panic}")))
 }
