@@ -14,7 +14,8 @@
 # iteration of a tiny run on the device in f32 and bf16, of a tiny LoRA run in bf16, and of the
 # SmolLM2-shaped model in bf16 (also with CUDA graphs), each with its seconds and peak GPU memory;
 # two SmolLM2-shaped groups sharing the device, with and without `offload = true` (peak GPU memory,
-# the moves' seconds); one iteration of the SmolLM2-shaped model with its rollouts on two
+# the moves' seconds); two groups of two model families (SmolLM2-shaped Llama, Qwen2.5-0.5B-shaped
+# Qwen2), both training, then with the Qwen2 group frozen and both offloaded; one iteration of the SmolLM2-shaped model with its rollouts on two
 # `drmas-host serve` workers on the device, with an adapter per agent loaded through vLLM's LoRA
 # routes, with full weights, and with full weights for three iterations one step off-policy
 # (rollout and weight-sync seconds, the sampler-trainer log-ratio, the policy lag);
@@ -39,6 +40,7 @@ report() {
 
 fixtures="$here/fixtures/hf"
 smollm2="$work/smollm2-135m-random"
+qwen="$work/qwen2.5-0.5b-random"
 
 if command -v nvidia-smi >/dev/null; then
   step gpu 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
@@ -78,6 +80,15 @@ if [[ "$device" == cuda* ]]; then
 fi
 train train-smollm2-two-groups-bf16 "$smollm2" bf16 two
 train train-smollm2-two-groups-offload-bf16 "$smollm2" bf16 two 'offload = true'
+# Two model families sharing the device: the Solver's group on the SmolLM2-shaped Llama, the
+# Verifier's on a Qwen2.5-0.5B-shaped Qwen2 (drawn on the device), each with its own tokenizer and
+# optimizer; then the same with the Verifier frozen and both groups offloaded (the frozen group's
+# weights leave while the other updates).
+step make-qwen2.5-0.5b 120 "$python" "$here/make_model.py" "$qwen" --arch qwen2.5-0.5b \
+  --tokenizer "$fixtures/qwen2" --dtype bf16 --device "${device%%:*}"
+RUN_VERIFIER_MODEL="$qwen" train train-two-families-bf16 "$smollm2" bf16 two
+RUN_VERIFIER_MODEL="$qwen" RUN_VERIFIER_FROZEN=1 \
+  train train-two-families-frozen-offload-bf16 "$smollm2" bf16 two 'offload = true'
 # Two `drmas-host serve` workers on the device serving the SmolLM2-shaped model in bf16, and the
 # same one-iteration run with its rollouts on them (addressed directly: the device has no
 # sglang-router): first with an adapter per agent, loaded through vLLM's LoRA routes, then with

@@ -8,6 +8,9 @@ drawn by transformers from a fixed seed. Its tokenizer and chat template are the
 ones of a test fixture (their ids are a subset of the model's vocabulary); the comparison never
 decodes generated text.
 
+check.sh also trains a Qwen2.5-0.5B-shaped model (with the tiny Qwen2 fixture's tokenizer)
+beside the SmolLM2-shaped one: worker groups of two model families sharing the device.
+
 scripts/gpu/speed.sh does the same for the real Qwen2.5-1.5B and Qwen2.5-7B architectures,
 saved in bf16 and initialised on the GPU (7B in f32 would take minutes on its CPU), so that
 drmas and the device's own transformers are timed on the same weights.
@@ -38,6 +41,20 @@ ARCHITECTURES = {
         max_position_embeddings=8192,
         rope_theta=100000.0,
         rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        hidden_act="silu",
+    )),
+    # Qwen/Qwen2.5-0.5B-Instruct.
+    "qwen2.5-0.5b": ("qwen2", dict(
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
         tie_word_embeddings=True,
         hidden_act="silu",
     )),

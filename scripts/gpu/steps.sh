@@ -69,7 +69,9 @@ step() {
 }
 
 # A run file: the math Solver and Verifier on MODEL on $device in DTYPE, sharing
-# one group, or (GROUPS = two) each in its own group; EXTRA lines go into every group's section;
+# one group, or (GROUPS = two) each in its own group, the Verifier's on RUN_VERIFIER_MODEL if set
+# (another model family) and frozen (`train = false`) if RUN_VERIFIER_FROZEN=1; EXTRA lines go
+# into every group's section;
 # PROMPTS prompts of GROUP_SIZE samples each, every response at most TOKENS tokens (default 8 ×
 # 4, 32). The random models earn equal rewards, so every advantage is 0: the entropy bonus gives
 # the update a gradient to compute and apply. One iteration, or RUN_ITERATIONS; RUN_ROLLOUT_EXTRA
@@ -109,10 +111,15 @@ role = "verifier"
 agent = "Verifier Agent"
 worker_group = "$verifier"
 max_new_tokens = $((tokens < 8 ? tokens : 8))
+$([[ "${RUN_VERIFIER_FROZEN:-0}" == 1 ]] && echo "train = false")
 
 $(for group in $(printf '%s\n' "$solver" "$verifier" | sort -u); do
+  group_model="$model"
+  if [[ "$group" == verifier ]]; then
+    group_model="${RUN_VERIFIER_MODEL:-$model}"
+  fi
   printf '[worker_groups.%s]\nmodel = "%s"\ndtype = "%s"\ndevice = "%s"\nlearning_rate = 1e-5\nmicro_batch_size = 8\n%b\n' \
-    "$group" "$model" "$dtype" "$device" "$extra"
+    "$group" "$group_model" "$dtype" "$device" "$extra"
 done)
 
 [algorithm]
