@@ -3,7 +3,8 @@
 # configs/bench/grpo-trl.toml (8 GSM8K problems x 8 samples x <= 64 new tokens, SmolLM2-135M f32,
 # CPU). Runs ours (`drmas-host train`, 2 iterations), then TRL (scripts/bench/trl_grpo.py), ROUNDS
 # times alternating, then prints seconds per step, the rollout/update split, mean completion lengths,
-# the ratio and the update's fraction of the matmul peak (scripts/bench/grpo_summary.py).
+# the ratio and the update's fraction of this machine's matmul peak, measured with the peer's
+# PyTorch (scripts/bench/grpo_summary.py).
 #
 # The peer needs the venv of scripts/bench/peer-venv.sh (or DRMAS_PEER_PYTHON pointing to a python
 # with torch, transformers and trl); without it only ours runs.
@@ -53,4 +54,21 @@ if [[ -z "$python" ]]; then
   echo "TRL skipped: no Python peer found. Run scripts/bench/peer-venv.sh (a venv with torch," \
        "transformers and trl, ~2.7 GB) or set DRMAS_PEER_PYTHON to a python that has them."
 fi
-python3 scripts/bench/grpo_summary.py --model "$hf" "$results"/round-*
+# This machine's matmul peak, for the update's fraction of it: a 2048² f32 matmul in the peer's
+# PyTorch (the same MKL as ours), best of 8, on the same threads.
+peak=()
+if [[ -n "$python" ]]; then
+  peak=(--peak "$("$python" - "$threads" <<'PY'
+import sys, time, torch
+torch.set_num_threads(int(sys.argv[1]))
+a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+best = 0.0
+for _ in range(8):
+    start = time.perf_counter()
+    a @ b
+    best = max(best, 2 * 2048**3 / (time.perf_counter() - start))
+print(best)
+PY
+)")
+fi
+python3 scripts/bench/grpo_summary.py --model "$hf" "${peak[@]}" "$results"/round-*

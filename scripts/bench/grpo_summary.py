@@ -1,8 +1,10 @@
 """Summarises scripts/bench/grpo-vs-trl.sh: per round, drmas's iterations (rollout, update, total
 seconds, mean completion length) and TRL's step, the ratio TRL / ours, and the update's fraction
-of the matmul peak. Standard library only (runs without the peer venv).
+of the matmul peak: this machine's when given (`--peak`, FLOP/s, which grpo-vs-trl.sh measures
+with the peer's PyTorch), else the reference machine's 171 GFLOP/s, said so. Standard library
+only (runs without the peer venv).
 
-    python3 scripts/bench/grpo_summary.py --model HF_FOLDER ROUND_DIR...
+    python3 scripts/bench/grpo_summary.py --model HF_FOLDER [--peak FLOPS] ROUND_DIR...
 
 FLOPs of an update, two ways:
   simple:  6 x P x T           P every matmul weight (linear layers + LM head), T tokens trained
@@ -31,8 +33,16 @@ def matmul_weights(config):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, type=Path, help="the HF folder (for its config.json)")
+    parser.add_argument("--peak", type=float,
+                        help="this machine's matmul peak, FLOP/s (default: the reference machine's)")
     parser.add_argument("rounds", nargs="+", type=Path)
     args = parser.parse_args()
+    peak = args.peak or REFERENCE_PEAK
+    if args.peak:
+        print(f"matmul peak here (2048² f32, PyTorch, best of 8): {peak / 1e9:.1f} GFLOP/s")
+    else:
+        print(f"no peer to measure this machine's matmul peak: percentages are of the reference "
+              f"machine's {REFERENCE_PEAK / 1e9:.0f} GFLOP/s")
     body, head = matmul_weights(json.loads((args.model / "config.json").read_text()))
 
     ours_totals, trl_totals = [], []
@@ -53,8 +63,8 @@ def main():
                 f"({m['tokens_per_s/rollout']:.0f} tok/s) + update {update:.1f} s; mean completion "
                 f"{m['response_len/solver']:.1f} tokens, reward {m['reward/mean']:.3f}; update "
                 f"{forward:.0f} tokens ({responses:.0f} response): {simple / 1e9:.1f} GFLOP/s simple = "
-                f"{100 * simple / REFERENCE_PEAK:.0f} % of peak, {precise / 1e9:.1f} precise = "
-                f"{100 * precise / REFERENCE_PEAK:.0f} %"
+                f"{100 * simple / peak:.0f} % of peak, {precise / 1e9:.1f} precise = "
+                f"{100 * precise / peak:.0f} %"
             )
         trl_file = folder / "trl.json"
         if trl_file.is_file() and trl_file.read_text().strip():
