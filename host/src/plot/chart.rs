@@ -273,8 +273,14 @@ impl Chart {
         }
     }
 
+    /// The y axis: the values with a margin, [`on_axis`] (a run's metrics may hold any finite
+    /// number, and plotters never returns from an axis that ends at ±∞, or on a log scale at 0
+    /// or with ends whose ratio overflows; points past the limits are drawn at the edge).
     fn y_range(&self, log: bool) -> Range<f64> {
-        let values = self.y_values().filter(|value| !log || *value > 0.0);
+        let values = self
+            .y_values()
+            .filter(|value| !log || *value > 0.0)
+            .map(|value| on_axis(value, log));
         let (low, high) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(low, high), v| {
             (low.min(v), high.max(v))
         });
@@ -282,7 +288,11 @@ impl Chart {
             return if log { 0.1..10.0 } else { 0.0..1.0 };
         }
         if log {
-            return low / 1.5..high * 1.5;
+            // In decades: a margin of 1.5× each way, at least one decade in all.
+            let margin = 1.5f64.log10();
+            let bottom = low.log10() - margin;
+            let top = (high.log10() + margin).max(bottom + 1.0);
+            return 10f64.powf(bottom)..10f64.powf(top);
         }
         if low == high {
             let pad = (low.abs() * 0.1).max(0.5);
@@ -290,6 +300,25 @@ impl Chart {
         }
         let pad = (high - low) * 0.05;
         low - pad..high + pad
+    }
+}
+
+/// The largest magnitude a linear y axis spans, well inside f64's range so that its margins
+/// and plotters' tick arithmetic stay finite.
+const LINEAR_AXIS_LIMIT: f64 = 1e300;
+
+/// A log y axis spans at most `1/LOG_AXIS_LIMIT..LOG_AXIS_LIMIT` (with its margins): plotters
+/// divides the axis's ends, whose ratio must stay finite.
+const LOG_AXIS_LIMIT: f64 = 1e150;
+
+/// `value` moved inside its axis's limits ([`LINEAR_AXIS_LIMIT`], [`LOG_AXIS_LIMIT`]), where
+/// the axis and every point drawn on it stay; plotters' pixel arithmetic overflows on points far
+/// outside its axis.
+fn on_axis(value: f64, log: bool) -> f64 {
+    if log {
+        value.clamp(LOG_AXIS_LIMIT.recip(), LOG_AXIS_LIMIT)
+    } else {
+        value.clamp(-LINEAR_AXIS_LIMIT, LINEAR_AXIS_LIMIT)
     }
 }
 
@@ -347,11 +376,13 @@ pub fn format_number(value: f64) -> String {
     }
 }
 
-/// The points a log axis can show (positive values); all of them on a linear axis.
+/// The points a log axis can show (positive values); all of them on a linear axis; each
+/// [`on_axis`].
 fn visible(points: Vec<(i64, f64)>, log: bool) -> Vec<(i64, f64)> {
     points
         .into_iter()
         .filter(|(_, value)| value.is_finite() && (!log || *value > 0.0))
+        .map(|(x, value)| (x, on_axis(value, log)))
         .collect()
 }
 
@@ -475,6 +506,58 @@ mod tests {
         assert_eq!(tick_label(0.7, 0.1), "0.7");
         // Unknown step (log axes): the plain label.
         assert_eq!(tick_label(0.0001, 0.0), "1.0e-4");
+    }
+
+    /// A run's metrics may hold any finite number (a plugin's reward of 1e308, a subnormal
+    /// loss): every chart of them draws, on a finite axis, in bounded time. Before, an axis
+    /// ending at ±∞ or at 0 on a log scale kept plotters' tick loop going for ever.
+    #[test]
+    fn charts_of_any_finite_values_draw_in_bounded_time() {
+        let extremes = [
+            f64::MAX,
+            -f64::MAX,
+            1e308,
+            3.4e38,
+            1.0,
+            0.0,
+            f64::MIN_POSITIVE,
+            5e-324,
+            -5e-324,
+        ];
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            register_font().expect("font");
+            let mut pixels = vec![0u8; WIDTH as usize * HEIGHT as usize * 3];
+            for a in extremes {
+                for b in extremes {
+                    for y_scale in [YScale::Linear, YScale::Auto] {
+                        let mut chart = Chart::new("t", "x", "y");
+                        chart.y_scale = y_scale;
+                        chart.lines.push(Line {
+                            label: "values".into(),
+                            points: vec![(1, 1.0), (2, a), (3, b)],
+                            stroke: Stroke::Solid,
+                            color: 0,
+                        });
+                        let log = chart.log_y();
+                        let y = chart.y_range(log);
+                        assert!(
+                            y.start.is_finite() && y.end.is_finite() && y.start < y.end,
+                            "{a:e}, {b:e}: {y:?}"
+                        );
+                        assert!(
+                            !log || (y.start > 0.0 && (y.end / y.start).is_finite()),
+                            "{a:e}, {b:e}: {y:?}"
+                        );
+                        chart.draw(&mut pixels).expect("drawn");
+                    }
+                }
+            }
+            done.send(()).expect("the test waits");
+        });
+        finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("162 charts drawn within a minute");
     }
 
     #[test]

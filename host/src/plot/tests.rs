@@ -289,3 +289,54 @@ fn the_plot_subcommand_takes_a_run_folder() {
     );
     assert!(crate::cli::Cli::try_parse_from(["drmas-host", "plot"]).is_err());
 }
+
+/// A run's metrics may hold any finite number (a plugin's reward of 1e308, a gradient norm
+/// near f32's largest, a subnormal): every chart still draws, in bounded time. Before, such a
+/// run's `plot` (and so the end of `train`, which plots) never returned.
+#[test]
+fn metrics_of_extreme_numbers_plot_every_chart_in_bounded_time() {
+    let extremes = [
+        1e308,
+        -1.7976931348623157e308,
+        5e-324,
+        0.0,
+        3.4e38,
+        1.0,
+        2.2250738585072014e-308,
+        -5e-324,
+    ];
+    let mut text = String::new();
+    for (iteration, value) in extremes.iter().enumerate() {
+        let mut line = format!("{{\"iteration\": {iteration}");
+        for key in [
+            "reward/mean",
+            "reward/std",
+            "grad_norm/group/shared",
+            "grad_norm/agent/solver",
+            "advantage/amplification/solver",
+            "invalid_rate/solver",
+            "eval/avg@4",
+            "eval/pass@4",
+            "kl_in_reward/kl/solver",
+            "loss/kl/shared",
+        ] {
+            let _ = write!(line, ", \"{key}\": {value:e}");
+        }
+        text.push_str(&line);
+        text.push_str("}\n");
+    }
+    let folder = run_dir(&text);
+    let path = folder.path().to_owned();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let written = plot_run(&path).expect("plots");
+        done.send(written).expect("the test waits");
+    });
+    let written = finished
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("every chart written within a minute");
+    assert_eq!(written.len(), 5, "{written:?}");
+    for path in &written {
+        read_png(path);
+    }
+}
