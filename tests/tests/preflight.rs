@@ -352,7 +352,7 @@ fn sampling_settings_out_of_range_name_the_agent_and_line() {
     let line = demo_line(&text, "temperature = -0.5");
     assert!(
         error.contains(&format!(
-            "run.toml:{line}:15: [[agents]] role `verifier`: temperature = -0.5 must be a finite number ≥ 0"
+            "run.toml:{line}:15: [[agents]] role `verifier`: temperature = -0.5 must be 0 (greedy) or a finite number ≥ 1e-6"
         )),
         "{error}"
     );

@@ -164,12 +164,15 @@ fn every_number_out_of_range_is_named_with_its_line() {
             "temperature = nan\ntop_p = 0\nlearning_rate = -1e-6",
         )
         .replace("dtype = \"bf16\"", "dtype = \"bf16\"\nlearning_rate = inf")
-        + "\n[algorithm.loss]\nweight_decay = nan\ndual_clip = 0.5\n\n[rollout]\ngroup_size = 0\n";
+        + "\n[algorithm.loss]\nweight_decay = nan\ndual_clip = 0.5\n\n[rollout]\ngroup_size = 0\n\
+           temperature = 1e-40\n";
     let message = error(&text);
     let lines: Vec<&str> = message.lines().collect();
     let expected = [
         "run.toml:26:17: [[agents]] role `verifier`: learning_rate = -0.000001 must be a finite number > 0",
-        "run.toml:24:15: [[agents]] role `verifier`: temperature = NaN must be a finite number ≥ 0",
+        "run.toml:24:15: [[agents]] role `verifier`: temperature = NaN must be 0 (greedy) or a \
+         finite number ≥ 1e-6 (the logits are divided by it: closer to 0 they overflow, and every \
+         update would be skipped as non-finite)",
         "run.toml:25:9: [[agents]] role `verifier`: top_p = 0 must be a number in (0, 1]",
         "run.toml:32:17: [worker_groups.shared] learning_rate = inf must be a finite number > 0",
         "run.toml:40:13: [algorithm.loss] dual_clip = 0.5 must be 0 (off) or a finite number > 1",
@@ -181,6 +184,12 @@ fn every_number_out_of_range_is_named_with_its_line() {
     }
     assert!(
         message.contains("run.toml:43:14: [rollout] group_size = 0 must be an integer from 1 to"),
+        "{message}"
+    );
+    // Finite and above 0, but the logits divided by it overflow: every update of such a run
+    // came out non-finite and was skipped.
+    assert!(
+        message.contains("run.toml:44:15: [rollout] temperature = 0.0000000000000000000000000000000000000001 must be 0 (greedy)"),
         "{message}"
     );
 }

@@ -7,6 +7,7 @@ use super::locate::Step;
 use super::{
     ConfigError, KlController, LossAggregation, LrDecay, PolicyLoss, RunConfig, RunFile, SAVE_NEVER,
 };
+use crate::engine::sampling::MIN_TEMPERATURE;
 
 /// Episodes one iteration may roll out (`prompts_per_batch × group_size`) at most.
 pub const MAX_EPISODES_PER_ITERATION: usize = 1 << 20;
@@ -28,8 +29,10 @@ pub const MAX_LORA_RANK: i64 = 65_536;
 enum Range {
     /// Finite and > 0 (learning rates, LoRA alpha).
     Positive,
-    /// Finite and ≥ 0 (temperatures, coefficients that only make sense one way).
+    /// Finite and ≥ 0 (coefficients that only make sense one way).
     NonNegative,
+    /// 0 (greedy) or finite and at least [`MIN_TEMPERATURE`] (temperatures).
+    Temperature,
     /// Any finite number (penalties, the entropy coefficient).
     Finite,
     /// In (0, 1] (top-p).
@@ -49,6 +52,7 @@ impl Range {
         match self {
             Range::Positive => x.is_finite() && x > 0.0,
             Range::NonNegative => x.is_finite() && x >= 0.0,
+            Range::Temperature => x == 0.0 || (x.is_finite() && x >= MIN_TEMPERATURE),
             Range::Finite => x.is_finite(),
             Range::Probability => x > 0.0 && x <= 1.0,
             Range::Fraction => (0.0..1.0).contains(&x),
@@ -62,6 +66,10 @@ impl Range {
         match self {
             Range::Positive => "a finite number > 0",
             Range::NonNegative => "a finite number ≥ 0",
+            Range::Temperature => {
+                "0 (greedy) or a finite number ≥ 1e-6 (the logits are divided by it: closer to 0 \
+                 they overflow, and every update would be skipped as non-finite)"
+            }
             Range::Finite => "a finite number",
             Range::Probability => "a number in (0, 1]",
             Range::Fraction => "a number in [0, 1)",
@@ -106,7 +114,7 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
         let mut s = problems.section(label, &[Step::Key("agents"), Step::Index(index)]);
         let floats = [
             ("learning_rate", agent.learning_rate, Range::Positive),
-            ("temperature", agent.temperature, Range::NonNegative),
+            ("temperature", agent.temperature, Range::Temperature),
             ("top_p", agent.top_p, Range::Probability),
             ("clip_low", agent.clip_low, clip_low_range),
             ("clip_high", agent.clip_high, Range::NonNegative),
@@ -309,7 +317,7 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
             ),
         );
     }
-    s.float("temperature", rollout.temperature, Range::NonNegative);
+    s.float("temperature", rollout.temperature, Range::Temperature);
     s.float("top_p", rollout.top_p, Range::Probability);
     s.size(
         "max_prompt_tokens",
@@ -339,7 +347,7 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
     let eval = &config.eval;
     let mut s = problems.section("[eval]".into(), &["eval"]);
     s.size("k", eval.k as u64, 0, MAX_EVAL_K as u64);
-    s.float("temperature", eval.temperature, Range::NonNegative);
+    s.float("temperature", eval.temperature, Range::Temperature);
     s.float("top_p", eval.top_p, Range::Probability);
 
     problems.finish()

@@ -9,6 +9,11 @@ use crate::model::backend::{self, Backend};
 use crate::model::error::ModelError;
 use crate::rng::SeededRng;
 
+/// The smallest temperature above 0 (greedy) that sampling and training take: the logits are
+/// divided by it, in f32 or bf16, and closer to 0 that overflows (at 1e-40 every update of a
+/// run came out non-finite) while it already picks the most likely token.
+pub const MIN_TEMPERATURE: f64 = 1e-6;
+
 /// How to pick the next token. `temperature == 0.0` means greedy (argmax).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SamplingParams {
@@ -44,10 +49,10 @@ impl SamplingParams {
 
     /// What is wrong with these parameters, if anything.
     pub fn check(&self) -> Result<(), String> {
-        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+        let t = self.temperature;
+        if !(t == 0.0 || (t.is_finite() && t >= MIN_TEMPERATURE)) {
             return Err(format!(
-                "temperature must be a finite number >= 0, found {}",
-                self.temperature
+                "temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE}, found {t}"
             ));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
@@ -424,4 +429,31 @@ fn pick(cdf: &Tensor, u: &Tensor) -> Tensor {
     (u * cdf.narrow(-1, last, 1))
         .searchsorted(cdf, false, true, "right", None::<Tensor>)
         .clamp_max(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Closer to 0 than the minimum, the logits divided by the temperature overflow (a run at
+    /// 1e-40 skipped every update as non-finite): refused, as a request to `serve` or the engine.
+    #[test]
+    fn a_temperature_is_zero_or_at_least_the_minimum() {
+        for taken in [0.0, MIN_TEMPERATURE, 0.7, 1e6] {
+            assert_eq!(
+                SamplingParams::with_temperature(taken).check(),
+                Ok(()),
+                "{taken}"
+            );
+        }
+        for refused in [1e-40, 5e-324, 9e-7, -1.0, f64::NAN, f64::INFINITY] {
+            let error = SamplingParams::with_temperature(refused)
+                .check()
+                .expect_err("refused");
+            assert!(
+                error.contains("0 (greedy) or a finite number >= 0.000001"),
+                "{error}"
+            );
+        }
+    }
 }
