@@ -93,7 +93,8 @@ pub struct Reset {
 pub struct Step {
     /// What the team sees next (e.g. retrieved documents); empty when done.
     pub observation: String,
-    /// Reward for this step; the episode's reward is the sum over its steps.
+    /// Reward for this step; the episode's reward is the sum over its steps. Finite: the host
+    /// fails an episode whose step reward is NaN or infinite.
     pub reward: f64,
     /// Whether the episode has ended.
     pub done: bool,

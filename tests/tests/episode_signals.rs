@@ -314,13 +314,21 @@ fn gamma_fails(params: &str, call_limit: Option<Duration>) -> Vec<String> {
 }
 
 #[test]
-fn an_episode_whose_environment_errs_or_panics_fails_alone_under_both_schedules() {
+fn an_episode_whose_environment_errs_panics_or_rewards_nan_fails_alone_under_both_schedules() {
     for message in gamma_fails("fail_in = \"step\"\nfault = \"error\"", None) {
         assert!(message.ends_with("step: asked to fail"), "{message}");
     }
     for message in gamma_fails("fail_in = \"step\"\nfault = \"panic\"", None) {
         assert!(
             message.contains("panicked in step: step: asked to panic"),
+            "{message}"
+        );
+    }
+    for message in gamma_fails("fail_in = \"step\"\nfault = \"nanreward\"", None) {
+        assert!(
+            message.ends_with(
+                "libdrmas_fixture_plugin.so) gave step 1 the reward NaN; rewards must be finite"
+            ),
             "{message}"
         );
     }

@@ -90,6 +90,11 @@ pub struct HostedSession<S: ?Sized> {
 }
 
 impl<S: ?Sized + Send + 'static> HostedSession<S> {
+    /// Where the object's component came from.
+    pub fn origin(&self) -> &'static str {
+        self.origin
+    }
+
     /// Calls `method` of the object: `work` gets it and makes the call.
     pub fn call<R: Send + 'static>(
         &mut self,

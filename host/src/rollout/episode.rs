@@ -210,6 +210,15 @@ impl EpisodeState {
                         .episode
                         .call("step", move |episode| episode.step(&action))?
                         .map_err(PluginError::from)?;
+                    if !step.reward.is_finite() {
+                        return Err(BrokenEpisode(format!(
+                            "{} gave step {} the reward {}; rewards must be finite",
+                            self.episode.origin(),
+                            self.outcome.steps + 1,
+                            step.reward
+                        ))
+                        .into());
+                    }
                     self.outcome.steps += 1;
                     self.outcome.step_rewards.push(step.reward);
                     let seen = step.clone();

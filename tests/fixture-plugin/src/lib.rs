@@ -303,8 +303,9 @@ impl Routing for Pair {
 /// episode starts in the state of that key, whatever its word; with `steps`, an episode ends
 /// after that many steps (default 1), each rewarded alike. Episodes of the words in `fail_words`
 /// fail as `fault` says (`error`, `panic` or `hang`) in their `reset` or, with
-/// `fail_in = "step"`, in their first `step` — with `fail_once = true`, only the first episode of
-/// each such word — for the tests of failed episodes.
+/// `fail_in = "step"`, in their first `step` (there also `nanreward`: a reward of NaN) — with
+/// `fail_once = true`, only the first episode of each such word — for the tests of failed
+/// episodes.
 pub struct ParityEnvironment {
     start_state: Option<String>,
     steps: u32,
@@ -413,7 +414,16 @@ struct ParityEpisode {
 impl Episode for ParityEpisode {
     fn step(&mut self, action: &str) -> Result<Step> {
         if let Some(fault) = self.fault.take() {
-            return fault.strike("step");
+            if !matches!(fault, EnvironmentFault::NanReward) {
+                return fault.strike("step");
+            }
+            return Ok(Step {
+                observation: String::new(),
+                reward: f64::NAN,
+                done: true,
+                metrics: Vec::new(),
+                state_key: None,
+            });
         }
         self.steps_left -= 1;
         Ok(Step {
@@ -493,6 +503,8 @@ enum EnvironmentFault {
     Hang,
     Abort,
     Null,
+    /// A step whose reward is NaN (a step's fault only).
+    NanReward,
 }
 
 impl EnvironmentFault {
@@ -510,6 +522,9 @@ impl EnvironmentFault {
                 unsafe { std::ptr::null_mut::<u8>().write_volatile(1) };
                 Err(Error::new("wrote through a null pointer and lived"))
             }
+            EnvironmentFault::NanReward => Err(Error::new(format!(
+                "{what}: a NaN reward is a step's fault"
+            ))),
         }
     }
 }
