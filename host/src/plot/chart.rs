@@ -509,8 +509,8 @@ mod tests {
     }
 
     /// A run's metrics may hold any finite number (a plugin's reward of 1e308, a subnormal
-    /// loss): every chart of them draws, on a finite axis, in bounded time. Before, an axis
-    /// ending at ±∞ or at 0 on a log scale kept plotters' tick loop going for ever.
+    /// loss): every chart of them draws, on a finite axis, in bounded time (plotters' tick loop
+    /// never ends on an axis that ends at ±∞, or at 0 on a log scale).
     #[test]
     fn charts_of_any_finite_values_draw_in_bounded_time() {
         let extremes = [

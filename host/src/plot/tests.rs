@@ -291,8 +291,8 @@ fn the_plot_subcommand_takes_a_run_folder() {
 }
 
 /// A run's metrics may hold any finite number (a plugin's reward of 1e308, a gradient norm
-/// near f32's largest, a subnormal): every chart still draws, in bounded time. Before, such a
-/// run's `plot` (and so the end of `train`, which plots) never returned.
+/// near f32's largest, a subnormal): every chart still draws, in bounded time — `train` plots
+/// at its end, so a chart that never finished would keep the run from ending.
 #[test]
 fn metrics_of_extreme_numbers_plot_every_chart_in_bounded_time() {
     let extremes = [
