@@ -54,21 +54,13 @@ if [[ -z "$python" ]]; then
   echo "TRL skipped: no Python peer found. Run scripts/bench/peer-venv.sh (a venv with torch," \
        "transformers and trl, ~2.7 GB) or set DRMAS_PEER_PYTHON to a python that has them."
 fi
-# This machine's matmul peak, for the update's fraction of it: a 2048² f32 matmul in the peer's
-# PyTorch (the same MKL as ours), best of 8, on the same threads.
+# This machine's matmul peak, for the update's fraction of it: the peer's `matmul` (2048² f32 in
+# PyTorch, the same MKL as ours, best of 8) on the same threads.
 peak=()
 if [[ -n "$python" ]]; then
-  peak=(--peak "$("$python" - "$threads" <<'PY'
-import sys, time, torch
-torch.set_num_threads(int(sys.argv[1]))
-a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-best = 0.0
-for _ in range(8):
-    start = time.perf_counter()
-    a @ b
-    best = max(best, 2 * 2048**3 / (time.perf_counter() - start))
-print(best)
-PY
-)")
+  gflops="$(echo '{"cmd": "matmul", "n": 2048, "reps": 8}' \
+    | OMP_NUM_THREADS="$threads" "$python" scripts/bench/peer.py \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin).get("gflops", ""))')"
+  [[ -n "$gflops" ]] && peak=(--peak-gflops "$gflops")
 fi
 python3 scripts/bench/grpo_summary.py --model "$hf" "${peak[@]}" "$results"/round-*

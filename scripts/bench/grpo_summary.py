@@ -1,10 +1,10 @@
 """Summarises scripts/bench/grpo-vs-trl.sh: per round, drmas's iterations (rollout, update, total
 seconds, mean completion length) and TRL's step, the ratio TRL / ours, and the update's fraction
-of the matmul peak: this machine's when given (`--peak`, FLOP/s, which grpo-vs-trl.sh measures
+of the matmul peak: this machine's when given (`--peak-gflops`, which grpo-vs-trl.sh measures
 with the peer's PyTorch), else the reference machine's 171 GFLOP/s, said so. Standard library
 only (runs without the peer venv).
 
-    python3 scripts/bench/grpo_summary.py --model HF_FOLDER [--peak FLOPS] ROUND_DIR...
+    python3 scripts/bench/grpo_summary.py --model HF_FOLDER [--peak-gflops G] ROUND_DIR...
 
 FLOPs of an update, two ways:
   simple:  6 x P x T           P every matmul weight (linear layers + LM head), T tokens trained
@@ -33,12 +33,12 @@ def matmul_weights(config):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, type=Path, help="the HF folder (for its config.json)")
-    parser.add_argument("--peak", type=float,
-                        help="this machine's matmul peak, FLOP/s (default: the reference machine's)")
+    parser.add_argument("--peak-gflops", type=float,
+                        help="this machine's matmul peak, GFLOP/s (default: the reference machine's)")
     parser.add_argument("rounds", nargs="+", type=Path)
     args = parser.parse_args()
-    peak = args.peak or REFERENCE_PEAK
-    if args.peak:
+    peak = args.peak_gflops * 1e9 if args.peak_gflops else REFERENCE_PEAK
+    if args.peak_gflops:
         print(f"matmul peak here (2048² f32, PyTorch, best of 8): {peak / 1e9:.1f} GFLOP/s")
     else:
         print(f"no peer to measure this machine's matmul peak: percentages are of the reference "

@@ -15,10 +15,11 @@
 # SmolLM2-shaped model in bf16 (also with CUDA graphs), each with its seconds and peak GPU memory;
 # two SmolLM2-shaped groups sharing the device, with and without `offload = true` (peak GPU memory,
 # the moves' seconds); two groups of two model families (SmolLM2-shaped Llama, Qwen2.5-0.5B-shaped
-# Qwen2), both training, then with the Qwen2 group frozen and both offloaded; one iteration of the SmolLM2-shaped model with its rollouts on two
-# `drmas-host serve` workers on the device, with an adapter per agent loaded through vLLM's LoRA
-# routes, with full weights, and with full weights for three iterations one step off-policy
-# (rollout and weight-sync seconds, the sampler-trainer log-ratio, the policy lag);
+# Qwen2), both training, then with the Qwen2 group frozen and both offloaded; one iteration of the
+# SmolLM2-shaped model with its rollouts on two `drmas-host serve` workers on the device, with an
+# adapter per agent loaded through vLLM's LoRA routes, with full weights, and with full weights
+# for three iterations one step off-policy (rollout and weight-sync seconds, the sampler-trainer
+# log-ratio, the policy lag);
 # and a long-response update step (8 × 2048 tokens) of the SmolLM2-shaped model with and
 # without activation checkpointing (peak GPU memory, seconds).
 #

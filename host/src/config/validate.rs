@@ -3,6 +3,8 @@
 //! number is checked here — finite, in range — and every value out of range is reported at once,
 //! each with its line:col. `check` and `train` both parse through this.
 
+use std::borrow::Cow;
+
 use super::locate::Step;
 use super::{
     ConfigError, KlController, LossAggregation, LrDecay, PolicyLoss, RunConfig, RunFile, SAVE_NEVER,
@@ -62,21 +64,26 @@ impl Range {
         }
     }
 
-    fn describe(self) -> &'static str {
-        match self {
+    fn describe(self) -> Cow<'static, str> {
+        let fixed = match self {
+            Range::Temperature => {
+                return format!(
+                    "0 (greedy) or a finite number ≥ {MIN_TEMPERATURE:e} (the logits are divided \
+                     by it: closer to 0 they overflow, and every update would be skipped as \
+                     non-finite)"
+                )
+                .into()
+            }
             Range::Positive => "a finite number > 0",
             Range::NonNegative => "a finite number ≥ 0",
-            Range::Temperature => {
-                "0 (greedy) or a finite number ≥ 1e-6 (the logits are divided by it: closer to 0 \
-                 they overflow, and every update would be skipped as non-finite)"
-            }
             Range::Finite => "a finite number",
             Range::Probability => "a number in (0, 1]",
             Range::Fraction => "a number in [0, 1)",
             Range::UnitInterval => "a number in [0, 1]",
             Range::OffOrAboveOne => "0 (off) or a finite number > 1",
             Range::AtLeastOne => "a finite number ≥ 1",
-        }
+        };
+        fixed.into()
     }
 }
 
@@ -393,7 +400,7 @@ impl Section<'_, '_> {
     /// `field` must be in `range`.
     fn float(&mut self, field: &str, value: f64, range: Range) {
         if !range.contains(value) {
-            self.report(field, value, range.describe());
+            self.report(field, value, &range.describe());
         }
     }
 

@@ -52,7 +52,7 @@ impl SamplingParams {
         let t = self.temperature;
         if !(t == 0.0 || (t.is_finite() && t >= MIN_TEMPERATURE)) {
             return Err(format!(
-                "temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE}, found {t}"
+                "temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE:e}, found {t}"
             ));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
@@ -451,7 +451,7 @@ mod tests {
                 .check()
                 .expect_err("refused");
             assert!(
-                error.contains("0 (greedy) or a finite number >= 0.000001"),
+                error.contains("0 (greedy) or a finite number >= 1e-6"),
                 "{error}"
             );
         }
