@@ -270,7 +270,16 @@ pub struct ServeArgs {
     /// adapters for a moment: give it twice its adapters.
     #[arg(long, default_value_t = 0)]
     pub max_loras: usize,
+    /// Holds adapters of any rank up to this one, and of any scale and target modules, each
+    /// padded into slots of this rank on every projection (vLLM's and SGLang's flag; needs
+    /// `--max-loras`). Without it the first adapter loaded sets the rank, scale and target
+    /// modules of all.
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=MAX_LORA_RANK), requires = "max_loras")]
+    pub max_lora_rank: Option<i64>,
 }
+
+/// The largest `--max-lora-rank` (vLLM's largest choice).
+const MAX_LORA_RANK: i64 = 512;
 
 impl ServeArgs {
     /// The server's options.
@@ -292,6 +301,7 @@ impl ServeArgs {
             idle_timeout: std::time::Duration::from_secs(self.idle_timeout_secs),
             threads: self.threads,
             max_loras: self.max_loras,
+            max_lora_rank: self.max_lora_rank,
         }
     }
 }

@@ -375,6 +375,63 @@ fn a_peft_adapter_gives_peft_logits_merged_or_not() {
     assert!(worst < 1e-4, "merged logits differ from PEFT's by {worst}");
 }
 
+/// PEFT's rank-4 adapter (scale 2, every projection) padded into slots of rank 8 at scale 1
+/// that held other values, as `serve --max-lora-rank` holds it: PEFT's logits; slots of a
+/// smaller rank or fewer projections refuse it naming the field.
+#[test]
+fn a_peft_adapter_padded_into_wider_slots_gives_peft_logits() {
+    let folder = fixtures().join("llama_lora");
+    let mut pretrained = base();
+    let model = &mut pretrained.model;
+    let wide = LoraSettings {
+        rank: 8,
+        alpha: 8.0,
+        ..settings(8)
+    };
+    model.add_adapters(&wide, 2, 5).expect("adapters attach");
+    for tensor in model.adapter_tensors(1).expect("slot 1").values() {
+        let values = Tensor::randn(tensor.size(), (Kind::Float, Device::Cpu));
+        tch::no_grad(|| tensor.shallow_clone().copy_(&values));
+    }
+    model
+        .load_adapter_padded(1, &folder)
+        .expect("a rank-4 adapter fits rank-8 slots");
+    let golden = golden();
+    let worst = peft_difference(model, &golden, &[Some(1), Some(1)]);
+    eprintln!("padded: max |logit - PEFT| = {worst:.2e}");
+    assert!(worst < 1e-4, "logits differ from PEFT's by {worst}");
+
+    let mut narrow = base();
+    narrow
+        .model
+        .add_adapters(&settings(2), 1, 0)
+        .expect("adapters attach");
+    let err = narrow
+        .model
+        .load_adapter_padded(0, &folder)
+        .expect_err("rank 4 into rank 2");
+    assert!(
+        err.to_string()
+            .contains("r = 4 is larger than the rank of the model's adapters (2)"),
+        "{err}"
+    );
+    let mut fewer = base();
+    let attention_only = LoraSettings {
+        target_modules: vec!["q_proj".to_owned(), "v_proj".to_owned()],
+        ..settings(8)
+    };
+    fewer
+        .model
+        .add_adapters(&attention_only, 1, 0)
+        .expect("adapters attach");
+    let err = fewer
+        .model
+        .load_adapter_padded(0, &folder)
+        .expect_err("every projection into q and v only");
+    assert!(err.to_string().contains("names `k_proj`"), "{err}");
+    assert!(err.to_string().contains(ADAPTER_CONFIG_FILE), "{err}");
+}
+
 #[test]
 fn mismatched_or_unsupported_adapters_are_refused_with_the_field() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -222,13 +222,21 @@ fn rewards(lines: &[Value]) -> Vec<f64> {
 /// sync's and the recomputation's times and the mismatch (below 1e-4: the same model in f32),
 /// with every call.
 fn assert_remote_metrics(local: &[Value], remote: &[Value]) {
+    assert_remote_metrics_of(&[GROUP], local, remote);
+}
+
+/// [`assert_remote_metrics`] of a run whose worker groups `groups` generate on servers.
+fn assert_remote_metrics_of(groups: &[&str], local: &[Value], remote: &[Value]) {
     assert_eq!(remote.len(), local.len());
-    let sync = format!("time/weight_sync_s/{GROUP}");
-    let recompute = format!("time/recompute_s/{GROUP}");
     for (local, remote) in local.iter().zip(remote) {
         let mut expected = keys(local);
-        expected.insert(sync.clone());
-        expected.insert(recompute.clone());
+        for group in groups {
+            for timed in ["weight_sync_s", "recompute_s"] {
+                let key = format!("time/{timed}/{group}");
+                assert!(remote[&key].as_f64().expect("seconds") > 0.0, "{key}");
+                expected.insert(key);
+            }
+        }
         for role in ["first", "second"] {
             for stat in ["log_ratio_mean", "log_ratio_abs_max", "frac_above_0.1"] {
                 expected.insert(format!("mismatch/{role}/{stat}"));
@@ -243,10 +251,10 @@ fn assert_remote_metrics(local: &[Value], remote: &[Value]) {
             );
         }
         assert_eq!(keys(remote), expected);
-        let seconds = remote[&sync].as_f64().expect("seconds");
+        let seconds = remote[&format!("time/weight_sync_s/{}", groups[0])]
+            .as_f64()
+            .expect("seconds");
         eprintln!("weight sync: {seconds:.2} s");
-        assert!(seconds > 0.0);
-        assert!(remote[&recompute].as_f64().expect("seconds") > 0.0);
         // Every episode's calls came back: 2 prompts × 4 samples, one call per agent.
         assert_eq!(remote["calls/first"], 8.0);
         assert_eq!(remote["calls/second"], 8.0);
@@ -991,8 +999,13 @@ fn peft_adapter() -> PathBuf {
 }
 
 /// Greedy tokens and their logprobs of the tiny Llama fixture continuing `prompt`, in process,
-/// through the PEFT adapter or the base model.
-fn local_greedy(prompt: &[i64], adapter: bool, max_new_tokens: usize) -> (Vec<i64>, Vec<f64>) {
+/// through the PEFT adapter in the folder `adapter` (loaded into slots of its own settings) or
+/// the base model.
+fn local_greedy(
+    prompt: &[i64],
+    adapter: Option<&Path>,
+    max_new_tokens: usize,
+) -> (Vec<i64>, Vec<f64>) {
     use drmas_host::engine::sampling::SamplingParams;
     use drmas_host::engine::{generate, GenerationRequest};
     let mut pretrained = drmas_host::model::pretrained::Pretrained::load(
@@ -1003,7 +1016,7 @@ fn local_greedy(prompt: &[i64], adapter: bool, max_new_tokens: usize) -> (Vec<i6
     .expect("the fixture loads");
     let backend = drmas_host::engine::cpu::backend_for(tch::Device::Cpu).expect("a backend");
     pretrained.model.set_backend(backend);
-    let folder = peft_adapter();
+    let folder = adapter.map_or_else(peft_adapter, Path::to_path_buf);
     let config = drmas_host::model::peft::AdapterConfig::read(&folder).expect("its config");
     let model = &mut pretrained.model;
     model
@@ -1011,7 +1024,7 @@ fn local_greedy(prompt: &[i64], adapter: bool, max_new_tokens: usize) -> (Vec<i6
         .expect("attaches");
     model.load_adapter(0, &folder).expect("loads");
     let request = GenerationRequest {
-        adapter: adapter.then_some(0),
+        adapter: adapter.map(|_| 0),
         ..GenerationRequest::new(prompt.to_vec(), SamplingParams::GREEDY, max_new_tokens)
     };
     let mut rng = drmas_host::rng::SeededRng::new(0);
@@ -1078,14 +1091,14 @@ fn serve_loads_lora_adapters_through_vllms_and_sglangs_routes_and_serves_each_by
     let (status, answer) = served_greedy(&server, "peft", &prompt, 6);
     assert_eq!(status, 200, "{answer}");
     let (tokens, logprobs) = choice_tokens(&answer);
-    let (expected_tokens, expected_logprobs) = local_greedy(&prompt, true, 6);
+    let (expected_tokens, expected_logprobs) = local_greedy(&prompt, Some(&peft_adapter()), 6);
     assert_eq!(tokens, expected_tokens);
     for (served, local) in logprobs.iter().zip(&expected_logprobs) {
         assert!((served - local).abs() < 1e-4, "{served} vs {local}");
     }
     let (_, base) = served_greedy(&server, "llama", &prompt, 6);
     let (_, base_logprobs) = choice_tokens(&base);
-    let (_, local_base) = local_greedy(&prompt, false, 6);
+    let (_, local_base) = local_greedy(&prompt, None, 6);
     assert!((base_logprobs[0] - local_base[0]).abs() < 1e-4);
     assert!(
         (base_logprobs[0] - logprobs[0]).abs() > 1e-3,
@@ -1247,7 +1260,7 @@ fn serve_loads_lora_adapters_through_vllms_and_sglangs_routes_and_serves_each_by
     assert_eq!(tokens(&answer[0]), expected_tokens, "through the adapter");
     assert_eq!(
         tokens(&answer[1]),
-        local_greedy(&prompt, false, 6).0,
+        local_greedy(&prompt, None, 6).0,
         "the base"
     );
     let (status, answer) = sglang(
@@ -1269,6 +1282,135 @@ fn serve_loads_lora_adapters_through_vllms_and_sglangs_routes_and_serves_each_by
             "{text}"
         );
     }
+}
+
+/// A PEFT folder of the tiny Llama fixture's adapter of `settings`, its `A` and `B` drawn from
+/// `seed` (non-zero, so it moves the base model's outputs).
+fn random_adapter(
+    name: &str,
+    settings: &drmas_host::model::lora::LoraSettings,
+    seed: i64,
+) -> PathBuf {
+    let folder = common::scratch(name);
+    let mut pretrained = drmas_host::model::pretrained::Pretrained::load(
+        &tiny_model("llama"),
+        tch::Device::Cpu,
+        tch::Kind::Float,
+    )
+    .expect("the fixture loads");
+    pretrained
+        .model
+        .add_adapters(settings, 1, 0)
+        .expect("attaches");
+    tch::manual_seed(seed);
+    for tensor in pretrained
+        .model
+        .adapter_tensors(0)
+        .expect("slot 0")
+        .values()
+    {
+        let values = tch::Tensor::randn(tensor.size(), (tch::Kind::Float, tch::Device::Cpu)) * 0.2;
+        tch::no_grad(|| tensor.shallow_clone().copy_(&values));
+    }
+    pretrained
+        .model
+        .save_adapter(0, &folder, "llama")
+        .expect("saves");
+    folder
+}
+
+#[test]
+fn serve_with_a_largest_rank_holds_adapters_of_several_ranks_and_serves_each_as_in_process() {
+    use drmas_host::model::lora::LoraSettings;
+    let server = Served::start_with("llama", &["--max-loras", "2", "--max-lora-rank", "8"]);
+    let load = |name: &str, folder: &Path| {
+        let body = serde_json::json!({"lora_name": name, "lora_path": folder});
+        server.post("/v1/load_lora_adapter", &body.to_string())
+    };
+    // The PEFT-made fixture (rank 4, scale 2, every projection) beside an adapter of rank 8,
+    // scale 0.5, on three projections.
+    let narrow_targets = ["q_proj", "v_proj", "down_proj"].map(String::from).to_vec();
+    let rank8 = random_adapter(
+        "serve-max-rank-8",
+        &LoraSettings {
+            rank: 8,
+            alpha: 4.0,
+            dropout: 0.0,
+            target_modules: narrow_targets.clone(),
+        },
+        21,
+    );
+    let rank16 = random_adapter(
+        "serve-max-rank-16",
+        &LoraSettings {
+            rank: 16,
+            alpha: 16.0,
+            dropout: 0.0,
+            target_modules: narrow_targets,
+        },
+        22,
+    );
+    for (name, folder) in [("peft", peft_adapter()), ("rank8", rank8.clone())] {
+        let (status, text) = load(name, &folder);
+        assert_eq!(status, 200, "{name}: {text}");
+    }
+    let prompt = [5, 17, 42, 99, 7, 256];
+    let mut served_logprobs = Vec::new();
+    for (name, folder) in [("peft", peft_adapter()), ("rank8", rank8.clone())] {
+        let (status, answer) = served_greedy(&server, name, &prompt, 6);
+        assert_eq!(status, 200, "{name}: {answer}");
+        let (tokens, logprobs) = choice_tokens(&answer);
+        let (local_tokens, local_logprobs) = local_greedy(&prompt, Some(&folder), 6);
+        assert_eq!(tokens, local_tokens, "{name}");
+        for (served, local) in logprobs.iter().zip(&local_logprobs) {
+            assert!((served - local).abs() < 1e-4, "{name}: {served} vs {local}");
+        }
+        served_logprobs.push(logprobs[0]);
+    }
+    let (_, base) = local_greedy(&prompt, None, 1);
+    for logprob in &served_logprobs {
+        assert!(
+            (logprob - base[0]).abs() > 1e-3,
+            "{served_logprobs:?} vs {base:?}"
+        );
+    }
+    // Both adapters and the base in one batch, each row through its own.
+    let (status, answer) = server.post(
+        "/generate",
+        &serde_json::json!({
+            "input_ids": [prompt, prompt, prompt],
+            "sampling_params": {"max_new_tokens": 6, "temperature": 0},
+            "lora_path": ["rank8", null, "peft"],
+        })
+        .to_string(),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let answer: Value = serde_json::from_str(&answer).expect("JSON");
+    let tokens = |output: &Value| -> Vec<i64> {
+        let ids = output["output_ids"].as_array().expect("output_ids");
+        ids.iter().map(|id| id.as_i64().expect("an id")).collect()
+    };
+    let peft = peft_adapter();
+    for (output, adapter) in answer.as_array().expect("three outputs").iter().zip([
+        Some(rank8.as_path()),
+        None,
+        Some(peft.as_path()),
+    ]) {
+        assert_eq!(tokens(output), local_greedy(&prompt, adapter, 6).0);
+    }
+    // A rank above the largest is refused in vLLM's words.
+    assert_eq!(
+        server
+            .post("/v1/unload_lora_adapter", r#"{"lora_name": "peft"}"#)
+            .0,
+        200
+    );
+    let (status, text) = load("rank16", &rank16);
+    assert_eq!(status, 400, "{text}");
+    assert!(
+        text.contains("LoRA rank 16 is greater than max_lora_rank 8."),
+        "{text}"
+    );
 }
 
 #[test]
@@ -1297,6 +1439,49 @@ fn a_run_of_lora_agents_on_two_servers_samples_each_agents_adapter_as_the_traine
             adapter_versions(name),
             ["iteration-3"],
             "older versions' adapters removed"
+        );
+    }
+}
+
+#[test]
+fn two_lora_groups_of_different_ranks_share_servers_with_a_largest_rank() {
+    let servers = [
+        Served::start_with("llama", &["--max-loras", "4", "--max-lora-rank", "8"]),
+        Served::start_with("llama", &["--max-loras", "4", "--max-lora-rank", "8"]),
+    ];
+    let urls = [servers[0].url.as_str(), servers[1].url.as_str()];
+    // The second agent trains a group of its own: rank 4 at scale 1 on the attention's
+    // projections, beside the first's rank 8 at scale 2 on every projection.
+    let two_groups = |rollout: &str| {
+        let other = common::repo().join("host/tests/fixtures/hf/llama");
+        run_file(2, rollout).replace(
+            "worker_group = \"shared\"\nmax_new_tokens = 5",
+            "worker_group = \"other\"\nmax_new_tokens = 5",
+        ) + &format!(
+            "\n[worker_groups.shared.lora]\nrank = 8\nalpha = 16\n\n[worker_groups.other]\n\
+             model = \"{}\"\nlearning_rate = 1e-3\nmicro_batch_size = 3\n\n\
+             [worker_groups.other.lora]\nrank = 4\nalpha = 4\n\
+             target_modules = [\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\"]\n{}",
+            other.display(),
+            if rollout.is_empty() {
+                String::new()
+            } else {
+                format!("\n[worker_groups.other.rollout]\n{rollout}")
+            }
+        )
+    };
+    let local = train("serving-two-ranks-local", &two_groups(""));
+    let remote = train("serving-two-ranks-remote", &two_groups(&on_servers(&urls)));
+    assert_remote_metrics_of(&["shared", "other"], &local, &remote);
+    for server in &servers {
+        assert_eq!(
+            model_ids(&server.url),
+            [
+                "llama",
+                "other/second@iteration-2",
+                "shared/first@iteration-2"
+            ],
+            "each group's last adapter, the earlier ones unloaded"
         );
     }
 }

@@ -227,13 +227,8 @@ impl Llama {
             .map(|a| a.settings().clone())
             .ok_or_else(|| ModelError::Input("the model has no LoRA adapters".to_owned()))?;
         AdapterConfig::read(dir)?.check_fits(&ours, dir)?;
-        let mut expected = self.adapter_tensors(slot)?;
-        let weights = dir.join(ADAPTER_WEIGHTS_FILE);
-        read_tensors(&weights, |name, values| {
-            let short = name.strip_prefix(PEFT_PREFIX).unwrap_or(name);
-            let Some(variable) = expected.remove(short) else {
-                return Err(ModelError::UnexpectedTensor(name.to_owned()));
-            };
+        let expected = self.adapter_tensors(slot)?;
+        read_into(dir, expected, |name, variable, values| {
             if variable.size() != values.size() {
                 return Err(ModelError::Shape {
                     tensor: name.to_owned(),
@@ -244,16 +239,102 @@ impl Llama {
             tch::no_grad(|| variable.shallow_clone().f_copy_(values))?;
             Ok(())
         })
-        .map_err(|e| match e {
-            e @ ModelError::File { .. } => e,
-            e => e.in_file(&weights),
-        })?;
-        match expected.into_keys().next() {
-            Some(name) => {
-                Err(ModelError::MissingTensor(format!("{PEFT_PREFIX}{name}")).in_file(weights))
-            }
-            None => Ok(()),
+    }
+
+    /// Loads the PEFT adapter in `dir` into adapter `slot` of adapters of a rank at least its
+    /// own that target at least its modules, as vLLM and SGLang hold adapters of any rank up
+    /// to `--max-lora-rank`: its `A` fills the slot's first `r` rows and its `B` the first `r`
+    /// columns, scaled by its `alpha / r` over the slots' scale; the rest of the slot and the
+    /// projections it does not adapt are zero. The slot then computes what the adapter does,
+    /// to within the rounding of that product. Errors name the file and the tensor.
+    pub fn load_adapter_padded(&self, slot: usize, dir: &Path) -> Result<(), ModelError> {
+        let ours = self
+            .adapters()
+            .map(|a| a.settings().clone())
+            .ok_or_else(|| ModelError::Input("the model has no LoRA adapters".to_owned()))?;
+        let theirs = AdapterConfig::read(dir)?.settings;
+        let config = dir.join(ADAPTER_CONFIG_FILE);
+        if theirs.rank > ours.rank {
+            return Err(ModelError::file(
+                config,
+                format!(
+                    "r = {} is larger than the rank of the model's adapters ({})",
+                    theirs.rank, ours.rank
+                ),
+            ));
         }
+        if let Some(module) = theirs.target_modules.iter().find(|m| !ours.targets(m)) {
+            return Err(ModelError::file(
+                config,
+                format!(
+                    "target_modules names `{module}`, which the model's adapters do not adapt \
+                     ({:?})",
+                    ours.target_modules
+                ),
+            ));
+        }
+        let ratio = theirs.scaling() / ours.scaling();
+        let rank = theirs.rank;
+        let slot_tensors = self.adapter_tensors(slot)?;
+        let mut expected = BTreeMap::new();
+        for (name, variable) in &slot_tensors {
+            let _ = tch::no_grad(|| variable.shallow_clone().f_zero_())?;
+            let module = name.split('.').rev().nth(2).unwrap_or_default();
+            if theirs.targets(module) {
+                expected.insert(name.clone(), variable.shallow_clone());
+            }
+        }
+        read_into(dir, expected, |name, variable, values| {
+            let size = variable.size();
+            let is_b = name.ends_with(".lora_B.weight");
+            let (within, wanted) = if is_b {
+                (variable.narrow(1, 0, rank), vec![size[0], rank])
+            } else {
+                (variable.narrow(0, 0, rank), vec![rank, size[1]])
+            };
+            if values.size() != wanted {
+                return Err(ModelError::Shape {
+                    tensor: name.to_owned(),
+                    expected: wanted,
+                    found: values.size().iter().map(|&d| d as usize).collect(),
+                });
+            }
+            let values = if is_b && ratio != 1.0 {
+                values.to_kind(tch::Kind::Float) * ratio
+            } else {
+                values.shallow_clone()
+            };
+            tch::no_grad(|| within.shallow_clone().f_copy_(&values))?;
+            Ok(())
+        })
+    }
+}
+
+/// Calls `fill(name, variable, values)` for every tensor of the adapter file in `dir` with
+/// the variable of `expected` (by name without PEFT's prefix) it belongs to; fails on a
+/// tensor `expected` lacks and on one of `expected` the file lacks. Errors name the file.
+fn read_into(
+    dir: &Path,
+    mut expected: BTreeMap<String, Tensor>,
+    mut fill: impl FnMut(&str, &Tensor, &Tensor) -> Result<(), ModelError>,
+) -> Result<(), ModelError> {
+    let weights = dir.join(ADAPTER_WEIGHTS_FILE);
+    read_tensors(&weights, |name, values| {
+        let short = name.strip_prefix(PEFT_PREFIX).unwrap_or(name);
+        let Some(variable) = expected.remove(short) else {
+            return Err(ModelError::UnexpectedTensor(name.to_owned()));
+        };
+        fill(name, &variable, values)
+    })
+    .map_err(|e| match e {
+        e @ ModelError::File { .. } => e,
+        e => e.in_file(&weights),
+    })?;
+    match expected.into_keys().next() {
+        Some(name) => {
+            Err(ModelError::MissingTensor(format!("{PEFT_PREFIX}{name}")).in_file(weights))
+        }
+        None => Ok(()),
     }
 }
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::refusal::Refusal;
 use crate::model::llama::Llama;
-use crate::model::lora::LoraSettings;
+use crate::model::lora::{LoraSettings, TARGET_MODULES};
 use crate::model::peft::AdapterConfig;
 
 /// The error type vLLM names an adapter it does not hold with (what clients look for).
@@ -25,20 +25,27 @@ pub struct HeldAdapter {
     pub folder: PathBuf,
 }
 
-/// Up to `capacity` adapters of one rank, scale and set of target modules, attached to the
-/// served model once the first is loaded; a model without held adapters takes any settings.
+/// Up to `capacity` adapters attached to the served model once the first is loaded: of one
+/// rank, scale and set of target modules (a model without held adapters takes any settings),
+/// or, with a largest rank, of any rank up to it, scale and targets, each padded into slots
+/// of that rank on every projection (see [`Llama::load_adapter_padded`]).
 #[derive(Debug)]
 pub struct AdapterSlots {
     capacity: usize,
+    /// `--max-lora-rank`: the rank of padded slots; `None` for slots of the first adapter's
+    /// settings.
+    max_rank: Option<i64>,
     /// One entry per slot once adapters are attached; `None` for a free slot.
     held: Vec<Option<HeldAdapter>>,
 }
 
 impl AdapterSlots {
-    /// Room for `capacity` adapters at once (0: the server loads none).
-    pub fn new(capacity: usize) -> Self {
+    /// Room for `capacity` adapters at once (0: the server loads none), of one shape, or of
+    /// any rank up to `max_rank`.
+    pub fn new(capacity: usize, max_rank: Option<i64>) -> Self {
         Self {
             capacity,
+            max_rank,
             held: Vec::new(),
         }
     }
@@ -55,9 +62,9 @@ impl AdapterSlots {
             .position(|h| h.as_ref().is_some_and(|h| h.name == name))
     }
 
-    /// Loads the PEFT folder `folder` into a free slot of `model` under `name`. The first
-    /// adapter (after all were unloaded) sets the rank, scale and target modules every other
-    /// must share.
+    /// Loads the PEFT folder `folder` into a free slot of `model` under `name`. Without a
+    /// largest rank, the first adapter (after all were unloaded) sets the rank, scale and
+    /// target modules every other must share; with one, any adapter of a rank up to it loads.
     pub fn load(&mut self, model: &mut Llama, name: &str, folder: &Path) -> Result<(), Refusal> {
         let refuse = |message: String| Refusal::typed(400, BAD_REQUEST, message);
         if self.slot_of(name).is_some() {
@@ -66,8 +73,16 @@ impl AdapterSlots {
             )));
         }
         let config = AdapterConfig::read(folder).map_err(|e| refuse(e.to_string()))?;
+        if let Some(max_rank) = self.max_rank.filter(|&max| config.settings.rank > max) {
+            // vLLM's words, which clients may look for.
+            return Err(refuse(format!(
+                "LoRA rank {} is greater than max_lora_rank {max_rank}.",
+                config.settings.rank
+            )));
+        }
         if self.held.iter().all(Option::is_none) {
-            self.attach(model, &config.settings).map_err(refuse)?;
+            let settings = self.slot_settings(&config.settings);
+            self.attach(model, &settings).map_err(refuse)?;
         }
         let Some(slot) = self.held.iter().position(Option::is_none) else {
             let names: Vec<String> = self.held().into_iter().map(|h| h.name).collect();
@@ -79,11 +94,16 @@ impl AdapterSlots {
                 names.join(", ")
             )));
         };
-        model.load_adapter(slot, folder).map_err(|e| {
-            refuse(format!(
-                "{e}; this server holds adapters of one rank, scale and set of target modules \
-                 at a time: serve other adapters from another server"
-            ))
+        self.load_into(model, slot, folder).map_err(|e| {
+            refuse(if self.max_rank.is_some() {
+                e.to_string()
+            } else {
+                format!(
+                    "{e}; this server holds adapters of one rank, scale and set of target \
+                     modules at a time: start it with --max-lora-rank to hold adapters of \
+                     several, or serve them from another server"
+                )
+            })
         })?;
         self.held[slot] = Some(HeldAdapter {
             name: name.to_owned(),
@@ -112,16 +132,44 @@ impl AdapterSlots {
         let Some(first) = held.first() else {
             return Ok(());
         };
-        let settings = AdapterConfig::read(&first.folder)?.settings;
+        let settings = self.slot_settings(&AdapterConfig::read(&first.folder)?.settings);
         model.add_adapters(&serving(&settings), self.capacity, 0)?;
         for (slot, adapter) in self.held.iter().enumerate() {
             if let Some(adapter) = adapter {
-                model.load_adapter(slot, &adapter.folder).map_err(|e| {
+                self.load_into(model, slot, &adapter.folder).map_err(|e| {
                     anyhow::anyhow!("reloading LoRA adapter `{}`: {e}", adapter.name)
                 })?;
             }
         }
         Ok(())
+    }
+
+    /// The settings of the slots adapters are loaded into: rank `max_rank` on every
+    /// projection at scale 1 with a largest rank, else `first`'s (the first adapter loaded).
+    fn slot_settings(&self, first: &LoraSettings) -> LoraSettings {
+        match self.max_rank {
+            Some(rank) => LoraSettings {
+                rank,
+                alpha: rank as f64,
+                dropout: 0.0,
+                target_modules: TARGET_MODULES.iter().map(|&m| m.to_owned()).collect(),
+            },
+            None => first.clone(),
+        }
+    }
+
+    /// Loads the adapter in `folder` into `slot`: padded with a largest rank, else as it is.
+    fn load_into(
+        &self,
+        model: &Llama,
+        slot: usize,
+        folder: &Path,
+    ) -> Result<(), crate::model::error::ModelError> {
+        if self.max_rank.is_some() {
+            model.load_adapter_padded(slot, folder)
+        } else {
+            model.load_adapter(slot, folder)
+        }
     }
 
     /// Gives `model` `capacity` free slots of `settings`, unless it has them already.

@@ -103,14 +103,14 @@ pub struct Batcher {
 impl Batcher {
     /// Loads `model` on `device` in `kind` on a new engine thread and returns once it is
     /// loaded (or failed to load). Unseeded requests draw from one stream seeded with `seed`;
-    /// up to `max_adapters` LoRA adapters can be loaded at once.
+    /// LoRA adapters are loaded into `adapters`.
     pub fn start(
         model: PathBuf,
         device: Device,
         kind: Kind,
         seed: u64,
         limits: BatchLimits,
-        max_adapters: usize,
+        adapters: AdapterSlots,
     ) -> anyhow::Result<Self> {
         let (jobs, inbox) = mpsc::channel();
         let (ready, loaded) = mpsc::channel();
@@ -128,7 +128,7 @@ impl Batcher {
                         rng: SeededRng::new(seed),
                         served,
                         limits,
-                        adapters: AdapterSlots::new(max_adapters),
+                        adapters,
                         held: None,
                     }
                     .run(&inbox);

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use drmas_http_server::{HttpServer, Limits, Method, Reply, Request, Service};
 
+use self::adapter_slots::AdapterSlots;
 use self::batcher::{BatchLimits, Batcher};
 use self::generate_route::RequestLimits;
 use self::lora_routes::Dialect;
@@ -82,6 +83,9 @@ pub struct ServeOptions {
     /// LoRA adapters held at once, loaded through vLLM's runtime LoRA routes (0: the routes
     /// are not served).
     pub max_loras: usize,
+    /// The largest rank of the adapters, which may then differ in rank, scale and target
+    /// modules; `None`: adapters of the first one's settings only.
+    pub max_lora_rank: Option<i64>,
 }
 
 /// A bound server; [`Server::run`] serves until the process ends.
@@ -112,7 +116,7 @@ impl Server {
                 max_batch: options.max_batch.max(1),
                 wait: options.batch_wait,
             },
-            options.max_loras,
+            AdapterSlots::new(options.max_loras, options.max_lora_rank),
         )?;
         let http = HttpServer::bind(&options.addr).map_err(|e| {
             anyhow::anyhow!(
