@@ -7,16 +7,18 @@
 //! weights of a tile are a contiguous run of `W`'s rows, streamed front to back while the next
 //! run is prefetched; nothing is copied or packed. A run's tiles of rows share that prefetch,
 //! each spreading its part over its `k` loop, so a batch of 64 rows draws the weights from
-//! memory evenly over the four tiles rather than all during the first.
+//! memory evenly over its tiles rather than all during the first.
 //!
 //! The AVX-512 tile is 16 outputs wide (`AVX512_OUTPUTS`) rather than 24: decode products
 //! of a small batch are bound by reading the weights, and a core streams 16 weight rows at a
 //! time faster than 24 (see docs/results.md, "Generation per kernel version, Intel Xeon").
 //!
-//! Wider tiles (32–64 rows, fewer outputs per tile) leave too few registers for the outputs'
-//! accumulators. Prefills, where a block of ~200 rows shares each weight, go to
-//! [`super::broadcast_inputs`] instead: a broadcast load per FMA makes this kernel load-bound
-//! there.
+//! A 16-row tile loads a broadcast weight per FMA, so at 32 and more rows, where the step is
+//! bound by arithmetic rather than by reading the weights, AVX-512 runs pair tiles
+//! ([`run_pair`]): 32 rows as two vectors, each broadcast weight feeding two FMAs, the 16
+//! outputs in two passes of 8 (16 accumulators). Both sum every row and output in the same
+//! order, so which one runs changes speed only. Prefills, where a block of ~200 rows shares
+//! each weight, go to [`super::broadcast_inputs`] instead.
 //!
 //! With AVX2's sixteen 8-float registers, a tile's sixteen rows are two vectors and its
 //! outputs run `AVX2_OUTPUTS` at a time: 12 accumulators, the two input vectors and the
@@ -68,6 +70,17 @@ pub struct Tile<'a> {
     pub out_stride: usize,
 }
 
+/// Calls `kernel::<C>(part)` for `C` the part's output count, one of the listed counts or 1.
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_outputs {
+    ($kernel:ident, $part:expr, $($count:literal)*) => {
+        match $part.outputs {
+            $($count => $kernel::<$count>($part),)*
+            _ => $kernel::<1>($part),
+        }
+    };
+}
+
 /// Outputs per full tile of `isa`'s kernel: the width of the weight runs a decode product is
 /// cut into.
 pub fn outputs_per_tile(isa: Isa) -> usize {
@@ -89,29 +102,7 @@ pub fn outputs_per_tile(isa: Isa) -> usize {
 /// When the slices are shorter than the sizes say, the counts are out of range, or the CPU
 /// does not support `isa`.
 pub unsafe fn run(tile: &Tile<'_>, isa: Isa) {
-    assert!((1..=GROUP).contains(&tile.rows), "tile rows");
-    assert!(
-        (1..=outputs_per_tile(isa)).contains(&tile.outputs),
-        "tile outputs"
-    );
-    assert_eq!(tile.x_stride % GROUP, 0, "x stride");
-    assert!(
-        tile.inputs == 0 || tile.x_t.len() >= (tile.inputs - 1) * tile.x_stride + GROUP,
-        "tile input"
-    );
-    assert!(
-        tile.weights.len() >= tile.outputs * tile.inputs,
-        "tile weights"
-    );
-    assert!(
-        tile.bias.is_none_or(|b| b.len() >= tile.outputs),
-        "tile bias"
-    );
-    assert_eq!(tile.x_t.as_ptr() as usize % 64, 0, "x alignment");
-    assert!(
-        i32::try_from(tile.out_stride * GROUP).is_ok(),
-        "output offsets fit the scatter's 32-bit indices"
-    );
+    tile.check(1..=GROUP, outputs_per_tile(isa));
     isa.assert_supported();
     match isa {
         #[cfg(target_arch = "x86_64")]
@@ -130,25 +121,10 @@ pub unsafe fn run(tile: &Tile<'_>, isa: Isa) {
         }
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => {
-            let passes = tile.outputs.div_ceil(AVX2_OUTPUTS);
-            for pass in 0..passes {
-                let first = pass * AVX2_OUTPUTS;
-                let count = AVX2_OUTPUTS.min(tile.outputs - first);
-                let mut part = tile.outputs_from(first, count, false);
-                // Each pass fetches its share of the next run's weights.
-                part.prefetch = share_of_lines(tile.prefetch, pass, passes);
+            for part in tile.passes(AVX2_OUTPUTS) {
                 // SAFETY: the CPU supports AVX2 and FMA (asserted above); the part's outputs
-                // are columns `first..first + count` of the caller's writable range.
-                unsafe {
-                    match count {
-                        6 => avx2::<6>(&part),
-                        5 => avx2::<5>(&part),
-                        4 => avx2::<4>(&part),
-                        3 => avx2::<3>(&part),
-                        2 => avx2::<2>(&part),
-                        _ => avx2::<1>(&part),
-                    }
-                }
+                // are columns of the caller's writable range.
+                unsafe { by_outputs!(avx2, &part, 6 5 4 3 2) };
             }
         }
         // SAFETY: as above, minus the CPU feature the portable kernel does not need.
@@ -157,6 +133,45 @@ pub unsafe fn run(tile: &Tile<'_>, isa: Isa) {
 }
 
 impl<'a> Tile<'a> {
+    /// Panics unless the tile has `rows` rows and up to `max_outputs` outputs, and its slices,
+    /// strides and alignment hold what the kernels read: `x_t` whole vectors of 16 rows (as
+    /// many as its rows need) at every `k`.
+    fn check(&self, rows: std::ops::RangeInclusive<usize>, max_outputs: usize) {
+        assert!(rows.contains(&self.rows), "tile rows");
+        assert!((1..=max_outputs).contains(&self.outputs), "tile outputs");
+        assert_eq!(self.x_stride % GROUP, 0, "x stride");
+        let lanes = self.rows.next_multiple_of(GROUP);
+        assert!(
+            self.inputs == 0 || self.x_t.len() >= (self.inputs - 1) * self.x_stride + lanes,
+            "tile input"
+        );
+        assert!(
+            self.weights.len() >= self.outputs * self.inputs,
+            "tile weights"
+        );
+        assert!(
+            self.bias.is_none_or(|b| b.len() >= self.outputs),
+            "tile bias"
+        );
+        assert_eq!(self.x_t.as_ptr() as usize % 64, 0, "x alignment");
+        assert!(
+            i32::try_from(self.out_stride * GROUP).is_ok(),
+            "output offsets fit the scatter's 32-bit indices"
+        );
+    }
+
+    /// This tile's outputs in passes of up to `width`, in order, each fetching its share of
+    /// the tile's prefetch.
+    fn passes(&self, width: usize) -> impl Iterator<Item = Tile<'a>> + '_ {
+        let passes = self.outputs.div_ceil(width);
+        (0..passes).map(move |pass| {
+            let first = pass * width;
+            let mut part = self.outputs_from(first, width.min(self.outputs - first), false);
+            part.prefetch = share_of_lines(self.prefetch, pass, passes);
+            part
+        })
+    }
+
     /// The tile of outputs `first..first + count` of this one (the same rows), prefetching
     /// this tile's `prefetch` if `prefetch`, nothing otherwise.
     fn outputs_from(&self, first: usize, count: usize, prefetch: bool) -> Tile<'a> {
@@ -222,6 +237,94 @@ unsafe fn avx512<const C: usize>(tile: &Tile<'_>) {
                 row_offsets,
                 _mm512_add_ps(sums, bias),
             );
+        }
+    }
+}
+
+/// Rows of a pair tile: two vectors of input rows share each broadcast weight, so a `k` step
+/// loads two inputs and `C` weights for `2 C` FMAs instead of one and `C` for `C`.
+pub const PAIR_ROWS: usize = 2 * GROUP;
+
+/// Outputs per pass of a pair tile: 16 accumulators, as the one-vector tile's 16 outputs.
+const PAIR_OUTPUTS: usize = 8;
+
+/// [`run`] for a tile of `GROUP + 1..=PAIR_ROWS` rows on AVX-512: its outputs in passes of
+/// `PAIR_OUTPUTS` (8), each pass over both vectors of rows; the same sums as [`run`] on the two
+/// halves (the same order per row and output).
+///
+/// # Safety
+/// As [`run`]'s, for the tile's rows.
+///
+/// # Panics
+/// As [`run`]'s, and when `x_t` holds fewer than `PAIR_ROWS` floats at its last `k` or the CPU
+/// does not support AVX-512.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn run_pair(tile: &Tile<'_>) {
+    tile.check(GROUP + 1..=PAIR_ROWS, AVX512_OUTPUTS);
+    Isa::Avx512.assert_supported();
+    for part in tile.passes(PAIR_OUTPUTS) {
+        // SAFETY: the CPU supports AVX-512F (asserted above); the part's outputs are columns
+        // of the caller's writable range.
+        unsafe { by_outputs!(avx512_pair, &part, 8 7 6 5 4 3 2) };
+    }
+}
+
+/// The AVX-512F pair kernel for `C` outputs: rows `0..16` and `16..rows` as two vectors.
+///
+/// # Safety
+/// The CPU supports AVX-512F; `tile` satisfies [`run_pair`]'s contract and checks, with
+/// `outputs == C`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn avx512_pair<const C: usize>(tile: &Tile<'_>) {
+    use std::arch::x86_64::{
+        _mm512_add_ps, _mm512_fmadd_ps, _mm512_load_ps, _mm512_loadu_si512,
+        _mm512_mask_i32scatter_ps, _mm512_mullo_epi32, _mm512_set1_epi32, _mm512_set1_ps,
+        _mm512_setzero_ps,
+    };
+    let (k, x, w) = (tile.inputs, tile.x_t.as_ptr(), tile.weights.as_ptr());
+    let mut prefetch = PacedPrefetch::new(tile.prefetch, k);
+    let mut total = [[_mm512_setzero_ps(); 2]; C];
+    for block in (0..k).step_by(K_BLOCK) {
+        let mut acc = [[_mm512_setzero_ps(); 2]; C];
+        for kk in block..k.min(block + K_BLOCK) {
+            prefetch.step(kk);
+            // SAFETY (loads): `kk < k`; `x_t` holds two aligned vectors at `kk * x_stride`
+            // (checked by `run_pair`), and weight row `c < C` holds `k` floats from `c * k`.
+            unsafe {
+                let line = x.add(kk * tile.x_stride);
+                let (x0, x1) = (_mm512_load_ps(line), _mm512_load_ps(line.add(GROUP)));
+                for (c, acc) in acc.iter_mut().enumerate() {
+                    let wv = _mm512_set1_ps(*w.add(c * k + kk));
+                    acc[0] = _mm512_fmadd_ps(wv, x0, acc[0]);
+                    acc[1] = _mm512_fmadd_ps(wv, x1, acc[1]);
+                }
+            }
+        }
+        for (total, acc) in total.iter_mut().zip(&acc) {
+            total[0] = _mm512_add_ps(total[0], acc[0]);
+            total[1] = _mm512_add_ps(total[1], acc[1]);
+        }
+    }
+    let lanes: [i32; 16] = std::array::from_fn(|lane| lane as i32);
+    // SAFETY: sixteen `i32`s on the stack; unaligned load.
+    let lanes = unsafe { _mm512_loadu_si512(lanes.as_ptr().cast()) };
+    let row_offsets = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(tile.out_stride as i32));
+    let masks = [u16::MAX, ((1u32 << (tile.rows - GROUP)) - 1) as u16];
+    for (c, total) in total.iter().enumerate() {
+        let bias = _mm512_set1_ps(tile.bias.map_or(0.0, |b| b[c]));
+        for (half, (&sums, &mask)) in total.iter().zip(&masks).enumerate() {
+            // SAFETY: lane `i` of half `h` writes `out + (16 h + i) * out_stride + c` for rows
+            // `16 h + i < rows` only (the mask), writable per `run_pair`'s contract; the
+            // offsets fit `i32` (checked by `run_pair`).
+            unsafe {
+                _mm512_mask_i32scatter_ps::<4>(
+                    tile.out.add(half * GROUP * tile.out_stride + c).cast(),
+                    mask,
+                    row_offsets,
+                    _mm512_add_ps(sums, bias),
+                );
+            }
         }
     }
 }
@@ -315,6 +418,60 @@ unsafe fn portable(tile: &Tile<'_>) {
 mod tests {
     use super::*;
     use crate::engine::cpu::transpose::TransposedRows;
+
+    /// A pair tile writes what the two 16-row tiles of its rows write, bit for bit, for every
+    /// row count it takes and every output count, and nothing outside its rows and outputs.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_pair_tile_writes_what_two_single_tiles_write() {
+        if !Isa::Avx512.is_supported() {
+            eprintln!("skipped: this CPU does not run AVX-512");
+            return;
+        }
+        let k = 300;
+        let x: Vec<f32> = (0..PAIR_ROWS * k)
+            .map(|i| ((i * 7) % 13) as f32 / 6.5 - 1.0)
+            .collect();
+        let w: Vec<f32> = (0..AVX512_OUTPUTS * k)
+            .map(|i| ((i * 5) % 11) as f32 / 5.5 - 1.0)
+            .collect();
+        let bias: Vec<f32> = (0..AVX512_OUTPUTS).map(|i| i as f32 / 7.0 - 0.2).collect();
+        let stride = AVX512_OUTPUTS + 1;
+        for rows in [GROUP + 1, 20, PAIR_ROWS - 1, PAIR_ROWS] {
+            for outputs in [1, 5, 8, 9, AVX512_OUTPUTS] {
+                let mut pair = vec![f32::NAN; (PAIR_ROWS + 1) * stride];
+                let mut singles = pair.clone();
+                TransposedRows::with(&x[..rows * k], rows, k, Isa::Avx512, |x_t| {
+                    let tile = |out: &mut Vec<f32>, first: usize, rows: usize| Tile {
+                        x_t: &x_t.floats()[first..],
+                        x_stride: x_t.stride(),
+                        rows,
+                        inputs: k,
+                        weights: &w,
+                        outputs,
+                        prefetch: &w,
+                        bias: Some(&bias),
+                        out: out.as_mut_ptr().wrapping_add(first * stride),
+                        out_stride: stride,
+                    };
+                    // SAFETY: both outputs hold `PAIR_ROWS + 1` rows of `stride` floats.
+                    unsafe {
+                        run_pair(&tile(&mut pair, 0, rows));
+                        run(&tile(&mut singles, 0, GROUP), Isa::Avx512);
+                        run(&tile(&mut singles, GROUP, rows - GROUP), Isa::Avx512);
+                    }
+                });
+                for (i, (p, s)) in pair.iter().zip(&singles).enumerate() {
+                    let (r, o) = (i / stride, i % stride);
+                    if r >= rows || o >= outputs {
+                        assert!(p.is_nan(), "{rows} × {outputs}: written outside at {i}");
+                    } else {
+                        assert_eq!(p.to_bits(), s.to_bits(), "{rows} × {outputs} at ({r}, {o})");
+                    }
+                }
+            }
+        }
+    }
 
     /// Every row count and the full and one-at-a-time output paths, against a float64
     /// reference, with nothing written outside the tile.

@@ -6,13 +6,14 @@
 //! most [`dot::MAX_ROWS`] rows run [`dot`] tiles: they are bound by reading the weights, and
 //! on many CPUs one core cannot draw the memory bandwidth that two do. Wider ones are bound
 //! by arithmetic: decode steps of up to [`DECODE_ROWS`] rows transpose `x` once
-//! ([`TransposedRows`]) and run [`broadcast_weights`] tiles of 16 rows × 16–24 outputs;
+//! ([`TransposedRows`]) and run [`broadcast_weights`] tiles of 16 rows × 16–24 outputs (32
+//! rows × 16 on AVX-512 where a batch has them);
 //! prefills transpose each panel of 32 outputs once per block of rows ([`PanelBuffer`]) and
 //! run [`broadcast_inputs`] tiles of up to 12 rows × 32 outputs. Every kernel runs the
 //! version of one [`Isa`].
 
 use super::broadcast_inputs::{self, MAX_ROWS};
-use super::broadcast_weights::{self, outputs_per_tile};
+use super::broadcast_weights::{self, outputs_per_tile, PAIR_ROWS};
 use super::dot;
 use super::isa::Isa;
 use super::panel::{PanelBuffer, PANEL};
@@ -48,11 +49,12 @@ impl<'a> Weights<'a> {
 /// `out[r][n] = Σ_k x[r][k] · W[n][k] (+ bias[n])` for `x` `rows × K` and `out` `rows × N`
 /// (both row-major).
 ///
-/// A decode step's tiles of [`GROUP`] rows each meet a run of [`outputs_per_tile`] weight
-/// rows, read from memory once (while the next run is prefetched). A prefill cuts its rows
-/// into blocks that fit in L2 (`ROW_BLOCK_BYTES`, 512 KiB) and each block into tiles of at
-/// most [`MAX_ROWS`] (sizes balanced); per block, each panel of the thread's range is read
-/// from memory once, transposed, and meets every tile of the block from cache.
+/// A decode step's tiles of [`GROUP`] rows (or [`PAIR_ROWS`] on AVX-512) each meet a run of
+/// [`outputs_per_tile`] weight rows, read from memory once (while the next run is prefetched).
+/// A prefill cuts its rows into blocks that fit in L2 (`ROW_BLOCK_BYTES`, 512 KiB) and each
+/// block into tiles of at most [`MAX_ROWS`] (sizes balanced); per block, each panel of the
+/// thread's range is read from memory once, transposed, and meets every tile of the block from
+/// cache.
 ///
 /// # Panics
 /// When the slice lengths do not match `rows`, `K` and `N`, or the CPU does not support `isa`.
@@ -172,18 +174,19 @@ unsafe fn run_decode(
     let (n, k) = (weights.outputs, weights.inputs);
     let (floats, x_stride) = (x_t.floats(), x_t.stride());
     let width = outputs_per_tile(isa);
-    let tiles = rows.div_ceil(GROUP);
     for column in outputs.clone().step_by(width) {
         let columns = width.min(outputs.end - column);
         let next = column + columns..(column + columns + width).min(outputs.end);
         let next_weights = weights.rows(next);
-        for (tile_index, row) in (0..rows).step_by(GROUP).enumerate() {
+        let tiles = row_tiles(rows, x_stride, isa);
+        let count = tiles.clone().count();
+        for (tile_index, (row, height, pair)) in tiles.enumerate() {
             // Each tile of the run fetches its share of the next run's weights.
-            let prefetch = share_of_lines(next_weights, tile_index, tiles);
+            let prefetch = share_of_lines(next_weights, tile_index, count);
             let tile = broadcast_weights::Tile {
                 x_t: &floats[row..],
                 x_stride,
-                rows: GROUP.min(rows - row),
+                rows: height,
                 inputs: k,
                 weights: weights.rows(column..column + columns),
                 outputs: columns,
@@ -193,11 +196,38 @@ unsafe fn run_decode(
                 out: unsafe { out.0.add(row * n + column) },
                 out_stride: n,
             };
-            // SAFETY: the tile writes rows `row..row + tile.rows`, columns
+            // SAFETY: the tile writes rows `row..row + height`, columns
             // `column..column + columns` of `out`, inside it and in this call's outputs.
-            unsafe { broadcast_weights::run(&tile, isa) };
+            unsafe {
+                if pair {
+                    #[cfg(target_arch = "x86_64")]
+                    broadcast_weights::run_pair(&tile);
+                } else {
+                    broadcast_weights::run(&tile, isa);
+                }
+            }
         }
     }
+}
+
+/// The row tiles of a decode product of `rows` rows whose `xᵀ` lines hold `x_stride` floats:
+/// `(first row, rows, pair)`, pairs of [`GROUP`]s ([`PAIR_ROWS`]) on AVX-512 where more than one
+/// group of rows is left and the line holds both, single groups elsewhere.
+fn row_tiles(
+    rows: usize,
+    x_stride: usize,
+    isa: Isa,
+) -> impl Iterator<Item = (usize, usize, bool)> + Clone {
+    let mut row = 0;
+    std::iter::from_fn(move || {
+        (row < rows).then(|| {
+            let pair = isa == Isa::Avx512 && rows - row > GROUP && row + PAIR_ROWS <= x_stride;
+            let height = if pair { PAIR_ROWS } else { GROUP }.min(rows - row);
+            let tile = (row, height, pair);
+            row += height;
+            tile
+        })
+    })
 }
 
 /// Computes the columns `outputs` (whole panels but for the last) of a prefill for all
@@ -288,7 +318,15 @@ mod tests {
     /// width, so the version that runs decode products changes their speed only.
     #[test]
     fn decode_products_are_bit_identical_in_every_supported_isa() {
-        for (rows, n, k) in [(4, 161, 1536), (16, 100, 576), (37, 50, 300), (64, 161, 64)] {
+        for (rows, n, k) in [
+            (4, 161, 1536),
+            (16, 100, 576),
+            (17, 33, 100),
+            (32, 100, 576),
+            (37, 50, 300),
+            (48, 40, 130),
+            (64, 161, 64),
+        ] {
             let (x, w, b) = (values(rows * k, 4), values(n * k, 5), values(n, 6));
             let weights = Weights {
                 data: &w,
