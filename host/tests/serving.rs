@@ -1374,6 +1374,21 @@ fn serve_with_a_largest_rank_holds_adapters_of_several_ranks_and_serves_each_as_
             "{served_logprobs:?} vs {base:?}"
         );
     }
+    // New base weights keep both adapters, padded again from their folders.
+    let reload = serde_json::json!({
+        "model_path": tiny_model("llama"), "weight_version": "v2",
+    });
+    let (status, text) = server.post("/update_weights_from_disk", &reload.to_string());
+    assert_eq!(status, 200, "{text}");
+    for (name, logprob) in ["peft", "rank8"].iter().zip(&served_logprobs) {
+        let (status, answer) = served_greedy(&server, name, &prompt, 1);
+        assert_eq!(status, 200, "{name}: {answer}");
+        assert_eq!(
+            choice_tokens(&answer).1[0],
+            *logprob,
+            "{name} after the reload"
+        );
+    }
     // Both adapters and the base in one batch, each row through its own.
     let (status, answer) = server.post(
         "/generate",
