@@ -87,7 +87,7 @@ pub enum NonFinite {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct UpdateSettings {
     /// Optimizer steps per pass over the calls: their episodes split into this many
-    /// mini-batches ([`split_by_episode`]).
+    /// mini-batches (`split_by_episode`).
     pub mini_batches: usize,
     /// Passes over the calls (PPO's epochs), each through the same mini-batches.
     pub epochs: usize,

@@ -19,7 +19,7 @@ use super::wire::{UpdateWeightsAnswer, UpdateWeightsBody, UPDATE_WEIGHTS_PATH};
 
 impl RemoteGenerator {
     /// Makes every server load the HF folder `folder` (a path the servers can read) as
-    /// `version` (see [`push_everywhere`](Self::push_everywhere) for servers that cannot).
+    /// `version` (see `push_everywhere` for servers that cannot).
     /// Answers of other versions are refused from then on.
     pub fn update_weights(&self, folder: &Path, version: &str) -> anyhow::Result<()> {
         self.push_everywhere(
