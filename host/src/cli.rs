@@ -276,6 +276,10 @@ pub struct ServeArgs {
     /// modules of all.
     #[arg(long, value_parser = clap::value_parser!(i64).range(1..=MAX_LORA_RANK), requires = "max_loras")]
     pub max_lora_rank: Option<i64>,
+    /// With `--max-lora-rank`, the projections the slots adapt (SGLang's flag), instead of
+    /// every one: adapters may target only these, and rows through an adapter skip the others.
+    #[arg(long, num_args = 1.., value_parser = clap::builder::PossibleValuesParser::new(crate::model::lora::TARGET_MODULES), requires = "max_lora_rank")]
+    pub lora_target_modules: Option<Vec<String>>,
 }
 
 /// The largest `--max-lora-rank` (vLLM's largest choice).
@@ -302,6 +306,7 @@ impl ServeArgs {
             threads: self.threads,
             max_loras: self.max_loras,
             max_lora_rank: self.max_lora_rank,
+            lora_target_modules: self.lora_target_modules.clone(),
         }
     }
 }

@@ -1426,6 +1426,42 @@ fn serve_with_a_largest_rank_holds_adapters_of_several_ranks_and_serves_each_as_
         text.contains("LoRA rank 16 is greater than max_lora_rank 8."),
         "{text}"
     );
+
+    // Slots on three projections: an adapter on those serves as in process; one on every
+    // projection is refused, naming the flag.
+    let narrow = Served::start_with(
+        "llama",
+        &[
+            "--max-loras",
+            "2",
+            "--max-lora-rank",
+            "8",
+            "--lora-target-modules",
+            "q_proj",
+            "v_proj",
+            "down_proj",
+        ],
+    );
+    let body = |name: &str, folder: &Path| {
+        serde_json::json!({"lora_name": name, "lora_path": folder}).to_string()
+    };
+    let (status, text) = narrow.post("/v1/load_lora_adapter", &body("rank8", &rank8));
+    assert_eq!(status, 200, "{text}");
+    let (status, answer) = served_greedy(&narrow, "rank8", &prompt, 6);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        choice_tokens(&answer).0,
+        local_greedy(&prompt, Some(&rank8), 6).0
+    );
+    let (status, text) = narrow.post("/v1/load_lora_adapter", &body("peft", &peft));
+    assert_eq!(status, 400, "{text}");
+    assert!(
+        text.contains(
+            "the adapter targets `k_proj`, which this server's --lora-target-modules (q_proj, \
+             v_proj, down_proj) leave out"
+        ),
+        "{text}"
+    );
 }
 
 #[test]

@@ -27,25 +27,24 @@ pub struct HeldAdapter {
 
 /// Up to `capacity` adapters attached to the served model once the first is loaded: of one
 /// rank, scale and set of target modules (a model without held adapters takes any settings),
-/// or, with a largest rank, of any rank up to it, scale and targets, each padded into slots
-/// of that rank on every projection (see [`Llama::load_adapter_padded`]).
+/// or [`PaddedSlots`] that take adapters of any rank up to theirs.
 #[derive(Debug)]
 pub struct AdapterSlots {
     capacity: usize,
-    /// `--max-lora-rank`: the rank of padded slots; `None` for slots of the first adapter's
-    /// settings.
-    max_rank: Option<i64>,
+    /// `--max-lora-rank` (and `--lora-target-modules`); `None` for slots of the first
+    /// adapter's settings.
+    padded: Option<PaddedSlots>,
     /// One entry per slot once adapters are attached; `None` for a free slot.
     held: Vec<Option<HeldAdapter>>,
 }
 
 impl AdapterSlots {
-    /// Room for `capacity` adapters at once (0: the server loads none), of one shape, or of
-    /// any rank up to `max_rank`.
-    pub fn new(capacity: usize, max_rank: Option<i64>) -> Self {
+    /// Room for `capacity` adapters at once (0: the server loads none), of one shape, or
+    /// `padded`.
+    pub fn new(capacity: usize, padded: Option<PaddedSlots>) -> Self {
         Self {
             capacity,
-            max_rank,
+            padded,
             held: Vec::new(),
         }
     }
@@ -73,12 +72,8 @@ impl AdapterSlots {
             )));
         }
         let config = AdapterConfig::read(folder).map_err(|e| refuse(e.to_string()))?;
-        if let Some(max_rank) = self.max_rank.filter(|&max| config.settings.rank > max) {
-            // vLLM's words, which clients may look for.
-            return Err(refuse(format!(
-                "LoRA rank {} is greater than max_lora_rank {max_rank}.",
-                config.settings.rank
-            )));
+        if let Some(padded) = &self.padded {
+            padded.check(&config.settings).map_err(refuse)?;
         }
         if self.held.iter().all(Option::is_none) {
             let settings = self.slot_settings(&config.settings);
@@ -95,7 +90,7 @@ impl AdapterSlots {
             )));
         };
         self.load_into(model, slot, folder).map_err(|e| {
-            refuse(if self.max_rank.is_some() {
+            refuse(if self.padded.is_some() {
                 e.to_string()
             } else {
                 format!(
@@ -144,16 +139,11 @@ impl AdapterSlots {
         Ok(())
     }
 
-    /// The settings of the slots adapters are loaded into: rank `max_rank` on every
-    /// projection at scale 1 with a largest rank, else `first`'s (the first adapter loaded).
+    /// The settings of the slots adapters are loaded into: the padded slots', else `first`'s
+    /// (the first adapter loaded).
     fn slot_settings(&self, first: &LoraSettings) -> LoraSettings {
-        match self.max_rank {
-            Some(rank) => LoraSettings {
-                rank,
-                alpha: rank as f64,
-                dropout: 0.0,
-                target_modules: TARGET_MODULES.iter().map(|&m| m.to_owned()).collect(),
-            },
+        match &self.padded {
+            Some(padded) => padded.settings.clone(),
             None => first.clone(),
         }
     }
@@ -165,7 +155,7 @@ impl AdapterSlots {
         slot: usize,
         folder: &Path,
     ) -> Result<(), crate::model::error::ModelError> {
-        if self.max_rank.is_some() {
+        if self.padded.is_some() {
             model.load_adapter_padded(slot, folder)
         } else {
             model.load_adapter(slot, folder)
@@ -189,6 +179,56 @@ impl AdapterSlots {
             .map_err(|e| e.to_string())?;
         self.held = vec![None; self.capacity];
         Ok(())
+    }
+}
+
+/// Slots of one rank and set of projections that hold adapters of any rank up to theirs and
+/// any scale, targeting some of those projections, each padded into its slot (see
+/// [`Llama::load_adapter_padded`]): `--max-lora-rank` and `--lora-target-modules`, as vLLM
+/// and SGLang take them.
+#[derive(Debug, Clone)]
+pub struct PaddedSlots {
+    /// Rank `--max-lora-rank` at scale 1 on the projections `--lora-target-modules` names
+    /// (every one by default).
+    settings: LoraSettings,
+}
+
+impl PaddedSlots {
+    /// Slots of rank `rank` on `targets` (every projection when `None`); fails on a rank
+    /// below 1 or targets that are not distinct projections, naming the flag.
+    pub fn new(rank: i64, targets: Option<Vec<String>>) -> anyhow::Result<Self> {
+        let target_modules =
+            targets.unwrap_or_else(|| TARGET_MODULES.iter().map(|&m| m.to_owned()).collect());
+        let settings = LoraSettings {
+            rank,
+            alpha: rank as f64,
+            dropout: 0.0,
+            target_modules,
+        };
+        settings
+            .check()
+            .map_err(|e| anyhow::anyhow!("--lora-target-modules: {e}"))?;
+        Ok(Self { settings })
+    }
+
+    /// Refuses an adapter of `theirs` settings these slots cannot hold, saying why.
+    fn check(&self, theirs: &LoraSettings) -> Result<(), String> {
+        let ours = &self.settings;
+        if theirs.rank > ours.rank {
+            // vLLM's words, which clients may look for.
+            return Err(format!(
+                "LoRA rank {} is greater than max_lora_rank {}.",
+                theirs.rank, ours.rank
+            ));
+        }
+        match theirs.target_modules.iter().find(|m| !ours.targets(m)) {
+            Some(module) => Err(format!(
+                "the adapter targets `{module}`, which this server's --lora-target-modules \
+                 ({}) leave out",
+                ours.target_modules.join(", ")
+            )),
+            None => Ok(()),
+        }
     }
 }
 

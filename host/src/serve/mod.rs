@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use drmas_http_server::{HttpServer, Limits, Method, Reply, Request, Service};
 
-use self::adapter_slots::AdapterSlots;
+use self::adapter_slots::{AdapterSlots, PaddedSlots};
 use self::batcher::{BatchLimits, Batcher};
 use self::generate_route::RequestLimits;
 use self::lora_routes::Dialect;
@@ -86,6 +86,8 @@ pub struct ServeOptions {
     /// The largest rank of the adapters, which may then differ in rank, scale and target
     /// modules; `None`: adapters of the first one's settings only.
     pub max_lora_rank: Option<i64>,
+    /// With a largest rank, the projections the adapters may target (`None`: every one).
+    pub lora_target_modules: Option<Vec<String>>,
 }
 
 /// A bound server; [`Server::run`] serves until the process ends.
@@ -107,6 +109,10 @@ struct Endpoints {
 impl Server {
     /// Loads the model and binds the address.
     pub fn bind(options: ServeOptions) -> anyhow::Result<Self> {
+        let padded = options
+            .max_lora_rank
+            .map(|rank| PaddedSlots::new(rank, options.lora_target_modules.clone()))
+            .transpose()?;
         let batcher = Batcher::start(
             options.model.clone(),
             options.device,
@@ -116,7 +122,7 @@ impl Server {
                 max_batch: options.max_batch.max(1),
                 wait: options.batch_wait,
             },
-            AdapterSlots::new(options.max_loras, options.max_lora_rank),
+            AdapterSlots::new(options.max_loras, padded),
         )?;
         let http = HttpServer::bind(&options.addr).map_err(|e| {
             anyhow::anyhow!(
