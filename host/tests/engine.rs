@@ -205,6 +205,39 @@ fn a_request_with_its_own_seed_samples_the_same_alone_and_in_any_batch() {
     });
 }
 
+/// The samples of one prompt (prefilled once, its keys and values read from one row while
+/// two or more are left) draw what each draws alone, whichever of them finishes first.
+#[test]
+fn the_samples_of_one_prompt_draw_what_each_draws_alone() {
+    with_model(|tokenizer, llama| {
+        let story = chat(tokenizer, "Tell me a story.");
+        let samples: Vec<GenerationRequest> = [3, 9, 5, 12]
+            .into_iter()
+            .enumerate()
+            .map(|(i, max_new)| GenerationRequest {
+                seed: Some(100 + i as u64),
+                ..request(&story, SamplingParams::with_temperature(1.0), max_new)
+            })
+            .collect();
+        let together =
+            generate(llama, tokenizer, &samples, &mut SeededRng::new(1)).expect("generates");
+        for (sample, in_group) in samples.iter().zip(&together) {
+            let alone = generate(
+                llama,
+                tokenizer,
+                std::slice::from_ref(sample),
+                &mut SeededRng::new(2),
+            )
+            .expect("generates");
+            assert_eq!(in_group.tokens, alone[0].tokens);
+            assert_eq!(in_group.tokens.len(), sample.max_new_tokens);
+            for (a, b) in alone[0].logprobs.iter().zip(&in_group.logprobs) {
+                assert!((a - b).abs() < 1e-4, "{a} vs {b}");
+            }
+        }
+    });
+}
+
 #[test]
 fn a_stop_token_ends_the_sequence_as_its_last_token() {
     with_model(|tokenizer, llama| {

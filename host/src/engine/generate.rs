@@ -155,7 +155,7 @@ pub fn generate(
     if unique.len() < active.len() {
         let index = Tensor::from_slice(&prompt_of.iter().map(|&u| u as i64).collect::<Vec<_>>())
             .to_device(device);
-        cache.retain(&index);
+        cache.retain(&prompt_of);
         adapters = adapters.select(&prompt_of);
         logits = logits.index_select(0, &index);
     }
@@ -213,7 +213,7 @@ pub fn generate(
             let keep: Vec<usize> = (0..rows.len()).filter(|&r| live[r]).collect();
             let index = Tensor::from_slice(&keep.iter().map(|&r| r as i64).collect::<Vec<_>>())
                 .to_device(device);
-            cache.retain(&index);
+            cache.retain(&keep);
             adapters = adapters.select(&keep);
             sampler.retain(&keep);
             next = next.index_select(0, &index);

@@ -15,7 +15,7 @@ use tch::{Device, Tensor};
 
 use super::cuda_attention::{attention_with_repeated_heads, CudaAttention};
 use super::eager_attention::eager_decode_attention;
-use super::layers::fused_rms_norm;
+use super::layers::{fused_rms_norm, SharedCacheRows};
 use super::process_setting::ProcessSetting;
 
 /// The operations a backend may compute in libtorch's place. Every method returns `None` to
@@ -32,13 +32,15 @@ pub trait Backend: Debug + Send + Sync {
 
     /// `softmax(q kᵀ / √d + mask) v` of one new token per row: `q` `[B, H, 1, D]`, `k`, `v`
     /// `[B, H_kv, S, D]` (grouped-query attention when `H_kv < H`), `mask` `[B, 1, 1, S]` bool
-    /// (true = attend).
+    /// (true = attend). Rows `shared` names hold their first keys and values in another row
+    /// too, which a backend may read instead.
     fn decode_attention(
         &self,
         _q: &Tensor,
         _k: &Tensor,
         _v: &Tensor,
         _mask: &Tensor,
+        _shared: Option<&SharedCacheRows>,
     ) -> Option<Tensor> {
         None
     }
@@ -101,6 +103,7 @@ impl Backend for Libtorch {
         k: &Tensor,
         v: &Tensor,
         mask: &Tensor,
+        _shared: Option<&SharedCacheRows>,
     ) -> Option<Tensor> {
         let one_token = q.size().get(2) == Some(&1);
         (one_token && q.device() != Device::Cpu).then(|| eager_decode_attention(q, k, v, mask))

@@ -17,6 +17,7 @@ use crate::engine::decode_steps::CudaDecode;
 use crate::model::backend::{self, Backend};
 use crate::model::cuda_attention::CudaAttention;
 use crate::model::error::ModelError;
+use crate::model::layers::SharedCacheRows;
 use crate::model::process_setting::ProcessSetting;
 
 /// The environment variable that forces the CPU kernels' version: `avx512`, `avx2`,
@@ -295,11 +296,12 @@ impl Backend for CpuKernels {
         k: &Tensor,
         v: &Tensor,
         mask: &Tensor,
+        shared: Option<&SharedCacheRows>,
     ) -> Option<Tensor> {
         if !self.routes.attention {
             return None;
         }
-        decode_attention(q, k, v, mask, self.isa)
+        decode_attention(q, k, v, mask, shared, self.isa)
     }
 
     fn rms_norm(&self, x: &Tensor, weight: &Tensor, eps: f64) -> Option<Tensor> {

@@ -6,6 +6,8 @@
 //! row's key/value head is read once for all the query heads that share it (grouped-query
 //! attention), the scores, a vectorised `exp` and the weighted sum of values in one pass per
 //! head, and the rows and key/value heads are split over the threads of libtorch's OpenMP team.
+//! The samples of one prompt read its cached slots from one row ([`SharedCacheRows`]): those
+//! keys and values then come from memory once per step for the group, and from cache after.
 
 use std::cell::RefCell;
 
@@ -16,6 +18,7 @@ use super::backend::{grad_enabled, on_cpu_f32};
 use super::exp::{exp_avx2, exp_avx512};
 use super::isa::Isa;
 use super::pool;
+use crate::model::layers::SharedCacheRows;
 
 /// Floats per AVX-512 vector: heads are a whole number of them, and the scores are padded to
 /// a multiple of them.
@@ -46,6 +49,7 @@ pub fn decode_attention(
     k: &Tensor,
     v: &Tensor,
     mask: &Tensor,
+    shared: Option<&SharedCacheRows>,
     isa: Isa,
 ) -> Option<Tensor> {
     isa.assert_supported();
@@ -96,7 +100,16 @@ pub fn decode_attention(
             usize_of(v.stride()[2])?,
         ],
     };
-    let pairs = usize_of(b)? * shape.kv_heads;
+    let batch = usize_of(b)?;
+    // Rows read their shared slots from their source row (the same values).
+    let shared = shared
+        .filter(|shared| {
+            shared.slots <= shape.keys
+                && shared.source.len() == batch
+                && shared.source.iter().all(|&row| row < batch)
+        })
+        .cloned();
+    let pairs = batch * shape.kv_heads;
     let operands = Operands {
         q: q.data_ptr().cast::<f32>().cast_const(),
         k: k.data_ptr().cast::<f32>().cast_const(),
@@ -117,7 +130,7 @@ pub fn decode_attention(
                 // SAFETY: `pair < B × H_kv`; the operands are the tensors checked above, alive
                 // until `run_parts` returns, and each pair writes only its own query heads of
                 // `out`.
-                unsafe { attend_pair(&operands, &shape, pair, &mut scores, isa) };
+                unsafe { attend_pair(&operands, &shape, shared.as_ref(), pair, &mut scores, isa) };
             }
         });
     });
@@ -147,16 +160,18 @@ struct Operands {
 // `out` (see `decode_attention`).
 unsafe impl Sync for Operands {}
 
-/// Attention of row `pair / H_kv` for the query heads of key/value head `pair % H_kv`.
+/// Attention of row `pair / H_kv` for the query heads of key/value head `pair % H_kv`, its
+/// first `shared.slots` keys and values read from its source row.
 ///
 /// # Safety
 /// The operands hold tensors of `shape` (`q` and `out` contiguous `[B, H, 1, D]`, `mask`
-/// contiguous `[B, 1, 1, S]` bytes), `pair < B × H_kv`, nothing else writes these query heads
-/// of `out`, `scores` holds `H / H_kv` × `S` rounded up to 16 floats, and the CPU supports
-/// `isa`.
+/// contiguous `[B, 1, 1, S]` bytes), `pair < B × H_kv`, `shared` names rows of `B` and at most
+/// `S` slots, nothing else writes these query heads of `out`, `scores` holds `H / H_kv` × `S`
+/// rounded up to 16 floats, and the CPU supports `isa`.
 unsafe fn attend_pair(
     operands: &Operands,
     shape: &Shape,
+    shared: Option<&SharedCacheRows>,
     pair: usize,
     scores: &mut [f32],
     isa: Isa,
@@ -165,18 +180,22 @@ unsafe fn attend_pair(
     let group = shape.heads / shape.kv_heads;
     let padded = shape.keys.next_multiple_of(LANES);
     let (d, s) = (shape.dim, shape.keys);
+    let (source, shared_slots) =
+        shared.map_or((row, 0), |shared| (shared.source[row], shared.slots));
     // SAFETY (pointers): inside the tensors per the contract.
-    let (k, v, mask) = unsafe {
-        (
-            operands
-                .k
-                .add(row * shape.k_strides[0] + head * shape.k_strides[1]),
-            operands
-                .v
-                .add(row * shape.v_strides[0] + head * shape.v_strides[1]),
-            std::slice::from_raw_parts(operands.mask.add(row * s), s),
-        )
+    let head_of = |base: *const f32, strides: &[usize; 3], row: usize| unsafe {
+        base.add(row * strides[0] + head * strides[1])
     };
+    let (k, v, mask) = (
+        head_of(operands.k, &shape.k_strides, row),
+        head_of(operands.v, &shape.v_strides, row),
+        // SAFETY: the row's `s` mask bytes.
+        unsafe { std::slice::from_raw_parts(operands.mask.add(row * s), s) },
+    );
+    let (shared_k, shared_v) = (
+        head_of(operands.k, &shape.k_strides, source),
+        head_of(operands.v, &shape.v_strides, source),
+    );
     let scale = 1.0 / (d as f32).sqrt();
     for g in 0..group {
         let query_head = row * shape.heads + head * group + g;
@@ -188,71 +207,113 @@ unsafe fn attend_pair(
             )
         };
         let scores = &mut scores[g * padded..(g + 1) * padded];
-        let keys = Strided {
-            base: k,
-            stride: shape.k_strides[2],
-            dim: d,
-        };
-        let values = Strided {
-            base: v,
-            stride: shape.v_strides[2],
-            dim: d,
-        };
-        let operands = (q, &keys, &values, mask, scale, &mut scores[..], out);
-        match isa {
-            // SAFETY: the CPU supports AVX-512F (the contract); `d` is a multiple of 16 of at
-            // most `V` × 16 floats and the keys and values hold `s` rows of `d` floats.
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => unsafe {
-                match d / LANES {
-                    0..=4 => attend_avx512::<4>(operands),
-                    5..=8 => attend_avx512::<8>(operands),
-                    _ => attend_avx512::<MAX_VECTORS>(operands),
-                }
-            },
-            // SAFETY: the CPU supports AVX2 and FMA (the contract); `d` is a multiple of 16 of
-            // at most `V` × 8 floats and the keys and values hold `s` rows of `d` floats.
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe {
-                match d / AVX2_LANES {
-                    0..=8 => attend_avx2::<8>(operands),
-                    9..=16 => attend_avx2::<16>(operands),
-                    _ => attend_avx2::<{ 2 * MAX_VECTORS }>(operands),
-                }
-            },
-            // SAFETY: as above.
-            _ => unsafe { attend_portable(operands) },
+        let keys = (k, shared_k, shape.k_strides[2]);
+        let values = (v, shared_v, shape.v_strides[2]);
+        // SAFETY: as this function's contract, for one query head.
+        unsafe {
+            if shared_slots > 0 && source != row {
+                let (keys, values) = (
+                    Strided::<true>::new(keys, shared_slots, d),
+                    Strided::new(values, shared_slots, d),
+                );
+                attend_head((q, &keys, &values, mask, scale, scores, out), isa);
+            } else {
+                let (keys, values) = (
+                    Strided::<false>::new(keys, 0, d),
+                    Strided::new(values, 0, d),
+                );
+                attend_head((q, &keys, &values, mask, scale, scores, out), isa);
+            }
         }
+    }
+}
+
+/// One query head on the `isa` kernel for its width, its shared keys and values read from
+/// where `SHARED` says.
+///
+/// # Safety
+/// The CPU supports `isa`; the head's width is a multiple of 16 of at most 256 floats and its
+/// keys and values hold `mask.len()` rows of that width; `scores` holds `mask.len()` rounded
+/// up to 16 floats.
+unsafe fn attend_head<const SHARED: bool>(operands: Head<'_, SHARED>, isa: Isa) {
+    let d = operands.0.len();
+    match isa {
+        // SAFETY: the CPU supports AVX-512F (the contract); `d` is a multiple of 16 of at
+        // most `V` × 16 floats and the keys and values hold `s` rows of `d` floats.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe {
+            match d / LANES {
+                0..=4 => attend_avx512::<4, SHARED>(operands),
+                5..=8 => attend_avx512::<8, SHARED>(operands),
+                _ => attend_avx512::<MAX_VECTORS, SHARED>(operands),
+            }
+        },
+        // SAFETY: the CPU supports AVX2 and FMA (the contract); `d` is a multiple of 16 of
+        // at most `V` × 8 floats and the keys and values hold `s` rows of `d` floats.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe {
+            match d / AVX2_LANES {
+                0..=8 => attend_avx2::<8, SHARED>(operands),
+                9..=16 => attend_avx2::<16, SHARED>(operands),
+                _ => attend_avx2::<{ 2 * MAX_VECTORS }, SHARED>(operands),
+            }
+        },
+        // SAFETY: as above.
+        _ => unsafe { attend_portable::<SHARED>(operands) },
     }
 }
 
 /// One query head's operands: its query, the row's keys and values, the row's mask, the
 /// score scale, the scores buffer and the head's output.
-type Head<'a> = (
+type Head<'a, const SHARED: bool> = (
     &'a [f32],
-    &'a Strided,
-    &'a Strided,
+    &'a Strided<SHARED>,
+    &'a Strided<SHARED>,
     &'a [u8],
     f32,
     &'a mut [f32],
     &'a mut [f32],
 );
 
-/// `S` rows of `dim` floats, `stride` floats apart.
-struct Strided {
+/// `S` rows of `dim` floats, `stride` floats apart: with `SHARED`, the first `shared` from
+/// `shared_base` (another cache row holding the same values), the rest from `base`.
+struct Strided<const SHARED: bool> {
     base: *const f32,
+    shared_base: *const f32,
+    shared: usize,
     stride: usize,
     dim: usize,
 }
 
-impl Strided {
+impl<const SHARED: bool> Strided<SHARED> {
+    /// The rows from `base` (the first `shared` from `shared_base` with `SHARED`), `stride`
+    /// floats apart, of `dim` floats.
+    fn new(
+        (base, shared_base, stride): (*const f32, *const f32, usize),
+        shared: usize,
+        dim: usize,
+    ) -> Self {
+        Self {
+            base,
+            shared_base,
+            shared,
+            stride,
+            dim,
+        }
+    }
+
     /// Row `t`.
     ///
     /// # Safety
     /// `t < S`.
     unsafe fn row(&self, t: usize) -> &[f32] {
+        let base = if SHARED && t < self.shared {
+            self.shared_base
+        } else {
+            self.base
+        };
         // SAFETY: the caller keeps `t` in range; rows hold `dim` floats.
-        unsafe { std::slice::from_raw_parts(self.base.add(t * self.stride), self.dim) }
+        unsafe { std::slice::from_raw_parts(base.add(t * self.stride), self.dim) }
     }
 }
 
@@ -260,7 +321,9 @@ impl Strided {
 ///
 /// # Safety
 /// `keys` and `values` hold `mask.len()` rows; `scores` holds at least `mask.len()` floats.
-unsafe fn attend_portable((q, keys, values, mask, scale, scores, out): Head<'_>) {
+unsafe fn attend_portable<const SHARED: bool>(
+    (q, keys, values, mask, scale, scores, out): Head<'_, SHARED>,
+) {
     let mut max = f32::NEG_INFINITY;
     for (t, score) in scores.iter_mut().enumerate().take(mask.len()) {
         *score = if mask[t] != 0 {
@@ -299,7 +362,9 @@ unsafe fn attend_portable((q, keys, values, mask, scale, scores, out): Head<'_>)
 /// `values` hold `mask.len()` rows; `scores` holds `mask.len()` rounded up to 16 floats.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn attend_avx512<const V: usize>((q, keys, values, mask, scale, scores, out): Head<'_>) {
+unsafe fn attend_avx512<const V: usize, const SHARED: bool>(
+    (q, keys, values, mask, scale, scores, out): Head<'_, SHARED>,
+) {
     use std::arch::x86_64::{
         _mm512_add_ps, _mm512_cmp_ps_mask, _mm512_div_ps, _mm512_fmadd_ps, _mm512_loadu_ps,
         _mm512_mask_blend_ps, _mm512_max_ps, _mm512_reduce_add_ps, _mm512_reduce_max_ps,
@@ -379,7 +444,9 @@ unsafe fn attend_avx512<const V: usize>((q, keys, values, mask, scale, scores, o
 /// `values` hold `mask.len()` rows; `scores` holds `mask.len()` rounded up to 16 floats.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn attend_avx2<const V: usize>((q, keys, values, mask, scale, scores, out): Head<'_>) {
+unsafe fn attend_avx2<const V: usize, const SHARED: bool>(
+    (q, keys, values, mask, scale, scores, out): Head<'_, SHARED>,
+) {
     use std::arch::x86_64::{
         _mm256_add_ps, _mm256_and_ps, _mm256_cmp_ps, _mm256_div_ps, _mm256_fmadd_ps,
         _mm256_loadu_ps, _mm256_max_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps,
@@ -498,11 +565,65 @@ mod tests {
             let (q, k, v, mask) = decode_step_inputs(heads, s, Kind::Float);
             let want = sdpa_reference(&q, &k, &v, &mask);
             for isa in Isa::supported() {
-                let got = tch::no_grad(|| decode_attention(&q, &k, &v, &mask, isa))
+                let got = tch::no_grad(|| decode_attention(&q, &k, &v, &mask, None, isa))
                     .expect("a decode step");
                 let diff = relative_difference(&got, &want);
                 assert!(diff < 1e-5, "{isa}: {heads:?} {s:?}: {diff}");
             }
+        }
+    }
+
+    /// Rows that read their shared slots from a source row compute what they compute from
+    /// their own copy of those slots, bit for bit; slots past the shared ones stay their own.
+    #[test]
+    fn rows_read_their_shared_slots_from_their_source_row() {
+        tch::manual_seed(9);
+        let (q, k, v, mask) = decode_step_inputs((4, 9, 3, 64), (30, 41), Kind::Float);
+        let (b, shared_slots) = (4, 30);
+        // Rows 1 and 3 continue row 0's prompt, row 2 its own: they hold row 0's first slots.
+        let source = vec![0, 0, 2, 0];
+        let copied = |t: &Tensor| {
+            let t = t.copy();
+            for (row, &from) in source.iter().enumerate() {
+                let from_slots = t.get(from as i64).narrow(1, 0, shared_slots);
+                t.get(row as i64)
+                    .narrow(1, 0, shared_slots)
+                    .copy_(&from_slots);
+            }
+            t
+        };
+        let (k, v) = (copied(&k), copied(&v));
+        let mask = mask.copy();
+        for row in [1, 3] {
+            mask.get(row)
+                .narrow(2, 0, shared_slots)
+                .copy_(&mask.get(0).narrow(2, 0, shared_slots));
+        }
+        // The same cache with the shared slots of rows 1 and 3 overwritten: read from row 0.
+        let scrambled = |t: &Tensor| {
+            let t = t.copy();
+            for row in [1, 3] {
+                let _ = t.get(row).narrow(1, 0, shared_slots).fill_(1e3);
+            }
+            t
+        };
+        let shared = SharedCacheRows {
+            slots: shared_slots as usize,
+            source: source.clone(),
+        };
+        assert_eq!(k.size()[0], b);
+        for isa in Isa::supported() {
+            let run = |k: &Tensor, v: &Tensor, shared: Option<&SharedCacheRows>| {
+                tch::no_grad(|| decode_attention(&q, k, v, &mask, shared, isa))
+                    .expect("a decode step")
+            };
+            let own = run(&k, &v, None);
+            let from_source = run(&scrambled(&k), &scrambled(&v), Some(&shared));
+            assert!(own.equal(&from_source), "{isa}");
+            assert!(
+                !run(&scrambled(&k), &scrambled(&v), None).equal(&own),
+                "{isa}: scrambled"
+            );
         }
     }
 
@@ -513,11 +634,11 @@ mod tests {
         let k = Tensor::randn([2, 2, 5, 16], cpu);
         let mask = Tensor::ones([2, 1, 1, 5], (Kind::Bool, Device::Cpu));
         let run = |q: &Tensor, k: &Tensor, mask: &Tensor| {
-            tch::no_grad(|| decode_attention(q, k, k, mask, Isa::best())).is_some()
+            tch::no_grad(|| decode_attention(q, k, k, mask, None, Isa::best())).is_some()
         };
         assert!(run(&q, &k, &mask));
         assert!(
-            decode_attention(&q, &k, &k, &mask, Isa::best()).is_none(),
+            decode_attention(&q, &k, &k, &mask, None, Isa::best()).is_none(),
             "grad mode"
         );
         let prefill = Tensor::randn([2, 4, 3, 16], cpu);

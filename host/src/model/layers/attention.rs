@@ -119,7 +119,7 @@ impl Attention {
         let (q, k) = (angles.apply(&q, backend), angles.apply(&k, backend));
         let (k, v) = past.keys_values(layer, context.offset, k, v);
         let y = backend
-            .decode_attention(&q, &k, &v, &context.mask)
+            .decode_attention(&q, &k, &v, &context.mask, context.shared.as_ref())
             .or_else(|| backend.attention(&q, &k, &v, &context.mask))
             .unwrap_or_else(|| {
                 Tensor::scaled_dot_product_attention(

@@ -2,7 +2,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::AttentionContext;
+use super::{AttentionContext, SharedCacheRows};
 
 /// Keys and values `[B, kv_heads, max_len, head_dim]` per layer, allocated once and filled
 /// slot by slot with `narrow().copy_()`, plus which slots hold real tokens.
@@ -19,6 +19,11 @@ pub struct KvCache {
     slot: Option<Tensor>,
     len: i64,
     max_len: i64,
+    /// Per row, which row of the cache as first filled it continues: rows of one origin hold
+    /// the same keys and values in their first `shared_slots` slots.
+    origin: Vec<usize>,
+    /// The slots rows of one origin share (0 until [`Self::retain`] repeats a row).
+    shared_slots: usize,
 }
 
 impl KvCache {
@@ -41,6 +46,8 @@ impl KvCache {
             slot: None,
             len: 0,
             max_len,
+            origin: (0..usize::try_from(batch).unwrap_or(0)).collect(),
+            shared_slots: 0,
         }
     }
 
@@ -85,18 +92,22 @@ impl KvCache {
         self.len += 1;
     }
 
-    /// Keeps only the sequences at `rows` (`[B']` int64 indices into the batch, in the order
-    /// given; an index may repeat), dropping the others. Lets finished sequences stop costing
-    /// compute, and a prompt prefilled once continue as several sequences.
+    /// Keeps only the sequences at `rows` (indices into the batch, in the order given; an
+    /// index may repeat), dropping the others. Lets finished sequences stop costing compute,
+    /// and a prompt prefilled once continue as several sequences, which then share its slots
+    /// (see [`SharedCacheRows`]).
     ///
     /// When the batch shrinks, the kept rows' filled slots are moved to the front of each
     /// layer's tensor, which is then viewed as `B'` rows: no new cache is allocated. (Allocating
     /// one per call made glibc keep every replaced 24 MiB tensor resident — its mmap threshold
     /// rises when a mapped block is freed — and batch-64 generation peaked at 1.28 × weights +
     /// cache.) When it grows, the rows are copied into a new cache of the same `max_len`.
-    pub fn retain(&mut self, rows: &Tensor) {
+    pub fn retain(&mut self, rows: &[usize]) {
         let used = self.len;
-        let kept_rows = rows.size()[0];
+        let device = self.seen.device();
+        let index = Tensor::from_slice(&rows.iter().map(|&r| r as i64).collect::<Vec<_>>())
+            .to_device(device);
+        let kept_rows = index.size()[0];
         for cache in self.keys.iter_mut().chain(self.values.iter_mut()) {
             let kept = if kept_rows <= cache.size()[0] {
                 cache.narrow(0, 0, kept_rows)
@@ -109,12 +120,35 @@ impl KvCache {
                 // `index_select` copies before anything is overwritten, so moving rows within
                 // the same tensor is safe.
                 kept.narrow(2, 0, used)
-                    .copy_(&cache.narrow(2, 0, used).index_select(0, rows));
+                    .copy_(&cache.narrow(2, 0, used).index_select(0, &index));
             }
             *cache = kept;
         }
-        self.key_valid = self.key_valid.index_select(0, rows);
-        self.seen = self.seen.index_select(0, rows);
+        self.key_valid = self.key_valid.index_select(0, &index);
+        self.seen = self.seen.index_select(0, &index);
+        // Copies of one row hold its slots so far; rows of one origin kept their shared ones.
+        let repeats = rows.iter().enumerate().any(|(i, r)| rows[..i].contains(r));
+        if repeats && self.shared_slots == 0 {
+            self.shared_slots = usize::try_from(used).unwrap_or(0);
+        }
+        self.origin = rows.iter().map(|&r| self.origin[r]).collect();
+    }
+
+    /// The rows whose first slots another row holds too, when some are.
+    fn shared_rows(&self) -> Option<SharedCacheRows> {
+        if self.shared_slots == 0 {
+            return None;
+        }
+        let source: Vec<usize> = self
+            .origin
+            .iter()
+            .map(|o| self.origin.iter().position(|p| p == o).unwrap_or(0))
+            .collect();
+        let shares = source.iter().enumerate().any(|(row, &from)| row != from);
+        shares.then_some(SharedCacheRows {
+            slots: self.shared_slots,
+            source,
+        })
     }
 
     /// Whether `batch` sequences of `tokens` new tokens each fit: `Err` says why not. With the
@@ -149,12 +183,15 @@ impl KvCache {
         }
         let t = valid.size()[1];
         self.key_valid.narrow(1, self.len, t).copy_(valid);
-        AttentionContext::new(
-            &self.key_valid.narrow(1, 0, self.len + t),
-            &self.seen,
-            valid,
-            self.len,
-        )
+        AttentionContext {
+            shared: self.shared_rows(),
+            ..AttentionContext::new(
+                &self.key_valid.narrow(1, 0, self.len + t),
+                &self.seen,
+                valid,
+                self.len,
+            )
+        }
     }
 
     /// Writes layer `layer`'s new `keys`/`values` `[B, kv_heads, T, head_dim]` at slot
@@ -194,5 +231,33 @@ impl KvCache {
         if let Some(slot) = &mut self.slot {
             *slot += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A prompt's copies share the slots filled when they were copied, each reading them from
+    /// the first copy still in the batch; rows dropped later take nothing from the others.
+    #[test]
+    fn copies_of_a_row_share_its_slots_until_no_two_are_left() {
+        let mut cache = KvCache::new(1, 2, 1, 16, 10, (Kind::Float, Device::Cpu));
+        let prompt = Tensor::ones([2, 3], (Kind::Bool, Device::Cpu));
+        let _ = cache.reserve(&prompt);
+        cache.advance(&prompt);
+        assert_eq!(cache.shared_rows(), None, "no copies yet");
+        cache.retain(&[0, 0, 1, 1, 1]);
+        let shared = |cache: &KvCache| cache.shared_rows().map(|s| (s.slots, s.source));
+        assert_eq!(shared(&cache), Some((3, vec![0, 0, 2, 2, 2])));
+        let step = Tensor::ones([5, 1], (Kind::Bool, Device::Cpu));
+        let context = cache.reserve(&step);
+        assert_eq!(context.shared.map(|s| s.source), Some(vec![0, 0, 2, 2, 2]));
+        cache.advance(&step);
+        // The first copy of each prompt finishes; the next one holds the slots.
+        cache.retain(&[1, 3, 4]);
+        assert_eq!(shared(&cache), Some((3, vec![0, 1, 1])));
+        cache.retain(&[0, 2]);
+        assert_eq!(shared(&cache), None, "one copy of each prompt");
     }
 }

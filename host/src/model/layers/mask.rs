@@ -17,6 +17,21 @@ pub struct AttentionContext {
     pub mask: Tensor,
     /// The cache slot of the first new token (unused when the slot is held on the device).
     pub offset: i64,
+    /// Rows whose first cache slots another row holds too (see [`SharedCacheRows`]).
+    pub shared: Option<SharedCacheRows>,
+}
+
+/// Rows of a cache whose first `slots` slots hold the same keys and values as another row's:
+/// the sampled continuations of one prompt, prefilled once and copied to each. A decode
+/// step's attention may read those slots from that one row for all of them, so the prompt's
+/// keys and values come from memory once per step instead of once per sample.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedCacheRows {
+    /// The slots shared, from the first.
+    pub slots: usize,
+    /// Per row, the row whose copy of the shared slots to read (the row itself when no other
+    /// row shares them).
+    pub source: Vec<usize>,
 }
 
 impl AttentionContext {
@@ -44,6 +59,7 @@ impl AttentionContext {
             positions,
             mask,
             offset,
+            shared: None,
         }
     }
 
@@ -58,6 +74,7 @@ impl AttentionContext {
             positions: seen.unsqueeze(1),
             mask: key_valid.view([size[0], 1, 1, size[1]]),
             offset: 0,
+            shared: None,
         }
     }
 

@@ -21,7 +21,7 @@ pub use attention::{Attention, AttentionConfig};
 pub use decoder::DecoderLayer;
 pub use kv_cache::KvCache;
 pub use linear::Linear;
-pub use mask::AttentionContext;
+pub use mask::{AttentionContext, SharedCacheRows};
 pub use mlp::Mlp;
 pub use past::Past;
 pub use projection::{LoraLinear, Projection};
