@@ -127,7 +127,8 @@ impl KvCache {
         self.key_valid = self.key_valid.index_select(0, &index);
         self.seen = self.seen.index_select(0, &index);
         // Copies of one row hold its slots so far; rows of one origin kept their shared ones.
-        let repeats = rows.iter().enumerate().any(|(i, r)| rows[..i].contains(r));
+        let mut seen_rows = std::collections::HashSet::new();
+        let repeats = !rows.iter().all(|r| seen_rows.insert(r));
         if repeats && self.shared_slots == 0 {
             self.shared_slots = usize::try_from(used).unwrap_or(0);
         }
@@ -139,10 +140,9 @@ impl KvCache {
         if self.shared_slots == 0 {
             return None;
         }
-        let source: Vec<usize> = self
-            .origin
-            .iter()
-            .map(|o| self.origin.iter().position(|p| p == o).unwrap_or(0))
+        let mut first = std::collections::HashMap::new();
+        let source: Vec<usize> = (self.origin.iter().enumerate())
+            .map(|(row, origin)| *first.entry(origin).or_insert(row))
             .collect();
         let shares = source.iter().enumerate().any(|(row, &from)| row != from);
         shares.then_some(SharedCacheRows {
