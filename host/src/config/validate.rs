@@ -9,7 +9,7 @@ use super::locate::Step;
 use super::{
     ConfigError, KlController, LossAggregation, LrDecay, PolicyLoss, RunConfig, RunFile, SAVE_NEVER,
 };
-use crate::engine::sampling::MIN_TEMPERATURE;
+use crate::engine::sampling::{temperature_is_valid, MIN_TEMPERATURE};
 
 /// Episodes one iteration may roll out (`prompts_per_batch × group_size`) at most.
 pub const MAX_EPISODES_PER_ITERATION: usize = 1 << 20;
@@ -54,7 +54,7 @@ impl Range {
         match self {
             Range::Positive => x.is_finite() && x > 0.0,
             Range::NonNegative => x.is_finite() && x >= 0.0,
-            Range::Temperature => x == 0.0 || (x.is_finite() && x >= MIN_TEMPERATURE),
+            Range::Temperature => temperature_is_valid(x),
             Range::Finite => x.is_finite(),
             Range::Probability => x > 0.0 && x <= 1.0,
             Range::Fraction => (0.0..1.0).contains(&x),

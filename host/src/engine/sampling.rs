@@ -14,6 +14,12 @@ use crate::rng::SeededRng;
 /// run came out non-finite) while it already picks the most likely token.
 pub const MIN_TEMPERATURE: f64 = 1e-6;
 
+/// Whether sampling takes `temperature`: 0 (greedy) or finite and at least
+/// [`MIN_TEMPERATURE`].
+pub fn temperature_is_valid(temperature: f64) -> bool {
+    temperature == 0.0 || (temperature.is_finite() && temperature >= MIN_TEMPERATURE)
+}
+
 /// How to pick the next token. `temperature == 0.0` means greedy (argmax).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SamplingParams {
@@ -50,7 +56,7 @@ impl SamplingParams {
     /// What is wrong with these parameters, if anything.
     pub fn check(&self) -> Result<(), String> {
         let t = self.temperature;
-        if !(t == 0.0 || (t.is_finite() && t >= MIN_TEMPERATURE)) {
+        if !temperature_is_valid(t) {
             return Err(format!(
                 "temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE:e}, found {t}"
             ));

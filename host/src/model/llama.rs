@@ -624,7 +624,7 @@ impl Llama {
     }
 
     /// The adapters, failing unless there are some and `slot` is one of them.
-    fn checked_adapters(&self, slot: usize) -> Result<&Adapters, ModelError> {
+    pub(crate) fn checked_adapters(&self, slot: usize) -> Result<&Adapters, ModelError> {
         let adapters = self
             .adapters()
             .ok_or_else(|| ModelError::Input("the model has no LoRA adapters".to_owned()))?;

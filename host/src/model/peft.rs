@@ -200,10 +200,7 @@ impl Llama {
             .into_iter()
             .map(|(name, t)| (format!("{PEFT_PREFIX}{name}"), t))
             .collect();
-        let settings = self
-            .adapters()
-            .map(|a| a.settings().clone())
-            .ok_or_else(|| ModelError::Input("the model has no LoRA adapters".to_owned()))?;
+        let settings = self.checked_adapters(slot)?.settings().clone();
         let config = AdapterConfig {
             settings,
             base_model: base_model.to_owned(),
@@ -222,10 +219,7 @@ impl Llama {
     /// tensor of the slot must be in the file and nothing else. Errors name the file and the
     /// tensor.
     pub fn load_adapter(&self, slot: usize, dir: &Path) -> Result<(), ModelError> {
-        let ours = self
-            .adapters()
-            .map(|a| a.settings().clone())
-            .ok_or_else(|| ModelError::Input("the model has no LoRA adapters".to_owned()))?;
+        let ours = self.checked_adapters(slot)?.settings().clone();
         AdapterConfig::read(dir)?.check_fits(&ours, dir)?;
         let expected = self.adapter_tensors(slot)?;
         read_into(dir, expected, |name, variable, values| {
@@ -248,10 +242,7 @@ impl Llama {
     /// projections it does not adapt are zero. The slot then computes what the adapter does,
     /// to within the rounding of that product. Errors name the file and the tensor.
     pub fn load_adapter_padded(&self, slot: usize, dir: &Path) -> Result<(), ModelError> {
-        let ours = self
-            .adapters()
-            .map(|a| a.settings().clone())
-            .ok_or_else(|| ModelError::Input("the model has no LoRA adapters".to_owned()))?;
+        let ours = self.checked_adapters(slot)?.settings().clone();
         let theirs = AdapterConfig::read(dir)?.settings;
         let config = dir.join(ADAPTER_CONFIG_FILE);
         if theirs.rank > ours.rank {

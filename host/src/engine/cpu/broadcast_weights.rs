@@ -196,8 +196,7 @@ impl<'a> Tile<'a> {
 #[target_feature(enable = "avx512f")]
 unsafe fn avx512<const C: usize>(tile: &Tile<'_>) {
     use std::arch::x86_64::{
-        _mm512_add_ps, _mm512_fmadd_ps, _mm512_load_ps, _mm512_loadu_si512,
-        _mm512_mask_i32scatter_ps, _mm512_mullo_epi32, _mm512_set1_epi32, _mm512_set1_ps,
+        _mm512_add_ps, _mm512_fmadd_ps, _mm512_load_ps, _mm512_mask_i32scatter_ps, _mm512_set1_ps,
         _mm512_setzero_ps,
     };
     let (k, x, w) = (tile.inputs, tile.x_t.as_ptr(), tile.weights.as_ptr());
@@ -221,10 +220,7 @@ unsafe fn avx512<const C: usize>(tile: &Tile<'_>) {
             *total = _mm512_add_ps(*total, acc);
         }
     }
-    let lanes: [i32; 16] = std::array::from_fn(|lane| lane as i32);
-    // SAFETY: sixteen `i32`s on the stack; unaligned load.
-    let lanes = unsafe { _mm512_loadu_si512(lanes.as_ptr().cast()) };
-    let row_offsets = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(tile.out_stride as i32));
+    let row_offsets = row_offsets(tile.out_stride);
     let mask = ((1u32 << tile.rows) - 1) as u16;
     for (c, &sums) in total.iter().enumerate() {
         let bias = _mm512_set1_ps(tile.bias.map_or(0.0, |b| b[c]));
@@ -239,6 +235,18 @@ unsafe fn avx512<const C: usize>(tile: &Tile<'_>) {
             );
         }
     }
+}
+
+/// The offsets of sixteen consecutive output rows, `out_stride` floats apart: where a tile's
+/// scatter writes one output's sums (the caller checked they fit `i32`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn row_offsets(out_stride: usize) -> std::arch::x86_64::__m512i {
+    use std::arch::x86_64::{_mm512_loadu_si512, _mm512_mullo_epi32, _mm512_set1_epi32};
+    let lanes: [i32; 16] = std::array::from_fn(|lane| lane as i32);
+    // SAFETY: sixteen `i32`s on the stack; unaligned load.
+    let lanes = unsafe { _mm512_loadu_si512(lanes.as_ptr().cast()) };
+    _mm512_mullo_epi32(lanes, _mm512_set1_epi32(out_stride as i32))
 }
 
 /// Rows of a pair tile: two vectors of input rows share each broadcast weight, so a `k` step
@@ -278,8 +286,7 @@ pub unsafe fn run_pair(tile: &Tile<'_>) {
 #[target_feature(enable = "avx512f")]
 unsafe fn avx512_pair<const C: usize>(tile: &Tile<'_>) {
     use std::arch::x86_64::{
-        _mm512_add_ps, _mm512_fmadd_ps, _mm512_load_ps, _mm512_loadu_si512,
-        _mm512_mask_i32scatter_ps, _mm512_mullo_epi32, _mm512_set1_epi32, _mm512_set1_ps,
+        _mm512_add_ps, _mm512_fmadd_ps, _mm512_load_ps, _mm512_mask_i32scatter_ps, _mm512_set1_ps,
         _mm512_setzero_ps,
     };
     let (k, x, w) = (tile.inputs, tile.x_t.as_ptr(), tile.weights.as_ptr());
@@ -306,10 +313,7 @@ unsafe fn avx512_pair<const C: usize>(tile: &Tile<'_>) {
             total[1] = _mm512_add_ps(total[1], acc[1]);
         }
     }
-    let lanes: [i32; 16] = std::array::from_fn(|lane| lane as i32);
-    // SAFETY: sixteen `i32`s on the stack; unaligned load.
-    let lanes = unsafe { _mm512_loadu_si512(lanes.as_ptr().cast()) };
-    let row_offsets = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(tile.out_stride as i32));
+    let row_offsets = row_offsets(tile.out_stride);
     let masks = [u16::MAX, ((1u32 << (tile.rows - GROUP)) - 1) as u16];
     for (c, total) in total.iter().enumerate() {
         let bias = _mm512_set1_ps(tile.bias.map_or(0.0, |b| b[c]));

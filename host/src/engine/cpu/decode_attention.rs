@@ -102,13 +102,11 @@ pub fn decode_attention(
     };
     let batch = usize_of(b)?;
     // Rows read their shared slots from their source row (the same values).
-    let shared = shared
-        .filter(|shared| {
-            shared.slots <= shape.keys
-                && shared.source.len() == batch
-                && shared.source.iter().all(|&row| row < batch)
-        })
-        .cloned();
+    let shared = shared.filter(|shared| {
+        shared.slots <= shape.keys
+            && shared.source.len() == batch
+            && shared.source.iter().all(|&row| row < batch)
+    });
     let pairs = batch * shape.kv_heads;
     let operands = Operands {
         q: q.data_ptr().cast::<f32>().cast_const(),
@@ -130,7 +128,7 @@ pub fn decode_attention(
                 // SAFETY: `pair < B × H_kv`; the operands are the tensors checked above, alive
                 // until `run_parts` returns, and each pair writes only its own query heads of
                 // `out`.
-                unsafe { attend_pair(&operands, &shape, shared.as_ref(), pair, &mut scores, isa) };
+                unsafe { attend_pair(&operands, &shape, shared, pair, &mut scores, isa) };
             }
         });
     });

@@ -174,13 +174,13 @@ unsafe fn run_decode(
     let (n, k) = (weights.outputs, weights.inputs);
     let (floats, x_stride) = (x_t.floats(), x_t.stride());
     let width = outputs_per_tile(isa);
+    let tiles = row_tiles(rows, isa);
+    let count = tiles.clone().count();
     for column in outputs.clone().step_by(width) {
         let columns = width.min(outputs.end - column);
         let next = column + columns..(column + columns + width).min(outputs.end);
         let next_weights = weights.rows(next);
-        let tiles = row_tiles(rows, x_stride, isa);
-        let count = tiles.clone().count();
-        for (tile_index, (row, height, pair)) in tiles.enumerate() {
+        for (tile_index, (row, height, pair)) in tiles.clone().enumerate() {
             // Each tile of the run fetches its share of the next run's weights.
             let prefetch = share_of_lines(next_weights, tile_index, count);
             let tile = broadcast_weights::Tile {
@@ -210,18 +210,14 @@ unsafe fn run_decode(
     }
 }
 
-/// The row tiles of a decode product of `rows` rows whose `xᵀ` lines hold `x_stride` floats:
-/// `(first row, rows, pair)`, pairs of [`GROUP`]s ([`PAIR_ROWS`]) on AVX-512 where more than one
-/// group of rows is left and the line holds both, single groups elsewhere.
-fn row_tiles(
-    rows: usize,
-    x_stride: usize,
-    isa: Isa,
-) -> impl Iterator<Item = (usize, usize, bool)> + Clone {
+/// The row tiles of a decode product of `rows` rows: `(first row, rows, pair)`, pairs of
+/// [`GROUP`]s ([`PAIR_ROWS`]) on AVX-512 where more than one group of rows is left (`xᵀ` holds
+/// the rows rounded up to a group, so a pair's second vector is there), single groups elsewhere.
+fn row_tiles(rows: usize, isa: Isa) -> impl Iterator<Item = (usize, usize, bool)> + Clone {
     let mut row = 0;
     std::iter::from_fn(move || {
         (row < rows).then(|| {
-            let pair = isa == Isa::Avx512 && rows - row > GROUP && row + PAIR_ROWS <= x_stride;
+            let pair = isa == Isa::Avx512 && rows - row > GROUP;
             let height = if pair { PAIR_ROWS } else { GROUP }.min(rows - row);
             let tile = (row, height, pair);
             row += height;

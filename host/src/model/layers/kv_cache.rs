@@ -19,11 +19,11 @@ pub struct KvCache {
     slot: Option<Tensor>,
     len: i64,
     max_len: i64,
-    /// Per row, which row of the cache as first filled it continues: rows of one origin hold
-    /// the same keys and values in their first `shared_slots` slots.
+    /// Per row, which row of the cache as first filled it continues.
     origin: Vec<usize>,
-    /// The slots rows of one origin share (0 until [`Self::retain`] repeats a row).
-    shared_slots: usize,
+    /// Rows of one origin, when two or more are left: they hold the same keys and values in
+    /// their first slots (set by [`Self::retain`]).
+    shared: Option<SharedCacheRows>,
 }
 
 impl KvCache {
@@ -47,7 +47,7 @@ impl KvCache {
             len: 0,
             max_len,
             origin: (0..usize::try_from(batch).unwrap_or(0)).collect(),
-            shared_slots: 0,
+            shared: None,
         }
     }
 
@@ -126,29 +126,19 @@ impl KvCache {
         }
         self.key_valid = self.key_valid.index_select(0, &index);
         self.seen = self.seen.index_select(0, &index);
-        // Copies of one row hold its slots so far; rows of one origin kept their shared ones.
-        let mut seen_rows = std::collections::HashSet::new();
-        let repeats = !rows.iter().all(|r| seen_rows.insert(r));
-        if repeats && self.shared_slots == 0 {
-            self.shared_slots = usize::try_from(used).unwrap_or(0);
-        }
-        self.origin = rows.iter().map(|&r| self.origin[r]).collect();
-    }
-
-    /// The rows whose first slots another row holds too, when some are.
-    fn shared_rows(&self) -> Option<SharedCacheRows> {
-        if self.shared_slots == 0 {
-            return None;
-        }
-        let mut first = std::collections::HashMap::new();
-        let source: Vec<usize> = (self.origin.iter().enumerate())
-            .map(|(row, origin)| *first.entry(origin).or_insert(row))
-            .collect();
-        let shares = source.iter().enumerate().any(|(row, &from)| row != from);
-        shares.then_some(SharedCacheRows {
-            slots: self.shared_slots,
-            source,
-        })
+        // Copies made now hold all slots so far alike; rows of one origin kept from before
+        // hold their shared ones alike (and no more, once each has decoded).
+        let slots = self
+            .shared
+            .as_ref()
+            .map_or(usize::try_from(used).unwrap_or(0), |shared| shared.slots);
+        self.origin = if slots == 0 {
+            // Copies of empty rows share nothing, now or later.
+            (0..rows.len()).collect()
+        } else {
+            rows.iter().map(|&r| self.origin[r]).collect()
+        };
+        self.shared = shared_rows(&self.origin, slots);
     }
 
     /// Whether `batch` sequences of `tokens` new tokens each fit: `Err` says why not. With the
@@ -184,7 +174,7 @@ impl KvCache {
         let t = valid.size()[1];
         self.key_valid.narrow(1, self.len, t).copy_(valid);
         AttentionContext {
-            shared: self.shared_rows(),
+            shared: self.shared.clone(),
             ..AttentionContext::new(
                 &self.key_valid.narrow(1, 0, self.len + t),
                 &self.seen,
@@ -234,6 +224,17 @@ impl KvCache {
     }
 }
 
+/// The rows of `origin` that share an origin with an earlier row, each reading its first
+/// `slots` slots from the first row of its origin; `None` when every origin has one row.
+fn shared_rows(origin: &[usize], slots: usize) -> Option<SharedCacheRows> {
+    let mut first = std::collections::HashMap::new();
+    let source: Vec<usize> = (origin.iter().enumerate())
+        .map(|(row, origin)| *first.entry(origin).or_insert(row))
+        .collect();
+    let shares = source.iter().enumerate().any(|(row, &from)| row != from);
+    (shares && slots > 0).then_some(SharedCacheRows { slots, source })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,9 +247,9 @@ mod tests {
         let prompt = Tensor::ones([2, 3], (Kind::Bool, Device::Cpu));
         let _ = cache.reserve(&prompt);
         cache.advance(&prompt);
-        assert_eq!(cache.shared_rows(), None, "no copies yet");
+        assert_eq!(cache.shared, None, "no copies yet");
         cache.retain(&[0, 0, 1, 1, 1]);
-        let shared = |cache: &KvCache| cache.shared_rows().map(|s| (s.slots, s.source));
+        let shared = |cache: &KvCache| cache.shared.clone().map(|s| (s.slots, s.source));
         assert_eq!(shared(&cache), Some((3, vec![0, 0, 2, 2, 2])));
         let step = Tensor::ones([5, 1], (Kind::Bool, Device::Cpu));
         let context = cache.reserve(&step);
@@ -259,5 +260,14 @@ mod tests {
         assert_eq!(shared(&cache), Some((3, vec![0, 1, 1])));
         cache.retain(&[0, 2]);
         assert_eq!(shared(&cache), None, "one copy of each prompt");
+
+        // Copies of rows holding nothing yet share nothing, then or after.
+        let mut empty = KvCache::new(1, 1, 1, 16, 10, (Kind::Float, Device::Cpu));
+        empty.retain(&[0, 0, 0]);
+        let tokens = Tensor::ones([3, 2], (Kind::Bool, Device::Cpu));
+        let _ = empty.reserve(&tokens);
+        empty.advance(&tokens);
+        empty.retain(&[0, 1]);
+        assert_eq!(shared(&empty), None);
     }
 }
