@@ -679,8 +679,8 @@ fn check_refuses_bad_servers_before_any_work() {
         &over_completions(&[&llama.url], "llama", "vllm"),
         "/weight_info answered 404: {\"error\":{\"message\":\"no endpoint /weight_info; \
          served: POST /generate, POST /v1/completions, POST /update_weights_from_disk, GET \
-         /get_model_info, GET /v1/models, GET /get_weight_version, GET /health\"}}; weight_sync \
-         = \"vllm\" needs vLLM started with VLLM_SERVER_DEV_MODE=1",
+         /get_model_info, GET /get_server_info, GET /v1/models, GET /get_weight_version, GET \
+         /health\"}}; weight_sync = \"vllm\" needs vLLM started with VLLM_SERVER_DEV_MODE=1",
     );
     // A LoRA group's adapters load through vLLM's or SGLang's LoRA routes, which a server
     // started without --max-loras does not serve.
@@ -694,7 +694,7 @@ fn check_refuses_bad_servers_before_any_work() {
         &(on_servers(&[&llama.url]) + lora),
         "/unload_lora_adapter answered 404: {\"error\":{\"message\":\"no endpoint \
          /unload_lora_adapter; served: POST /generate, POST /v1/completions, POST \
-         /update_weights_from_disk, GET /get_model_info, GET /v1/models, GET \
+         /update_weights_from_disk, GET /get_model_info, GET /get_server_info, GET /v1/models, GET \
          /get_weight_version, GET /health\"}}; a LoRA group on backend = \"sglang\" needs \
          SGLang started with --enable-lora",
     );
@@ -702,7 +702,7 @@ fn check_refuses_bad_servers_before_any_work() {
         &(over_completions(&[&llama.url], "llama", "vllm") + lora),
         "/v1/unload_lora_adapter answered 404: {\"error\":{\"message\":\"no endpoint \
          /v1/unload_lora_adapter; served: POST /generate, POST /v1/completions, POST \
-         /update_weights_from_disk, GET /get_model_info, GET /v1/models, GET \
+         /update_weights_from_disk, GET /get_model_info, GET /get_server_info, GET /v1/models, GET \
          /get_weight_version, GET /health\"}}; weight_sync = \"vllm\" on a LoRA group needs vLLM \
          started with --enable-lora",
     );
@@ -713,6 +713,77 @@ fn check_refuses_bad_servers_before_any_work() {
     );
     assert!(output.status.success(), "{}", log(&output));
     assert!(log(&output).contains("over /v1/completions (healthy, same model)"));
+}
+
+#[test]
+fn check_holds_a_lora_group_to_the_limits_its_servers_report() {
+    let dir = common::scratch("serving-check-lora-limits");
+    let server = Served::start_with(
+        "llama",
+        &[
+            "--max-loras",
+            "2",
+            "--max-lora-rank",
+            "8",
+            "--lora-target-modules",
+            "q_proj",
+            "v_proj",
+        ],
+    );
+    // The limits, in SGLang's server arguments' names.
+    assert_eq!(
+        server.get("/get_server_info"),
+        serde_json::json!({"enable_lora": true, "max_lora_rank": 8, "max_loaded_loras": 2,
+               "lora_target_modules": ["q_proj", "v_proj"]})
+    );
+    let check = |rollout: String, lora: &str| {
+        let output = drmas(&dir, "check", &(run_file(1, &rollout) + lora));
+        (output.status.success(), log(&output))
+    };
+    let prefix = format!("worker group `shared`: server {} ", server.url);
+    for rollout in [
+        on_servers(&[&server.url]),
+        over_completions(&[&server.url], "llama", "vllm"),
+    ] {
+        let (passed, said) = check(
+            rollout.clone(),
+            "\n[worker_groups.shared.lora]\nrank = 16\n",
+        );
+        assert!(!passed, "{said}");
+        assert!(
+            said.contains(&format!(
+                "{prefix}holds LoRA adapters of rank at most 8 (its max_lora_rank) and \
+                 [worker_groups.shared.lora] rank is 16: start it with --max-lora-rank 16 or more"
+            )),
+            "{said}"
+        );
+        // Every projection by default; the server adapts two.
+        let (passed, said) = check(rollout.clone(), "\n[worker_groups.shared.lora]\nrank = 8\n");
+        assert!(!passed, "{said}");
+        assert!(
+            said.contains(&format!(
+                "{prefix}adapts only q_proj, v_proj (its lora_target_modules) and \
+                 [worker_groups.shared.lora] target_modules has k_proj, o_proj, gate_proj, \
+                 up_proj, down_proj"
+            )),
+            "{said}"
+        );
+        // Two agents' adapters, and their next versions during a sync, in two slots.
+        let two_projections = "\n[worker_groups.shared.lora]\nrank = 4\n\
+                               target_modules = [\"q_proj\", \"v_proj\"]\n";
+        let (passed, said) = check(rollout.clone(), two_projections);
+        assert!(!passed, "{said}");
+        assert!(
+            said.contains(&format!(
+                "{prefix}holds at most 2 LoRA adapters at once (its max_loaded_loras) and worker \
+                 group `shared`'s 2 adapters need 4"
+            )),
+            "{said}"
+        );
+        let shared = format!("{two_projections}per_agent = false\n");
+        let (passed, said) = check(rollout, &shared);
+        assert!(passed, "{said}");
+    }
 }
 
 #[test]

@@ -33,13 +33,13 @@ use self::generate_route::RequestLimits;
 use self::lora_routes::Dialect;
 use self::refusal::Refusal;
 use crate::engine::remote::lora_wire::{
-    LOAD_LORA_ADAPTER_PATH, SGLANG_LOAD_LORA_ADAPTER_PATH, SGLANG_UNLOAD_LORA_ADAPTER_PATH,
-    UNLOAD_LORA_ADAPTER_PATH,
+    LoraLimits, LOAD_LORA_ADAPTER_PATH, SERVER_INFO_PATH, SGLANG_LOAD_LORA_ADAPTER_PATH,
+    SGLANG_UNLOAD_LORA_ADAPTER_PATH, UNLOAD_LORA_ADAPTER_PATH,
 };
 use crate::engine::remote::openai_wire::{CompletionAnswer, COMPLETIONS_PATH, MODELS_PATH};
 use crate::engine::remote::wire::{
-    ModelInfo, UpdateWeightsAnswer, UpdateWeightsBody, GENERATE_PATH, HEALTH_PATH, MODEL_INFO_PATH,
-    UPDATE_WEIGHTS_PATH,
+    ModelInfo, OneOrEach, UpdateWeightsAnswer, UpdateWeightsBody, GENERATE_PATH, HEALTH_PATH,
+    MODEL_INFO_PATH, UPDATE_WEIGHTS_PATH,
 };
 
 /// `GET /get_weight_version`.
@@ -171,6 +171,7 @@ impl Service for Endpoints {
         match (&request.method, path) {
             (&Method::GET, HEALTH_PATH) => Reply::json(200, &serde_json::json!({})),
             (&Method::GET, MODEL_INFO_PATH) => Reply::json(200, &self.model_info()),
+            (&Method::GET, SERVER_INFO_PATH) => Reply::json(200, &self.lora_limits()),
             (&Method::GET, WEIGHT_VERSION_PATH) => {
                 let version = self.batcher.served().weight_version;
                 Reply::json(200, &serde_json::json!({ "weight_version": version }))
@@ -199,9 +200,11 @@ impl Service for Endpoints {
             (_, GENERATE_PATH | COMPLETIONS_PATH | UPDATE_WEIGHTS_PATH) => {
                 Refusal::new(405, format!("{path} takes POST")).reply()
             }
-            (_, HEALTH_PATH | MODEL_INFO_PATH | WEIGHT_VERSION_PATH | MODELS_PATH) => {
-                Refusal::new(405, format!("{path} takes GET")).reply()
-            }
+            (
+                _,
+                HEALTH_PATH | MODEL_INFO_PATH | SERVER_INFO_PATH | WEIGHT_VERSION_PATH
+                | MODELS_PATH,
+            ) => Refusal::new(405, format!("{path} takes GET")).reply(),
             (
                 _,
                 LOAD_LORA_ADAPTER_PATH
@@ -225,8 +228,8 @@ impl Service for Endpoints {
                     format!(
                         "no endpoint {path}; served: POST {GENERATE_PATH}, POST \
                          {COMPLETIONS_PATH}, POST {UPDATE_WEIGHTS_PATH}{lora}, GET \
-                         {MODEL_INFO_PATH}, GET {MODELS_PATH}, GET {WEIGHT_VERSION_PATH}, GET \
-                         {HEALTH_PATH}"
+                         {MODEL_INFO_PATH}, GET {SERVER_INFO_PATH}, GET {MODELS_PATH}, GET \
+                         {WEIGHT_VERSION_PATH}, GET {HEALTH_PATH}"
                     ),
                 )
                 .reply()
@@ -251,6 +254,20 @@ impl Endpoints {
             architectures: Some(vec![served.architecture.to_owned()]),
             vocab_size: Some(served.vocab_size),
             context_length: Some(served.context_length),
+        }
+    }
+
+    /// The LoRA limits SGLang reports among its server arguments: `--max-loras` adapters held
+    /// at once, of rank up to `--max-lora-rank` on the projections `--lora-target-modules`
+    /// names; without `--max-lora-rank` the first adapter sets the rest's rank, so none is
+    /// reported.
+    fn lora_limits(&self) -> LoraLimits {
+        let options = &self.options;
+        LoraLimits {
+            enable_lora: options.max_loras > 0,
+            max_lora_rank: options.max_lora_rank,
+            lora_target_modules: options.lora_target_modules.clone().map(OneOrEach::Each),
+            max_loaded_loras: (options.max_loras > 0).then_some(options.max_loras),
         }
     }
 

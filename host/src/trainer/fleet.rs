@@ -10,7 +10,8 @@ use anyhow::Context;
 use super::WorkerGroup;
 use crate::config::{RolloutBackend, RunConfig, RunFile, WeightSync, WorkerGroupSection};
 use crate::engine::remote::{
-    served_adapter_name, Protocol, RemoteGenerator, RemoteSettings, ServedAdapter, WeightLoading,
+    served_adapter_name, AdapterNeeds, Protocol, RemoteGenerator, RemoteSettings, ServedAdapter,
+    WeightLoading,
 };
 use crate::model::atomic_dir::Durability;
 use crate::model::config::LlamaConfig;
@@ -38,7 +39,8 @@ impl Fleet {
         file: &RunFile,
         out_dir: &Path,
     ) -> anyhow::Result<Option<Self>> {
-        let Some(generator) = remote_generator(&group.name, section) else {
+        let Some(generator) = remote_generator(&group.name, section, group.adapter_names.len())
+        else {
             return Ok(None);
         };
         generator.probe(group.pretrained.model.config())?;
@@ -215,8 +217,13 @@ fn remove_other_versions(weights: &Path, version: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The remote generator of worker group `name` when its section names a remote backend.
-fn remote_generator(name: &str, section: &WorkerGroupSection) -> Option<RemoteGenerator> {
+/// The remote generator of worker group `name` (holding `adapters` LoRA adapters) when its
+/// section names a remote backend.
+fn remote_generator(
+    name: &str,
+    section: &WorkerGroupSection,
+    adapters: usize,
+) -> Option<RemoteGenerator> {
     let rollout = &section.rollout;
     let protocol = match rollout.backend.get_ref() {
         RolloutBackend::Local => return None,
@@ -247,6 +254,11 @@ fn remote_generator(name: &str, section: &WorkerGroupSection) -> Option<RemoteGe
             Some(WeightSync::Vllm) => WeightLoading::Vllm,
             Some(WeightSync::Off) | None => WeightLoading::None,
         },
+        adapter_needs: section.lora.as_ref().map(|lora| AdapterNeeds {
+            rank: lora.rank,
+            target_modules: lora.target_modules.clone(),
+            adapters,
+        }),
     }))
 }
 
@@ -255,7 +267,8 @@ fn remote_generator(name: &str, section: &WorkerGroupSection) -> Option<RemoteGe
 pub fn probe_servers(config: &RunConfig, file: &RunFile) -> anyhow::Result<Vec<String>> {
     let mut lines = Vec::new();
     for (name, section) in &config.worker_groups {
-        let Some(generator) = remote_generator(name, section) else {
+        let adapters = super::setup::adapter_names(config, name).len();
+        let Some(generator) = remote_generator(name, section, adapters) else {
             continue;
         };
         let path = resolve_model(&section.model, file)?;

@@ -3,11 +3,14 @@
 //! `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`; field names after its `entrypoints/serve/lora`
 //! protocol) and SGLang's (`--enable-lora`; after its `LoadLoRAAdapterReqInput` and
 //! `LoRAUpdateOutput`). Both load a PEFT adapter folder under a name requests then ask for:
-//! vLLM's as their `model`, SGLang's as their `lora_path`.
+//! vLLM's as their `model`, SGLang's as their `lora_path`. SGLang reports its LoRA limits
+//! among its server arguments in `GET /get_server_info` ([`LoraLimits`]).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+use super::wire::OneOrEach;
 
 /// vLLM's `POST /v1/load_lora_adapter`; answered with plain text on success.
 pub const LOAD_LORA_ADAPTER_PATH: &str = "/v1/load_lora_adapter";
@@ -49,6 +52,29 @@ pub struct LoraUpdateAnswer {
     /// Every adapter the server holds afterwards, by name.
     #[serde(default)]
     pub loaded_adapters: Option<BTreeMap<String, serde_json::Value>>,
+}
+
+/// SGLang's `GET /get_server_info`: its server arguments, among much else.
+pub const SERVER_INFO_PATH: &str = "/get_server_info";
+
+/// The LoRA limits in an answer to `GET /get_server_info` (SGLang's server arguments of those
+/// names; `drmas-host serve` answers them too), every other field ignored. A limit left out or
+/// `null` sets none.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoraLimits {
+    /// Whether the server loads adapters at all.
+    #[serde(default)]
+    pub enable_lora: bool,
+    /// The largest rank an adapter may have.
+    #[serde(default)]
+    pub max_lora_rank: Option<i64>,
+    /// The projections adapters may target: HF names, `all`, or SGLang's merged `qkv_proj`
+    /// and `gate_up_proj`.
+    #[serde(default)]
+    pub lora_target_modules: Option<OneOrEach<String>>,
+    /// The most adapters held at once.
+    #[serde(default)]
+    pub max_loaded_loras: Option<usize>,
 }
 
 #[cfg(test)]

@@ -2,15 +2,16 @@
 //! group's model (`/health`; `/get_model_info` where the servers load weights SGLang's way;
 //! `/v1/models` for the OpenAI protocol's model name; `/weight_info` where they load weights
 //! vLLM's way, which only a server in development mode answers; vLLM's or SGLang's LoRA routes
-//! where they load a LoRA group's adapters).
+//! where they load a LoRA group's adapters, and the LoRA limits in `/get_server_info` where a
+//! server reports them).
 
 use anyhow::bail;
 
 use super::connection::{Connection, Failure};
 use super::generator::RemoteGenerator;
 use super::lora_wire::{
-    UnloadLoraAdapterBody, ADAPTER_NOT_FOUND, SGLANG_UNLOAD_LORA_ADAPTER_PATH,
-    UNLOAD_LORA_ADAPTER_PATH,
+    LoraLimits, UnloadLoraAdapterBody, ADAPTER_NOT_FOUND, SERVER_INFO_PATH,
+    SGLANG_UNLOAD_LORA_ADAPTER_PATH, UNLOAD_LORA_ADAPTER_PATH,
 };
 use super::openai_wire::{ModelList, MODELS_PATH};
 use super::settings::{Protocol, WeightLoading};
@@ -24,14 +25,18 @@ struct Answers {
     info: Option<ModelInfo>,
     /// The names in `/v1/models`, with the OpenAI protocol.
     names: Option<Vec<String>>,
+    /// The LoRA limits in `/get_server_info`, where the servers load a LoRA group's adapters
+    /// and report them.
+    lora_limits: Option<LoraLimits>,
 }
 
 impl RemoteGenerator {
     /// Checks that every server, and the router when there is one, answers `/health` and
     /// serves a model like `model` (the group's own): same architecture and, where the server
     /// reports them, same model type and vocabulary (a router answers with one of its
-    /// servers'); with the OpenAI protocol, the run file's model name among `/v1/models`.
-    /// Errors name the server and both models.
+    /// servers'); with the OpenAI protocol, the run file's model name among `/v1/models`; for
+    /// a LoRA group, the rank, projections and number of adapters within the limits a server
+    /// reports. Errors name the server and both models, or the limit and the flag that raises it.
     pub fn probe(&self, model: &LlamaConfig) -> anyhow::Result<()> {
         let group = &self.settings.group;
         let servers = self.servers.iter().map(|server| (server, false));
@@ -64,6 +69,13 @@ impl RemoteGenerator {
                          name it serves",
                         names.join(", ")
                     );
+                }
+            }
+            if let (Some(limits), Some(needs)) =
+                (&answers.lora_limits, &self.settings.adapter_needs)
+            {
+                if let Some(misfit) = needs.misfit(limits, group) {
+                    bail!("worker group `{group}`: server {url} {misfit}");
                 }
             }
             let Some(info) = answers.info else {
@@ -112,6 +124,17 @@ impl RemoteGenerator {
         if self.settings.weight_loading == WeightLoading::SglangAdapters && !router {
             sglang_lora_routes(connection)?;
         }
+        // A server that does not answer the route (vLLM) or answers it otherwise reports no
+        // limits; the first sync's refusal then names them.
+        let lora_limits = if router || !self.settings.weight_loading.loads_adapters() {
+            None
+        } else {
+            match connection.get::<LoraLimits>(SERVER_INFO_PATH) {
+                Ok(limits) => Some(limits),
+                Err(Failure::Fatal(_)) => None,
+                Err(transient) => return Err(transient),
+            }
+        };
         let info = match self.settings.weight_loading {
             WeightLoading::Sglang | WeightLoading::SglangAdapters => {
                 Some(connection.get::<ModelInfo>(MODEL_INFO_PATH).map_err(
@@ -145,7 +168,11 @@ impl RemoteGenerator {
             }
             WeightLoading::None => None,
         };
-        Ok(Answers { info, names })
+        Ok(Answers {
+            info,
+            names,
+            lora_limits,
+        })
     }
 }
 

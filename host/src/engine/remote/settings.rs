@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use super::AdapterNeeds;
+
 /// The servers of one worker group and the limits of talking to them.
 #[derive(Debug, Clone)]
 pub struct RemoteSettings {
@@ -29,6 +31,8 @@ pub struct RemoteSettings {
     pub protocol: Protocol,
     /// How the servers load new weights, if they do.
     pub weight_loading: WeightLoading,
+    /// What a LoRA group's adapters ask of each server (`None` without LoRA).
+    pub adapter_needs: Option<AdapterNeeds>,
 }
 
 /// The routes a fleet loads the trainer's weights through.
