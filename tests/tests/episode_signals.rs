@@ -397,3 +397,43 @@ fn failures_over_the_bound_stop_the_rollout_naming_counts_bound_and_first_failur
         );
     }
 }
+
+#[test]
+fn each_agents_lengths_and_truncated_rate_are_those_of_its_calls() {
+    let (calls, metrics) = train_pair("lengths", "", "drmas");
+    for (name, max_new_tokens) in [("first", 4), ("second", 3)] {
+        let own: Vec<&Value> = calls.iter().filter(|c| role(c) == name).collect();
+        assert_eq!(own.len(), 4, "{calls:?}");
+        let count = |call: &Value, key: &str| call[key].as_u64().expect(key) as f64;
+        let mut cut = 0.0;
+        for call in &own {
+            let tokens = count(call, "response_tokens");
+            match call["finish"].as_str() {
+                Some("length") => {
+                    assert_eq!(tokens, f64::from(max_new_tokens), "{call}");
+                    cut += 1.0;
+                }
+                Some("eos" | "stop") => assert!(tokens <= f64::from(max_new_tokens), "{call}"),
+                other => panic!("finish {other:?} in {call}"),
+            }
+        }
+        assert_eq!(
+            metric(&metrics, &format!("truncated_rate/{name}")),
+            cut / 4.0
+        );
+        let longest = own
+            .iter()
+            .map(|c| count(c, "response_tokens"))
+            .fold(0.0, f64::max);
+        assert_eq!(
+            metric(&metrics, &format!("response_len_max/{name}")),
+            longest
+        );
+        let prompts: f64 = own.iter().map(|c| count(c, "prompt_tokens")).sum();
+        assert_eq!(
+            metric(&metrics, &format!("prompt_len/{name}")),
+            prompts / 4.0
+        );
+        assert!(prompts > 0.0);
+    }
+}

@@ -62,6 +62,17 @@ pub enum FinishReason {
     Length,
 }
 
+impl FinishReason {
+    /// Its name in the run's `samples.jsonl`: `eos`, `stop` or `length`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Eos => "eos",
+            Self::Stop => "stop",
+            Self::Length => "length",
+        }
+    }
+}
+
 /// A finished continuation.
 #[derive(Debug, Clone)]
 pub struct Generation {

@@ -14,8 +14,9 @@ use super::eval::EvalReport;
 use super::tensorboard::TensorBoardLog;
 use super::WorkerGroup;
 use crate::advantage::{Diagnostics, PerToken, Sample};
+use crate::engine::FinishReason;
 use crate::plot::figures::{GENERATED_GROUPS, KEPT_GROUPS};
-use crate::rollout::{Rollout, TeamMember};
+use crate::rollout::{AgentCall, Rollout, TeamMember};
 use crate::update::{UpdateReport, MISMATCH_THRESHOLD};
 
 /// Named numbers of one iteration, keys like `reward/mean` or `grad_norm/agent/solver`.
@@ -234,21 +235,7 @@ pub(super) fn record_rollout(
         if calls.is_empty() {
             continue;
         }
-        let n = calls.len() as f64;
-        let role = &member.role;
-        metrics.set(format!("calls/{role}"), n);
-        metrics.set(
-            format!("invalid_rate/{role}"),
-            calls.iter().filter(|c| !c.valid).count() as f64 / n,
-        );
-        metrics.set(
-            format!("contract_break_rate/{role}"),
-            calls.iter().filter(|c| c.breaks_contract).count() as f64 / n,
-        );
-        metrics.set(
-            format!("response_len/{role}"),
-            calls.iter().map(|c| c.response.len()).sum::<usize>() as f64 / n,
-        );
+        record_calls(metrics, &member.role, &calls);
     }
     metrics.set("time/rollout_s", seconds);
     metrics.set("time/generation_s", rollout.generation_seconds);
@@ -263,6 +250,31 @@ pub(super) fn record_rollout(
         "rollout/mean_batch_rows",
         rollout.batches.iter().map(|b| b.rows).sum::<usize>() as f64 / batches,
     );
+}
+
+/// The per-agent keys of one agent's calls (`role`'s, at least one): how many, how many were
+/// invalid or broke the role's contract, their lengths, and how many were cut off at their
+/// `max_new_tokens`.
+fn record_calls(metrics: &mut Metrics, role: &str, calls: &[&AgentCall]) {
+    let n = calls.len() as f64;
+    let rate =
+        |counted: fn(&AgentCall) -> bool| calls.iter().filter(|c| counted(c)).count() as f64 / n;
+    let mean =
+        |length: fn(&AgentCall) -> usize| calls.iter().map(|c| length(c)).sum::<usize>() as f64 / n;
+    metrics.set(format!("calls/{role}"), n);
+    metrics.set(format!("invalid_rate/{role}"), rate(|c| !c.valid));
+    metrics.set(
+        format!("contract_break_rate/{role}"),
+        rate(|c| c.breaks_contract),
+    );
+    metrics.set(
+        format!("truncated_rate/{role}"),
+        rate(|c| c.finish == FinishReason::Length),
+    );
+    metrics.set(format!("response_len/{role}"), mean(|c| c.response.len()));
+    let longest = calls.iter().map(|c| c.response.len()).max().unwrap_or(0);
+    metrics.set(format!("response_len_max/{role}"), longest as f64);
+    metrics.set(format!("prompt_len/{role}"), mean(|c| c.prompt.len()));
 }
 
 /// `reward/penalised_mean`: the penalised reward (`rewards`, one per call) over the calls of
@@ -470,7 +482,34 @@ fn mean_std(values: &[f64]) -> (f64, f64) {
 
 #[cfg(test)]
 mod tests {
-    use super::{explained_variance, Metrics, MetricsLog};
+    use super::{explained_variance, record_calls, Metrics, MetricsLog};
+    use crate::engine::FinishReason;
+    use crate::rollout::AgentCall;
+
+    #[test]
+    fn an_agents_keys_count_its_invalid_and_cut_off_calls_and_measure_their_lengths() {
+        let call = |prompt: usize, response: usize, finish, valid| AgentCall {
+            finish,
+            valid,
+            ..AgentCall::synthetic(0, 0, vec![1; prompt], vec![2; response])
+        };
+        let calls = [
+            call(10, 5, FinishReason::Eos, true),
+            call(10, 8, FinishReason::Length, false),
+            call(12, 8, FinishReason::Length, true),
+            call(12, 2, FinishReason::Stop, true),
+        ];
+        let mut metrics = Metrics::new(1);
+        record_calls(&mut metrics, "solver", &calls.iter().collect::<Vec<_>>());
+        let get = |key: &str| metrics.get(key).unwrap_or_else(|| panic!("no {key}"));
+        assert_eq!(get("calls/solver"), 4.0);
+        assert_eq!(get("invalid_rate/solver"), 0.25);
+        assert_eq!(get("contract_break_rate/solver"), 0.0);
+        assert_eq!(get("truncated_rate/solver"), 0.5);
+        assert_eq!(get("response_len/solver"), 5.75);
+        assert_eq!(get("response_len_max/solver"), 8.0);
+        assert_eq!(get("prompt_len/solver"), 11.0);
+    }
 
     #[test]
     fn amend_adds_to_its_iteration_line_or_appends_one() {

@@ -998,8 +998,8 @@ impl Trainer {
         })
     }
 
-    /// Appends the first prompt group's calls (role, text, validity, episode and own reward) to
-    /// `samples.jsonl`, so what the agents actually write can be read along the metrics.
+    /// Appends the first prompt group's calls (role, text, validity, episode and own reward,
+    /// token counts, why generation stopped) to `samples.jsonl`, so what the agents actually write can be read along the metrics.
     fn write_samples(
         &self,
         rollout: &Rollout,
@@ -1023,6 +1023,9 @@ impl Trainer {
                 "reward": rollout.episodes[call.episode].reward(),
                 "failed": rollout.episodes[call.episode].is_failed(),
                 "call_reward": rollout.episodes[call.episode].call_reward(call.index),
+                "prompt_tokens": call.prompt.len(),
+                "response_tokens": call.response.len(),
+                "finish": call.finish.name(),
                 "text": call.text,
             });
             writeln!(file, "{line}").with_context(|| format!("writing {}", path.display()))?;
