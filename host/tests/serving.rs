@@ -680,7 +680,7 @@ fn check_refuses_bad_servers_before_any_work() {
         "/weight_info answered 404: {\"error\":{\"message\":\"no endpoint /weight_info; \
          served: POST /generate, POST /v1/completions, POST /update_weights_from_disk, GET \
          /get_model_info, GET /get_server_info, GET /v1/models, GET /get_weight_version, GET \
-         /health\"}}; weight_sync = \"vllm\" needs vLLM started with VLLM_SERVER_DEV_MODE=1",
+         /metrics, GET /health\"}}; weight_sync = \"vllm\" needs vLLM started with VLLM_SERVER_DEV_MODE=1",
     );
     // A LoRA group's adapters load through vLLM's or SGLang's LoRA routes, which a server
     // started without --max-loras does not serve.
@@ -695,7 +695,7 @@ fn check_refuses_bad_servers_before_any_work() {
         "/unload_lora_adapter answered 404: {\"error\":{\"message\":\"no endpoint \
          /unload_lora_adapter; served: POST /generate, POST /v1/completions, POST \
          /update_weights_from_disk, GET /get_model_info, GET /get_server_info, GET /v1/models, GET \
-         /get_weight_version, GET /health\"}}; a LoRA group on backend = \"sglang\" needs \
+         /get_weight_version, GET /metrics, GET /health\"}}; a LoRA group on backend = \"sglang\" needs \
          SGLang started with --enable-lora",
     );
     fails(
@@ -703,7 +703,7 @@ fn check_refuses_bad_servers_before_any_work() {
         "/v1/unload_lora_adapter answered 404: {\"error\":{\"message\":\"no endpoint \
          /v1/unload_lora_adapter; served: POST /generate, POST /v1/completions, POST \
          /update_weights_from_disk, GET /get_model_info, GET /get_server_info, GET /v1/models, GET \
-         /get_weight_version, GET /health\"}}; weight_sync = \"vllm\" on a LoRA group needs vLLM \
+         /get_weight_version, GET /metrics, GET /health\"}}; weight_sync = \"vllm\" on a LoRA group needs vLLM \
          started with --enable-lora",
     );
     let output = drmas(
@@ -895,6 +895,88 @@ fn serve_holds_more_connections_than_the_soft_open_file_limit_it_started_under()
         .collect();
     assert_eq!(server.get("/get_model_info")["is_generation"], true);
     drop(held);
+}
+
+#[test]
+fn serve_counts_its_answers_tokens_and_weight_updates_in_prometheus_metrics() {
+    let server = Served::start("llama");
+    let (status, text) = server.post(
+        "/generate",
+        r#"{"input_ids": [[1, 2, 3], [4, 5]], "sampling_params": {"max_new_tokens": 4}}"#,
+    );
+    assert_eq!(status, 200, "{text}");
+    let answers: Value = serde_json::from_str(&text).expect("JSON");
+    let generated: u64 = answers
+        .as_array()
+        .expect("one answer per prompt")
+        .iter()
+        .map(|a| a["meta_info"]["completion_tokens"].as_u64().expect("count"))
+        .sum();
+    assert_eq!(server.post("/generate", "nope").0, 400);
+    let model = tiny_model("llama").display().to_string();
+    let update = format!("{{\"model_path\": \"{model}\", \"weight_version\": \"v2\"}}");
+    assert_eq!(server.post("/update_weights_from_disk", &update).0, 200);
+    assert_eq!(server.post("/no/such/route", "{}").0, 404);
+    let mut answer = ureq::get(format!("{}/metrics", server.url))
+        .call()
+        .expect("GET /metrics");
+    assert_eq!(
+        answer
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().ok()),
+        Some(Some("text/plain; version=0.0.4; charset=utf-8"))
+    );
+    let text = answer.body_mut().read_to_string().expect("text");
+    let series: std::collections::BTreeMap<&str, f64> = text
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .map(|line| {
+            let (name, value) = line.rsplit_once(' ').expect("a series and its value");
+            (name, value.parse().expect("a number"))
+        })
+        .collect();
+    let value = |series_name: &str| {
+        *series
+            .get(series_name)
+            .unwrap_or_else(|| panic!("no {series_name} in\n{text}"))
+    };
+    let label = "model_name=\"llama\"";
+    let answers = |route: &str, code: u16| {
+        value(&format!(
+            "drmas:requests_total{{{label},route=\"{route}\",code=\"{code}\"}}"
+        ))
+    };
+    assert_eq!(answers("/generate", 200), 1.0);
+    assert_eq!(answers("/generate", 400), 1.0);
+    assert_eq!(answers("/update_weights_from_disk", 200), 1.0);
+    assert_eq!(answers("other", 404), 1.0);
+    assert_eq!(value(&format!("drmas:prompt_tokens_total{{{label}}}")), 5.0);
+    assert_eq!(
+        value(&format!("drmas:generation_tokens_total{{{label}}}")),
+        generated as f64
+    );
+    assert_eq!(value(&format!("drmas:batches_total{{{label}}}")), 1.0);
+    assert_eq!(
+        value(&format!("drmas:batch_sequences_total{{{label}}}")),
+        2.0
+    );
+    assert!(value(&format!("drmas:generation_seconds_total{{{label}}}")) > 0.0);
+    assert_eq!(
+        value(&format!(
+            "drmas:e2e_request_latency_seconds_count{{{label}}}"
+        )),
+        1.0
+    );
+    assert_eq!(
+        value(&format!("drmas:weight_updates_total{{{label}}}")),
+        1.0
+    );
+    assert_eq!(value(&format!("drmas:num_running_reqs{{{label}}}")), 0.0);
+    assert_eq!(
+        value(&format!("drmas:lora_adapters_loaded{{{label}}}")),
+        0.0
+    );
 }
 
 #[test]

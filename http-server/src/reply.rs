@@ -1,14 +1,20 @@
-//! [`Reply`]: a status and a JSON body, held whole or written out as the client reads it.
+//! [`Reply`]: a status and a body (JSON, or text of a given type), held whole or written out as
+//! the client reads it.
 
 use std::io::{self, Write};
 
 use serde::Serialize;
 
-/// What a [`Service`](crate::Service) answers: a status and a JSON body.
+/// What a [`Service`](crate::Service) answers: a status and a body.
 pub struct Reply {
     pub(crate) status: u16,
     pub(crate) body: ReplyBody,
+    /// The body's `Content-Type`.
+    pub(crate) content_type: &'static str,
 }
+
+/// JSON's `Content-Type`.
+const JSON: &str = "application/json";
 
 /// Writes a streamed body onto the connection (from a thread of its own).
 pub(crate) type BodyWriter = Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + Send>;
@@ -22,12 +28,28 @@ pub(crate) enum ReplyBody {
 }
 
 impl Reply {
+    /// Its HTTP status.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// `status` with `body` as it is, sent as `content_type` (e.g. Prometheus's
+    /// `text/plain; version=0.0.4`).
+    pub fn text(status: u16, content_type: &'static str, body: String) -> Self {
+        Self {
+            status,
+            body: ReplyBody::Bytes(body.into_bytes()),
+            content_type,
+        }
+    }
+
     /// `status` with `body` serialised as JSON (500 with the reason when it cannot be).
     pub fn json<T: Serialize + ?Sized>(status: u16, body: &T) -> Self {
         match serde_json::to_vec(body) {
             Ok(bytes) => Self {
                 status,
                 body: ReplyBody::Bytes(bytes),
+                content_type: JSON,
             },
             Err(error) => Self::serialisation_failed(&error),
         }
@@ -50,6 +72,7 @@ impl Reply {
                     out.flush()
                 }),
             },
+            content_type: JSON,
         }
     }
 
@@ -60,6 +83,7 @@ impl Reply {
         Self {
             status: 500,
             body: ReplyBody::Bytes(message.to_string().into_bytes()),
+            content_type: JSON,
         }
     }
 }

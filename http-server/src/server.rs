@@ -243,6 +243,7 @@ async fn respond(
 /// keeps `permit` until it is done.
 fn response(reply: Reply, permit: Option<OwnedSemaphorePermit>) -> Response<OutgoingBody> {
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let content_type = HeaderValue::from_static(reply.content_type);
     let body = match reply.body {
         ReplyBody::Bytes(bytes) => OutgoingBody::Whole(Some(bytes.into())),
         ReplyBody::Streamed { length, write } => {
@@ -260,8 +261,6 @@ fn response(reply: Reply, permit: Option<OwnedSemaphorePermit>) -> Response<Outg
     };
     let mut response = Response::new(body);
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(CONTENT_TYPE, content_type);
     response
 }

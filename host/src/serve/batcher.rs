@@ -14,6 +14,7 @@ use tokenizers::Tokenizer;
 
 use super::adapter_slots::{AdapterSlots, HeldAdapter};
 use super::refusal::Refusal;
+use super::server_metrics::ServerMetrics;
 use crate::engine::cpu::backend_for;
 use crate::engine::{generate, Generation, GenerationRequest};
 use crate::model::pretrained::Pretrained;
@@ -103,7 +104,8 @@ pub struct Batcher {
 impl Batcher {
     /// Loads `model` on `device` in `kind` on a new engine thread and returns once it is
     /// loaded (or failed to load). Unseeded requests draw from one stream seeded with `seed`;
-    /// LoRA adapters are loaded into `adapters`.
+    /// LoRA adapters are loaded into `adapters`; batches and weight updates are counted in
+    /// `metrics`.
     pub fn start(
         model: PathBuf,
         device: Device,
@@ -111,6 +113,7 @@ impl Batcher {
         seed: u64,
         limits: BatchLimits,
         adapters: AdapterSlots,
+        metrics: Arc<ServerMetrics>,
     ) -> anyhow::Result<Self> {
         let (jobs, inbox) = mpsc::channel();
         let (ready, loaded) = mpsc::channel();
@@ -129,6 +132,7 @@ impl Batcher {
                         served,
                         limits,
                         adapters,
+                        metrics,
                         held: None,
                     }
                     .run(&inbox);
@@ -229,6 +233,8 @@ struct Engine {
     limits: BatchLimits,
     /// The LoRA adapters loaded into the model.
     adapters: AdapterSlots,
+    /// Where batches and weight updates are counted.
+    metrics: Arc<ServerMetrics>,
     /// A job taken from the inbox that did not fit the last batch.
     held: Option<Job>,
 }
@@ -338,6 +344,14 @@ impl Engine {
         let model = &self.pretrained;
         let started = Instant::now();
         let result = generate(&model.model, &model.tokenizer, &all, &mut self.rng);
+        if let Ok(generations) = &result {
+            self.metrics.record_batch(
+                all.len(),
+                all.iter().map(|request| request.prompt.len()).sum(),
+                generations.iter().map(|g| g.tokens.len()).sum(),
+                started.elapsed(),
+            );
+        }
         tracing::debug!(
             sequences = all.len(),
             requests = batch.len(),
@@ -417,6 +431,7 @@ impl Engine {
         let mut served = describe(&self.pretrained, &version);
         served.adapters = self.adapters.held();
         *self.served.write().unwrap_or_else(PoisonError::into_inner) = served;
+        self.metrics.record_weight_update();
         tracing::info!(
             "serving {} (weight version {version}), loaded in {:.2?}",
             path.display(),

@@ -18,12 +18,13 @@ mod completions_route;
 mod generate_route;
 mod lora_routes;
 mod refusal;
+mod server_metrics;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use drmas_http_server::{HttpServer, Limits, Method, Reply, Request, Service};
 
@@ -32,6 +33,7 @@ use self::batcher::{BatchLimits, Batcher};
 use self::generate_route::RequestLimits;
 use self::lora_routes::Dialect;
 use self::refusal::Refusal;
+use self::server_metrics::{Gauges, ServerMetrics};
 use crate::engine::remote::lora_wire::{
     LoraLimits, LOAD_LORA_ADAPTER_PATH, SERVER_INFO_PATH, SGLANG_LOAD_LORA_ADAPTER_PATH,
     SGLANG_UNLOAD_LORA_ADAPTER_PATH, UNLOAD_LORA_ADAPTER_PATH,
@@ -44,6 +46,8 @@ use crate::engine::remote::wire::{
 
 /// `GET /get_weight_version`.
 const WEIGHT_VERSION_PATH: &str = "/get_weight_version";
+/// `GET /metrics`: [`ServerMetrics`] in Prometheus's text format.
+const METRICS_PATH: &str = "/metrics";
 /// Stop strings (and stop token ids) a prompt may have.
 const MAX_STOPS: usize = 64;
 /// The longest stop string, in bytes.
@@ -100,6 +104,7 @@ pub struct Server {
 struct Endpoints {
     batcher: Batcher,
     options: ServeOptions,
+    metrics: Arc<ServerMetrics>,
     running: AtomicUsize,
     next_id: AtomicU64,
     /// When the server started, in Unix seconds (`created` of its answers).
@@ -113,6 +118,7 @@ impl Server {
             .max_lora_rank
             .map(|rank| PaddedSlots::new(rank, options.lora_target_modules.clone()))
             .transpose()?;
+        let metrics = Arc::new(ServerMetrics::new(&options.served_model_name));
         let batcher = Batcher::start(
             options.model.clone(),
             options.device,
@@ -123,6 +129,7 @@ impl Server {
                 wait: options.batch_wait,
             },
             AdapterSlots::new(options.max_loras, padded),
+            Arc::clone(&metrics),
         )?;
         let http = HttpServer::bind(&options.addr).map_err(|e| {
             anyhow::anyhow!(
@@ -133,6 +140,7 @@ impl Server {
         let endpoints = Arc::new(Endpoints {
             batcher,
             options,
+            metrics,
             running: AtomicUsize::new(0),
             next_id: AtomicU64::new(0),
             started: unix_seconds(),
@@ -167,11 +175,58 @@ impl Server {
 
 impl Service for Endpoints {
     fn answer(&self, request: Request) -> Reply {
+        let reply = self.route(&request);
+        self.metrics
+            .record_answer(route_label(&request.path), reply.status());
+        reply
+    }
+
+    fn refusal(&self, status: u16, message: String) -> Reply {
+        Refusal::new(status, message).reply()
+    }
+}
+
+/// The served route `path` is, or `other`: the label its answer is counted under.
+fn route_label(path: &str) -> &'static str {
+    [
+        HEALTH_PATH,
+        MODEL_INFO_PATH,
+        SERVER_INFO_PATH,
+        WEIGHT_VERSION_PATH,
+        MODELS_PATH,
+        METRICS_PATH,
+        GENERATE_PATH,
+        COMPLETIONS_PATH,
+        UPDATE_WEIGHTS_PATH,
+        LOAD_LORA_ADAPTER_PATH,
+        UNLOAD_LORA_ADAPTER_PATH,
+        SGLANG_LOAD_LORA_ADAPTER_PATH,
+        SGLANG_UNLOAD_LORA_ADAPTER_PATH,
+    ]
+    .into_iter()
+    .find(|&route| route == path)
+    .unwrap_or("other")
+}
+
+impl Endpoints {
+    /// The answer of the route `request` asks for.
+    fn route(&self, request: &Request) -> Reply {
         let path = request.path.as_str();
         match (&request.method, path) {
             (&Method::GET, HEALTH_PATH) => Reply::json(200, &serde_json::json!({})),
             (&Method::GET, MODEL_INFO_PATH) => Reply::json(200, &self.model_info()),
             (&Method::GET, SERVER_INFO_PATH) => Reply::json(200, &self.lora_limits()),
+            (&Method::GET, METRICS_PATH) => {
+                let gauges = Gauges {
+                    running_requests: self.running.load(Ordering::SeqCst),
+                    lora_adapters: self.batcher.served().adapters.len(),
+                };
+                Reply::text(
+                    200,
+                    server_metrics::CONTENT_TYPE,
+                    self.metrics.render(gauges),
+                )
+            }
             (&Method::GET, WEIGHT_VERSION_PATH) => {
                 let version = self.batcher.served().weight_version;
                 Reply::json(200, &serde_json::json!({ "weight_version": version }))
@@ -229,7 +284,7 @@ impl Service for Endpoints {
                         "no endpoint {path}; served: POST {GENERATE_PATH}, POST \
                          {COMPLETIONS_PATH}, POST {UPDATE_WEIGHTS_PATH}{lora}, GET \
                          {MODEL_INFO_PATH}, GET {SERVER_INFO_PATH}, GET {MODELS_PATH}, GET \
-                         {WEIGHT_VERSION_PATH}, GET {HEALTH_PATH}"
+                         {WEIGHT_VERSION_PATH}, GET {METRICS_PATH}, GET {HEALTH_PATH}"
                     ),
                 )
                 .reply()
@@ -237,12 +292,6 @@ impl Service for Endpoints {
         }
     }
 
-    fn refusal(&self, status: u16, message: String) -> Reply {
-        Refusal::new(status, message).reply()
-    }
-}
-
-impl Endpoints {
     fn model_info(&self) -> ModelInfo {
         let served = self.batcher.served();
         ModelInfo {
@@ -287,8 +336,12 @@ impl Endpoints {
             )
             .reply();
         }
+        let arrived = Instant::now();
         let result = respond(self, body);
         self.running.fetch_sub(1, Ordering::SeqCst);
+        if result.is_ok() {
+            self.metrics.record_request(arrived.elapsed());
+        }
         match result {
             Ok(answer) => Reply::json(200, &answer),
             Err(refusal) => refusal.reply(),
