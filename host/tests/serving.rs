@@ -228,6 +228,7 @@ fn assert_remote_metrics(local: &[Value], remote: &[Value]) {
 /// [`assert_remote_metrics`] of a run whose worker groups `groups` generate on servers.
 fn assert_remote_metrics_of(groups: &[&str], local: &[Value], remote: &[Value]) {
     assert_eq!(remote.len(), local.len());
+    let first_remote = &remote[0];
     for (local, remote) in local.iter().zip(remote) {
         let mut expected = keys(local);
         for group in groups {
@@ -236,6 +237,13 @@ fn assert_remote_metrics_of(groups: &[&str], local: &[Value], remote: &[Value]) 
                 assert!(remote[&key].as_f64().expect("seconds") > 0.0, "{key}");
                 expected.insert(key);
             }
+            // The fleet whole (as many servers as at the first iteration), no attempt failed.
+            let servers = format!("rollout/servers/{group}");
+            let fleet = first_remote[&servers].as_f64().expect("servers");
+            assert!(fleet >= 1.0 && remote[&servers] == fleet, "{servers}");
+            let failed = format!("rollout/failed_attempts/{group}");
+            assert_eq!(remote[&failed], 0.0, "{failed}");
+            expected.extend([servers, failed]);
         }
         for role in ["first", "second"] {
             for stat in ["log_ratio_mean", "log_ratio_abs_max", "frac_above_0.1"] {
@@ -586,6 +594,21 @@ fn a_server_killed_mid_run_leaves_its_requests_to_the_other() {
         assert_eq!(line["calls/first"], 8.0, "no call lost or doubled");
         assert_eq!(line["calls/second"], 8.0);
     }
+    // The fleet's health per iteration: two servers, then one; every generation attempt
+    // that failed and was tried again is counted once (each is a warning too).
+    let health = |line: &Value, key: &str| line[format!("rollout/{key}/shared")].as_f64();
+    assert_eq!(health(&lines[0], "servers"), Some(2.0));
+    assert_eq!(health(&lines[ITERATIONS - 1], "servers"), Some(1.0));
+    let failed: f64 = lines
+        .iter()
+        .filter_map(|l| health(l, "failed_attempts"))
+        .sum();
+    assert_eq!(
+        failed,
+        stderr.matches(" failed (attempt ").count() as f64,
+        "{stderr}"
+    );
+    assert_eq!(health(&lines[ITERATIONS - 1], "failed_attempts"), Some(0.0));
     assert_eq!(
         b.get("/get_model_info")["weight_version"],
         format!("iteration-{ITERATIONS}")

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use super::WorkerGroup;
+use super::{Metrics, WorkerGroup};
 use crate::config::{RolloutBackend, RunConfig, RunFile, WeightSync, WorkerGroupSection};
 use crate::engine::remote::{
     served_adapter_name, AdapterNeeds, Protocol, RemoteGenerator, RemoteSettings, ServedAdapter,
@@ -67,6 +67,21 @@ impl Fleet {
     /// Whether the servers can load weights the trainer sends (`weight_sync` is not `none`).
     pub fn loads_weights(&self) -> bool {
         self.weights.is_some()
+    }
+
+    /// `rollout/servers/GROUP` (the servers still in the fleet) and
+    /// `rollout/failed_attempts/GROUP` (generation attempts that failed and were tried again
+    /// since the last record) of worker group `group`.
+    pub fn record_health(&self, group: &str, metrics: &mut Metrics) {
+        let generator = &self.generator;
+        metrics.set(
+            format!("rollout/servers/{group}"),
+            generator.active_servers() as f64,
+        );
+        metrics.set(
+            format!("rollout/failed_attempts/{group}"),
+            generator.take_failed_attempts() as f64,
+        );
     }
 
     /// Whether the servers were given this run's weights yet (servers that cannot load

@@ -471,6 +471,11 @@ impl Trainer {
                     Err(error) => stop = Some(error),
                 }
             }
+            for (group, fleet) in self.groups.iter().zip(&self.fleets) {
+                if let Some(fleet) = fleet {
+                    fleet.record_health(&group.name, &mut metrics);
+                }
+            }
             log.write(&metrics)?;
             first_last = Some(match first_last {
                 Some((first, _)) => (first, metrics),

@@ -15,7 +15,7 @@
 //! `backend = "openai"` too each prompt is a request of its own.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -42,6 +42,9 @@ pub struct RemoteGenerator {
     pub(super) version: Mutex<Option<String>>,
     /// A LoRA group's adapters as the servers serve them, by slot, once they were pushed.
     pub(super) served_adapters: Mutex<Vec<String>>,
+    /// Generation attempts that failed and were tried again, since the last
+    /// [`RemoteGenerator::take_failed_attempts`].
+    failed_attempts: AtomicU64,
 }
 
 impl RemoteGenerator {
@@ -64,7 +67,19 @@ impl RemoteGenerator {
             retired,
             version: Mutex::new(None),
             served_adapters: Mutex::new(Vec::new()),
+            failed_attempts: AtomicU64::new(0),
         }
+    }
+
+    /// How many servers are still in the fleet.
+    pub fn active_servers(&self) -> usize {
+        self.active().len()
+    }
+
+    /// The generation attempts that failed (a server down, slow, busy or serving other
+    /// weights) since the last call; each was tried again.
+    pub fn take_failed_attempts(&self) -> u64 {
+        self.failed_attempts.swap(0, Ordering::SeqCst)
     }
 
     /// The weight version the servers serve, once weights were pushed.
@@ -143,6 +158,7 @@ impl RemoteGenerator {
                     connection.url()
                 ),
                 Err(Answer::Failed(Failure::Transient(reason))) => {
+                    self.failed_attempts.fetch_add(1, Ordering::SeqCst);
                     tracing::warn!(
                         "worker group `{}`: {} failed (attempt {attempt} of {tries}): {reason}",
                         self.settings.group,
@@ -151,6 +167,7 @@ impl RemoteGenerator {
                     failures.push(format!("{}: {reason}", connection.url()));
                 }
                 Err(Answer::Stale(found)) => {
+                    self.failed_attempts.fetch_add(1, Ordering::SeqCst);
                     // Behind a router the server that answered is unknown: only try again.
                     if self.router.is_none() {
                         self.retire(server, &format!("it serves weight version {found}"));
