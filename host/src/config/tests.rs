@@ -163,18 +163,22 @@ fn every_number_out_of_range_is_named_with_its_line() {
             "temperature = 0.7",
             "temperature = nan\ntop_p = 0\nlearning_rate = -1e-6",
         )
-        .replace("dtype = \"bf16\"", "dtype = \"bf16\"\nlearning_rate = inf")
+        .replace("dtype = \"bf16\"", "dtype = \"bf16\"\nlearning_rate = 10")
         + "\n[algorithm.loss]\nweight_decay = nan\ndual_clip = 0.5\n\n[rollout]\ngroup_size = 0\n\
            temperature = 1e-40\n";
     let message = error(&text);
     let lines: Vec<&str> = message.lines().collect();
     let expected = [
-        "run.toml:26:17: [[agents]] role `verifier`: learning_rate = -0.000001 must be a finite number > 0",
+        "run.toml:26:17: [[agents]] role `verifier`: learning_rate = -0.000001 must be a number in \
+         (0, 1] (AdamW moves each weight by about the learning rate per step; LLM fine-tuning \
+         uses 1e-7 to 1e-3)",
         "run.toml:24:15: [[agents]] role `verifier`: temperature = NaN must be 0 (greedy) or a \
          finite number ≥ 1e-6 (the logits are divided by it: closer to 0 they overflow, and every \
          update would be skipped as non-finite)",
         "run.toml:25:9: [[agents]] role `verifier`: top_p = 0 must be a number in (0, 1]",
-        "run.toml:32:17: [worker_groups.shared] learning_rate = inf must be a finite number > 0",
+        "run.toml:32:17: [worker_groups.shared] learning_rate = 10 must be a number in (0, 1] \
+         (AdamW moves each weight by about the learning rate per step; LLM fine-tuning uses 1e-7 \
+         to 1e-3)",
         "run.toml:40:13: [algorithm.loss] dual_clip = 0.5 must be 0 (off) or a finite number > 1",
         "run.toml:39:16: [algorithm.loss] weight_decay = NaN must be a finite number ≥ 0",
     ];

@@ -29,8 +29,10 @@ pub const MAX_LORA_RANK: i64 = 65_536;
 /// What a float must be.
 #[derive(Debug, Clone, Copy)]
 enum Range {
-    /// Finite and > 0 (learning rates, LoRA alpha).
+    /// Finite and > 0 (LoRA alpha, epsilons).
     Positive,
+    /// In (0, 1] (learning rates: AdamW moves each weight by about the rate per step).
+    LearningRate,
     /// Finite and ≥ 0 (coefficients that only make sense one way).
     NonNegative,
     /// 0 (greedy) or finite and at least [`MIN_TEMPERATURE`] (temperatures).
@@ -53,6 +55,7 @@ impl Range {
     fn contains(self, x: f64) -> bool {
         match self {
             Range::Positive => x.is_finite() && x > 0.0,
+            Range::LearningRate => x > 0.0 && x <= 1.0,
             Range::NonNegative => x.is_finite() && x >= 0.0,
             Range::Temperature => temperature_is_valid(x),
             Range::Finite => x.is_finite(),
@@ -75,6 +78,10 @@ impl Range {
                 .into()
             }
             Range::Positive => "a finite number > 0",
+            Range::LearningRate => {
+                "a number in (0, 1] (AdamW moves each weight by about the learning rate per \
+                 step; LLM fine-tuning uses 1e-7 to 1e-3)"
+            }
             Range::NonNegative => "a finite number ≥ 0",
             Range::Finite => "a finite number",
             Range::Probability => "a number in (0, 1]",
@@ -120,7 +127,7 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
         let label = format!("[[agents]] role `{}`:", agent.role.get_ref());
         let mut s = problems.section(label, &[Step::Key("agents"), Step::Index(index)]);
         let floats = [
-            ("learning_rate", agent.learning_rate, Range::Positive),
+            ("learning_rate", agent.learning_rate, Range::LearningRate),
             ("temperature", agent.temperature, Range::Temperature),
             ("top_p", agent.top_p, Range::Probability),
             ("clip_low", agent.clip_low, clip_low_range),
@@ -160,7 +167,7 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
             format!("[worker_groups.{name}]"),
             &["worker_groups", name.as_str()],
         );
-        s.float("learning_rate", group.learning_rate, Range::Positive);
+        s.float("learning_rate", group.learning_rate, Range::LearningRate);
         s.size(
             "micro_batch_size",
             group.micro_batch_size as u64,
@@ -282,7 +289,7 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
     }
     let critic = algorithm.critic_settings();
     let mut s = problems.section("[algorithm.critic]".into(), &["algorithm", "critic"]);
-    s.float("learning_rate", critic.learning_rate, Range::Positive);
+    s.float("learning_rate", critic.learning_rate, Range::LearningRate);
     s.float("weight_decay", critic.weight_decay, Range::NonNegative);
     s.float("cliprange_value", critic.cliprange_value, Range::Positive);
     s.float("grad_clip", critic.grad_clip, Range::NonNegative);
