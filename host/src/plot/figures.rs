@@ -6,7 +6,9 @@
 //!   `grad_norm/group/NAME`; log-scale y when the norms span more than two decades.
 //! - `amplification.png`: one line per `advantage/amplification/NAME`.
 //! - `format.png`: one solid line per `invalid_rate/NAME` (the share of an agent's calls whose
-//!   output had an invalid format) and one dashed line per environment rate (`env/NAME` whose
+//!   output had an invalid format), one dashed line in the agent's colour per
+//!   `truncated_rate/NAME` (its calls cut off at `max_new_tokens`, which usually fail their
+//!   format), and one dashed line per environment rate (`env/NAME` whose
 //!   values all lie in [0, 1], such as the math task's `env/answered`): what a small model learns
 //!   first, while its reward still barely moves.
 //! - `kl.png`: how far the policy drifted from its reference, one solid line per
@@ -28,6 +30,8 @@ pub const TRAINED_REWARD_MEAN: &str = "advantage/reward_mean";
 pub const TRAINED_CALLS: &str = "advantage/calls";
 /// Prefix of the per-agent share of calls whose output had an invalid format.
 pub const INVALID_RATE_PREFIX: &str = "invalid_rate/";
+/// Prefix of the per-agent share of calls cut off at their `max_new_tokens`.
+pub const TRUNCATED_RATE_PREFIX: &str = "truncated_rate/";
 /// Standard deviation of the training reward per iteration.
 pub const REWARD_STD: &str = "reward/std";
 /// Prefix of the eval scores (`eval/avg@4`, `eval/pass@4`, ...).
@@ -114,9 +118,9 @@ pub fn grad_norm(metrics: &MetricSeries, colors: &AgentColors) -> Chart {
     chart.y_scale = YScale::Auto;
     push_agent_lines(
         &mut chart,
-        metrics,
-        GRAD_NORM_AGENT_PREFIX,
+        (metrics, GRAD_NORM_AGENT_PREFIX),
         colors,
+        Stroke::Solid,
         |agent| agent.to_string(),
     );
     push_dashed_lines(
@@ -135,22 +139,38 @@ pub fn amplification(metrics: &MetricSeries, colors: &AgentColors) -> Chart {
         X_LABEL,
         "amplification",
     );
-    push_agent_lines(&mut chart, metrics, AMPLIFICATION_PREFIX, colors, |agent| {
-        agent.to_string()
-    });
+    push_agent_lines(
+        &mut chart,
+        (metrics, AMPLIFICATION_PREFIX),
+        colors,
+        Stroke::Solid,
+        |agent| agent.to_string(),
+    );
     chart
 }
 
-/// Each agent's invalid-format rate (solid) and the environment's rates (dashed).
+/// Each agent's invalid-format rate (solid) and share of calls cut off at their
+/// `max_new_tokens` (dashed, same colour), and the environment's rates (dashed).
 pub fn format(metrics: &MetricSeries, colors: &AgentColors) -> Chart {
     let mut chart = Chart::new(
-        "Format: invalid calls per agent (solid), environment rates (dashed)",
+        "Format per agent: invalid (solid), cut off (dashed); environment rates (dashed)",
         X_LABEL,
         "share",
     );
-    push_agent_lines(&mut chart, metrics, INVALID_RATE_PREFIX, colors, |agent| {
-        format!("{agent} invalid")
-    });
+    push_agent_lines(
+        &mut chart,
+        (metrics, INVALID_RATE_PREFIX),
+        colors,
+        Stroke::Solid,
+        |agent| format!("{agent} invalid"),
+    );
+    push_agent_lines(
+        &mut chart,
+        (metrics, TRUNCATED_RATE_PREFIX),
+        colors,
+        Stroke::Dashed,
+        |agent| format!("{agent} cut off"),
+    );
     let rates = metrics
         .with_prefix(ENV_PREFIX)
         .filter(|(_, series)| series.iter().all(|&(_, v)| (0.0..=1.0).contains(&v)));
@@ -166,9 +186,13 @@ pub fn kl(metrics: &MetricSeries, colors: &AgentColors) -> Chart {
         X_LABEL,
         "KL per token",
     );
-    push_agent_lines(&mut chart, metrics, KL_IN_REWARD_PREFIX, colors, |agent| {
-        agent.to_string()
-    });
+    push_agent_lines(
+        &mut chart,
+        (metrics, KL_IN_REWARD_PREFIX),
+        colors,
+        Stroke::Solid,
+        |agent| agent.to_string(),
+    );
     let terms = metrics
         .with_prefix(LOSS_KL_PREFIX)
         .filter(|(_, series)| series.iter().any(|&(_, v)| v != 0.0));
@@ -213,16 +237,16 @@ impl AgentColors {
 /// One solid line per agent key under `prefix`, in the agent's colour, labelled by `label`.
 fn push_agent_lines(
     chart: &mut Chart,
-    metrics: &MetricSeries,
-    prefix: &str,
+    (metrics, prefix): (&MetricSeries, &str),
     colors: &AgentColors,
+    stroke: Stroke,
     label: impl Fn(&str) -> String,
 ) {
     for (agent, series) in metrics.with_prefix(prefix) {
         chart.lines.push(Line {
             label: label(agent),
             points: points(series),
-            stroke: Stroke::Solid,
+            stroke,
             color: colors.agent(agent),
         });
     }

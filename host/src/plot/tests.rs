@@ -18,6 +18,7 @@ fn sample_metrics() -> String {
              \"grad_norm/agent/verifier\": {}, \"advantage/amplification/solver\": {}, \
              \"advantage/amplification/verifier\": 1.0, \"loss/clip_fraction\": 0.02, \
              \"invalid_rate/solver\": {}, \"invalid_rate/verifier\": 0.25, \
+             \"truncated_rate/solver\": 0.125, \
              \"env/answered\": {}, \"env/turns\": 3.5, \
              \"time/rollout_s\": 31.2, \"unknown/thing\": null, \"note\": \"ok\"",
             0.1 + 0.05 * t,
@@ -144,17 +145,29 @@ fn charts_show_what_the_metrics_have() {
     assert_eq!(amplification.lines[1].color, grad.lines[1].color);
     assert!(!amplification.log_y());
 
-    // Each agent's invalid rate in its colour, and the environment's rates (not `env/turns`,
-    // which is no share).
+    // Each agent's invalid rate and cut-off share in its colour, and the environment's rates
+    // (not `env/turns`, which is no share).
     let format = figures::format(&metrics, &colors);
     let labels: Vec<&str> = format
         .lines
         .iter()
         .map(|line| line.label.as_str())
         .collect();
-    assert_eq!(labels, ["solver invalid", "verifier invalid", "answered"]);
+    assert_eq!(
+        labels,
+        [
+            "solver invalid",
+            "verifier invalid",
+            "solver cut off",
+            "answered"
+        ]
+    );
     assert_eq!(format.lines[0].color, grad.lines[0].color);
     assert_eq!(format.lines[1].color, grad.lines[1].color);
+    // The cut-off share in the agent's colour, dashed.
+    assert_eq!(format.lines[2].color, grad.lines[0].color);
+    assert_eq!(format.lines[2].stroke, Stroke::Dashed);
+    assert_eq!(format.lines[2].points[5], (5, 0.125));
     assert_eq!(format.lines[0].points[2], (2, 0.8));
     assert!(!format.log_y());
 }
