@@ -940,6 +940,8 @@ fn serve_counts_its_answers_tokens_and_weight_updates_in_prometheus_metrics() {
     let update = format!("{{\"model_path\": \"{model}\", \"weight_version\": \"v2\"}}");
     assert_eq!(server.post("/update_weights_from_disk", &update).0, 200);
     assert_eq!(server.post("/no/such/route", "{}").0, 404);
+    let (status, text) = server.post("/metrics", "");
+    assert_eq!(status, 405, "{text}");
     let mut answer = ureq::get(format!("{}/metrics", server.url))
         .call()
         .expect("GET /metrics");
@@ -974,6 +976,7 @@ fn serve_counts_its_answers_tokens_and_weight_updates_in_prometheus_metrics() {
     assert_eq!(answers("/generate", 400), 1.0);
     assert_eq!(answers("/update_weights_from_disk", 200), 1.0);
     assert_eq!(answers("other", 404), 1.0);
+    assert_eq!(answers("/metrics", 405), 1.0);
     assert_eq!(value(&format!("drmas:prompt_tokens_total{{{label}}}")), 5.0);
     assert_eq!(
         value(&format!("drmas:generation_tokens_total{{{label}}}")),

@@ -258,7 +258,7 @@ impl Endpoints {
             (
                 _,
                 HEALTH_PATH | MODEL_INFO_PATH | SERVER_INFO_PATH | WEIGHT_VERSION_PATH
-                | MODELS_PATH,
+                | MODELS_PATH | METRICS_PATH,
             ) => Refusal::new(405, format!("{path} takes GET")).reply(),
             (
                 _,
