@@ -83,6 +83,7 @@ pub fn render(context: &ReportContext, summaries: &[EstimatorSummary]) -> String
     spikes(&mut out, summaries);
     grad_norms(&mut out, summaries);
     rewards(&mut out, summaries);
+    lengths(&mut out, summaries);
     dynamic_sampling(&mut out, summaries);
     evals(&mut out, summaries);
     paired(&mut out, summaries);
@@ -274,6 +275,41 @@ fn rewards(out: &mut String, summaries: &[EstimatorSummary]) {
                 cell(s.trained_reward_last.as_ref(), 3),
             ];
             row.extend(roles.iter().map(|r| cell(s.invalid_rate_last.get(*r), 3)));
+            row
+        })
+        .collect();
+    table(out, &header, rows);
+}
+
+fn lengths(out: &mut String, summaries: &[EstimatorSummary]) {
+    let roles: BTreeSet<&String> = summaries
+        .iter()
+        .flat_map(|s| s.response_len_last.keys())
+        .collect();
+    if roles.is_empty() {
+        return;
+    }
+    out.push_str("## Response lengths\n\n");
+    let _ = writeln!(
+        out,
+        "Each agent's mean response length in tokens (`response_len/ROLE`) and share of calls \
+         cut off at its `max_new_tokens` (`truncated_rate/ROLE`; runs from before that key \
+         show {MISSING}), last {LAST_ITERATIONS} iterations: what an estimator's or a loss \
+         aggregation's length bias moves.\n"
+    );
+    let mut header = vec!["estimator".to_string()];
+    for role in &roles {
+        header.push(format!("`response_len/{role}`"));
+        header.push(format!("`truncated_rate/{role}`"));
+    }
+    let rows = summaries
+        .iter()
+        .map(|s| {
+            let mut row = vec![format!("`{}`", s.estimator)];
+            for role in &roles {
+                row.push(cell(s.response_len_last.get(*role), 1));
+                row.push(cell(s.truncated_rate_last.get(*role), 3));
+            }
             row
         })
         .collect();
@@ -473,6 +509,8 @@ mod tests {
             final_reward_last: Some(stats(reward, 0.0)),
             trained_reward_last: Some(stats(reward - 0.1, 0.0)),
             invalid_rate_last: BTreeMap::from([("solver".into(), stats(0.25, 0.1))]),
+            response_len_last: BTreeMap::new(),
+            truncated_rate_last: BTreeMap::new(),
             eval_before: BTreeMap::from([("avg@2".into(), stats(0.1, 0.0))]),
             eval_final: BTreeMap::from([("avg@2".into(), stats(reward, 0.0))]),
             amplification_mean: BTreeMap::from([("solver".into(), 1.5)]),
@@ -568,6 +606,31 @@ mod tests {
             "| estimator | groups rolled out per iteration | groups trained on per iteration | \
              iterations without a group |",
             "| `drmas` | 10.00 ± 8.98 | 3.50 ± 0.00 | 1.00 ± 0.00 |",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn response_lengths_get_a_table_only_when_logged() {
+        let plain = render(&ReportContext::default(), &[summary("drmas", 0.0, 0.5)]);
+        assert!(!plain.contains("## Response lengths"), "{plain}");
+        let logged = EstimatorSummary {
+            response_len_last: BTreeMap::from([("solver".into(), stats(41.25, 0.0))]),
+            truncated_rate_last: BTreeMap::from([("solver".into(), stats(0.125, 0.0))]),
+            ..summary("drmas", 0.0, 0.5)
+        };
+        // A run from before `truncated_rate` logged lengths only.
+        let older = EstimatorSummary {
+            response_len_last: BTreeMap::from([("solver".into(), stats(80.0, 0.0))]),
+            ..summary("grpo", 0.0, 0.5)
+        };
+        let text = render(&ReportContext::default(), &[logged, older]);
+        for needle in [
+            "## Response lengths",
+            "| estimator | `response_len/solver` | `truncated_rate/solver` |",
+            "| `drmas` | 41.2 ± 0.0 | 0.125 ± 0.000 |",
+            "| `grpo` | 80.0 ± 0.0 | – |",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }

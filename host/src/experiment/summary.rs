@@ -9,11 +9,15 @@ use super::stats::{self, MeanStd};
 use crate::plot::figures::{
     AMPLIFICATION_PREFIX, EVAL_PREFIX, GENERATED_GROUPS, GRAD_NORM_AGENT_PREFIX,
     INVALID_RATE_PREFIX, KEPT_GROUPS, REWARD_MEAN, TRAINED_CALLS, TRAINED_REWARD_MEAN,
+    TRUNCATED_RATE_PREFIX,
 };
 use crate::plot::MetricSeries;
 
 /// The trailing iterations the smoothed final reward averages.
 pub const LAST_ITERATIONS: usize = 3;
+
+/// Prefix of the per-agent mean response length in tokens.
+const RESPONSE_LEN_PREFIX: &str = "response_len/";
 
 /// What one run measured.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -34,6 +38,11 @@ pub struct RunSummary {
     pub trained_reward_last: Option<f64>,
     /// Mean `invalid_rate/ROLE` of the last [`LAST_ITERATIONS`] iterations, per agent role.
     pub invalid_rate_last: BTreeMap<String, f64>,
+    /// Mean `response_len/ROLE` (tokens) of the last [`LAST_ITERATIONS`] iterations, per
+    /// agent role: what an estimator's length bias moves.
+    pub response_len_last: BTreeMap<String, f64>,
+    /// Mean `truncated_rate/ROLE` of the last [`LAST_ITERATIONS`] iterations, per agent role.
+    pub truncated_rate_last: BTreeMap<String, f64>,
     /// Overall eval scores (`avg@K`, `pass@K`) before training (iteration 0).
     pub eval_before: BTreeMap<String, f64>,
     /// Overall eval scores of the last iteration that evaluated.
@@ -84,9 +93,15 @@ impl RunSummary {
                 .collect();
             summary.trained_reward_last = last_iterations_mean(&trained);
         }
-        for (role, series) in metrics.with_prefix(INVALID_RATE_PREFIX) {
-            if let Some(mean) = last_iterations_mean(series) {
-                summary.invalid_rate_last.insert(role.to_string(), mean);
+        for (prefix, per_role) in [
+            (INVALID_RATE_PREFIX, &mut summary.invalid_rate_last),
+            (RESPONSE_LEN_PREFIX, &mut summary.response_len_last),
+            (TRUNCATED_RATE_PREFIX, &mut summary.truncated_rate_last),
+        ] {
+            for (role, series) in metrics.with_prefix(prefix) {
+                if let Some(mean) = last_iterations_mean(series) {
+                    per_role.insert(role.to_string(), mean);
+                }
             }
         }
         let evals: Vec<(&str, &[(u64, f64)])> = metrics
@@ -161,6 +176,12 @@ pub struct EstimatorSummary {
     /// Invalid-format rate of the last [`LAST_ITERATIONS`] iterations per agent role, mean ±
     /// std over seeds.
     pub invalid_rate_last: BTreeMap<String, MeanStd>,
+    /// Mean response length of the last [`LAST_ITERATIONS`] iterations per agent role, mean ±
+    /// std over seeds.
+    pub response_len_last: BTreeMap<String, MeanStd>,
+    /// Share of calls cut off at `max_new_tokens` over the last [`LAST_ITERATIONS`]
+    /// iterations per agent role, mean ± std over seeds.
+    pub truncated_rate_last: BTreeMap<String, MeanStd>,
     /// Eval scores before training, mean ± std over seeds.
     pub eval_before: BTreeMap<String, MeanStd>,
     /// Eval scores at the last evaluation, mean ± std over seeds.
@@ -203,6 +224,8 @@ impl EstimatorSummary {
             final_reward_last: singles(|r| r.final_reward_last),
             trained_reward_last: singles(|r| r.trained_reward_last),
             invalid_rate_last: over_seeds(runs.iter().map(|r| r.invalid_rate_last.clone())),
+            response_len_last: over_seeds(runs.iter().map(|r| r.response_len_last.clone())),
+            truncated_rate_last: over_seeds(runs.iter().map(|r| r.truncated_rate_last.clone())),
             eval_before: over_seeds(runs.iter().map(|r| r.eval_before.clone())),
             eval_final: over_seeds(runs.iter().map(|r| r.eval_final.clone())),
             amplification_mean: means(over_seeds(
@@ -289,8 +312,8 @@ mod tests {
 {"iteration": 1, "reward/mean": 0.1, "grad_norm/agent/a": 1, "grad_norm/agent/b": 2, "advantage/amplification/a": 1.0}
 {"iteration": 2, "reward/mean": 0.2, "grad_norm/agent/a": 1, "grad_norm/agent/b": 2, "advantage/amplification/a": 3.0}
 {"iteration": 3, "reward/mean": 0.3, "grad_norm/agent/a": 2, "grad_norm/agent/b": 2, "advantage/amplification/a": null}
-{"iteration": 4, "reward/mean": 0.6, "grad_norm/agent/a": 6, "grad_norm/agent/b": 2, "eval/avg@2": 0.5, "eval/pass@2": 1.0, "eval/src/avg@2": 0.9}
-{"iteration": 5, "reward/mean": 0.9, "advantage/reward_mean": 0.8, "invalid_rate/a": 0.25, "grad_norm/agent/a": 1, "grad_norm/agent/b": 2}
+{"iteration": 4, "reward/mean": 0.6, "grad_norm/agent/a": 6, "grad_norm/agent/b": 2, "eval/avg@2": 0.5, "eval/pass@2": 1.0, "eval/src/avg@2": 0.9, "response_len/a": 20, "truncated_rate/a": 0.25}
+{"iteration": 5, "reward/mean": 0.9, "advantage/reward_mean": 0.8, "invalid_rate/a": 0.25, "grad_norm/agent/a": 1, "grad_norm/agent/b": 2, "response_len/a": 40, "response_len_max/a": 64, "truncated_rate/a": 0.5}
 "#;
 
     /// Three iterations under dynamic sampling with 4 prompts per batch.
@@ -327,6 +350,10 @@ mod tests {
         assert_eq!(run.trained_reward_last, Some(0.8));
         assert_eq!(run.invalid_rate_last["a"], 0.25);
         assert!(!run.invalid_rate_last.contains_key("b"));
+        // Two iterations logged them: their means, not `response_len_max`'s.
+        assert_eq!(run.response_len_last["a"], 30.0);
+        assert_eq!(run.truncated_rate_last["a"], 0.375);
+        assert_eq!(run.response_len_last.len(), 1);
         assert_eq!(run.eval_before["avg@2"], 0.25);
         assert_eq!(run.eval_final["avg@2"], 0.5);
         assert_eq!(run.eval_final["pass@2"], 1.0);
