@@ -194,6 +194,10 @@ pub struct AgentSection {
     pub top_p: Option<f64>,
     /// Overrides the rollout response length for this agent's calls.
     pub max_new_tokens: Option<usize>,
+    /// Strings that end this agent's calls when its continuation gains one (kept as the
+    /// response's end), as a tool-calling agent stops at the end of its call.
+    #[serde(default)]
+    pub stop: Vec<String>,
     /// Overrides the loss's lower clip ratio for this agent.
     pub clip_low: Option<f64>,
     /// Overrides the loss's upper clip ratio for this agent.

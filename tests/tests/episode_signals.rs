@@ -28,6 +28,16 @@ fn tiny_llama() -> std::path::PathBuf {
 /// One iteration of `first` and `second` (a `pair` with `orchestra_params`) on one prompt of
 /// four episodes, with `estimator`; returns the calls of `samples.jsonl` and the metrics.
 fn train_pair(test: &str, orchestra_params: &str, estimator: &str) -> (Vec<Value>, Vec<Value>) {
+    train_pair_with(test, orchestra_params, estimator, "")
+}
+
+/// [`train_pair`] with `first_agent` (run-file lines) added to the `first` agent's section.
+fn train_pair_with(
+    test: &str,
+    orchestra_params: &str,
+    estimator: &str,
+    first_agent: &str,
+) -> (Vec<Value>, Vec<Value>) {
     let dir = common::scratch(&format!("{test}-{}", std::process::id()));
     let text = format!(
         r#"
@@ -50,6 +60,7 @@ role = "first"
 agent = "Shout Agent"
 worker_group = "shared"
 max_new_tokens = 4
+{first_agent}
 
 [[agents]]
 role = "second"
@@ -205,6 +216,7 @@ fn relay_rollout_with(
         adapter: None,
         sampling: SamplingParams::with_temperature(1.0),
         max_new_tokens: 2,
+        stop: Vec::new(),
     }];
     let tasks = environment
         .load_tasks(&DatasetSpec {
@@ -436,4 +448,42 @@ fn each_agents_lengths_and_truncated_rate_are_those_of_its_calls() {
         );
         assert!(prompts > 0.0);
     }
+}
+
+#[test]
+fn an_agents_stop_strings_end_its_calls_where_they_appear() {
+    let (free, _) = train_pair("stop-free", "", "drmas");
+    let first = |calls: &[Value]| {
+        calls
+            .iter()
+            .find(|c| role(c) == "first")
+            .cloned()
+            .expect("a first call")
+    };
+    let unstopped = first(&free);
+    // A piece of the first call's text (of whole characters: a random model writes bytes that
+    // are no UTF-8 too) as the stop string: the same sampled tokens, ended where it appears.
+    let text = unstopped["text"]
+        .as_str()
+        .expect("text")
+        .split('\u{FFFD}')
+        .map(str::trim)
+        .find(|piece| !piece.is_empty())
+        .unwrap_or_else(|| panic!("a random model writes some text: {unstopped}"))
+        .to_owned();
+    let stop = format!("stop = [{}]", serde_json::to_string(&text).expect("JSON"));
+    let (stopped_calls, metrics) = train_pair_with("stop-set", "", "drmas", &stop);
+    let stopped = first(&stopped_calls);
+    assert_eq!(stopped["finish"], "stop", "{stopped}");
+    assert!(
+        stopped["text"].as_str().expect("text").contains(&text),
+        "{stopped} against {unstopped}"
+    );
+    let tokens = |call: &Value| call["response_tokens"].as_u64().expect("tokens");
+    assert!(
+        tokens(&stopped) <= tokens(&unstopped),
+        "{stopped} against {unstopped}"
+    );
+    // That call was not cut off, so not every `first` call was.
+    assert!(metric(&metrics, "truncated_rate/first") < 1.0);
 }

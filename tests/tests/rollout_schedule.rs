@@ -43,6 +43,7 @@ fn rollout(schedule: Schedule) -> Rollout {
         adapter: None,
         sampling: SamplingParams::with_temperature(1.0),
         max_new_tokens: 4,
+        stop: Vec::new(),
     };
     let team = [member("first", 0), member("second", 1)];
     let tasks = environment

@@ -628,3 +628,32 @@ fn one_step_off_policy_needs_every_group_on_servers_and_recomputed_logprobs() {
         "{message}"
     );
 }
+
+#[test]
+fn an_agents_stop_strings_are_read_and_bounded() {
+    let with =
+        |stop: &str| VALID.replace("temperature = 0.7", &format!("temperature = 0.7\n{stop}"));
+    let config = parse(&with(r#"stop = ["</verify>", "\n\n"]"#)).expect("valid config");
+    assert_eq!(config.agents[1].stop, ["</verify>", "\n\n"]);
+    assert!(config.agents[0].stop.is_empty());
+    let message = error(&with(r#"stop = ["</verify>", ""]"#));
+    assert!(
+        message.contains(
+            "run.toml:24:8: [[agents]] role `verifier`: stop = […, \"\", …] must be a list of \
+             non-empty strings of at most 1024 bytes each"
+        ),
+        "{message}"
+    );
+    let long = format!("stop = [\"{}\"]", "x".repeat(1025));
+    assert!(
+        error(&with(&long)).contains("stop = […, a string of 1025 bytes, …] must be"),
+        "{}",
+        error(&with(&long))
+    );
+    let many = format!("stop = [{}]", vec!["\"x\""; 65].join(", "));
+    assert!(
+        error(&with(&many)).contains("stop = [… 65 strings] must be at most 64 strings"),
+        "{}",
+        error(&with(&many))
+    );
+}

@@ -10,6 +10,7 @@ use super::{
     ConfigError, KlController, LossAggregation, LrDecay, PolicyLoss, RunConfig, RunFile, SAVE_NEVER,
 };
 use crate::engine::sampling::{temperature_is_valid, MIN_TEMPERATURE};
+use crate::engine::stop::{MAX_STOPS, MAX_STOP_BYTES};
 
 /// Episodes one iteration may roll out (`prompts_per_batch × group_size`) at most.
 pub const MAX_EPISODES_PER_ITERATION: usize = 1 << 20;
@@ -160,6 +161,29 @@ pub(super) fn check_numbers(config: &RunConfig, file: &RunFile) -> Result<(), Co
         }
         if let Some(tokens) = agent.max_new_tokens {
             s.size("max_new_tokens", tokens as u64, 1, u64::MAX);
+        }
+        if agent.stop.len() > MAX_STOPS {
+            s.report(
+                "stop",
+                format!("[… {} strings]", agent.stop.len()),
+                &format!("at most {MAX_STOPS} strings"),
+            );
+        }
+        if let Some(bad) = agent
+            .stop
+            .iter()
+            .find(|stop| stop.is_empty() || stop.len() > MAX_STOP_BYTES)
+        {
+            let shown = if bad.is_empty() {
+                "[…, \"\", …]".to_owned()
+            } else {
+                format!("[…, a string of {} bytes, …]", bad.len())
+            };
+            s.report(
+                "stop",
+                shown,
+                &format!("a list of non-empty strings of at most {MAX_STOP_BYTES} bytes each"),
+            );
         }
     }
     for (name, group) in &config.worker_groups {

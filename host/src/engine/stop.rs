@@ -5,6 +5,12 @@ use tokenizers::Tokenizer;
 
 use crate::model::error::ModelError;
 
+/// The most stop strings (and stop token ids) one request may have: a run file's agent or a
+/// request to `drmas-host serve`.
+pub const MAX_STOPS: usize = 64;
+/// The longest stop string, in bytes.
+pub const MAX_STOP_BYTES: usize = 1024;
+
 /// How many prompt tokens precede the generated ones when decoding, so that the first new
 /// token decodes as it would in context (e.g. keeps its leading space).
 const CONTEXT_TOKENS: usize = 4;

@@ -83,7 +83,7 @@ pub(super) fn prepare(
             prompt,
             params: member.sampling,
             max_new_tokens: member.max_new_tokens,
-            stop: Vec::new(),
+            stop: member.stop.clone(),
             adapter: member.adapter,
             stop_tokens: Vec::new(),
             seed: None,

@@ -21,4 +21,6 @@ pub struct TeamMember {
     pub sampling: SamplingParams,
     /// The most tokens one call may generate.
     pub max_new_tokens: usize,
+    /// Strings that end a call once its continuation gains one (`[[agents]] stop`).
+    pub stop: Vec<String>,
 }

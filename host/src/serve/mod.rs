@@ -43,15 +43,12 @@ use crate::engine::remote::wire::{
     ModelInfo, OneOrEach, UpdateWeightsAnswer, UpdateWeightsBody, GENERATE_PATH, HEALTH_PATH,
     MODEL_INFO_PATH, UPDATE_WEIGHTS_PATH,
 };
+use crate::engine::stop::{MAX_STOPS, MAX_STOP_BYTES};
 
 /// `GET /get_weight_version`.
 const WEIGHT_VERSION_PATH: &str = "/get_weight_version";
 /// `GET /metrics`: [`ServerMetrics`] in Prometheus's text format.
 const METRICS_PATH: &str = "/metrics";
-/// Stop strings (and stop token ids) a prompt may have.
-const MAX_STOPS: usize = 64;
-/// The longest stop string, in bytes.
-const MAX_STOP_BYTES: usize = 1024;
 /// Requests answered at once beyond the generation slots, so health and model-info probes are
 /// answered while every slot waits for the engine.
 const SPARE_TURNS: usize = 4;

@@ -44,6 +44,7 @@ pub fn team(config: &RunConfig, plan: &mut Plan, phase: Phase) -> Vec<TeamMember
                 adapter,
                 sampling,
                 max_new_tokens,
+                stop: section.stop.clone(),
             }
         })
         .collect()
