@@ -8,7 +8,7 @@ use std::sync::{Mutex, OnceLock};
 
 use drmas_host::engine::cpu::backend_for;
 use drmas_host::engine::{
-    generate, FinishReason, Generation, GenerationRequest, Sampler, SamplingParams,
+    generate, Decoding, FinishReason, Generation, GenerationRequest, Sampler, SamplingParams,
 };
 use drmas_host::model::error::ModelError;
 use drmas_host::model::gguf::GgufModel;
@@ -235,6 +235,90 @@ fn the_samples_of_one_prompt_draw_what_each_draws_alone() {
                 assert!((a - b).abs() < 1e-4, "{a} vs {b}");
             }
         }
+    });
+}
+
+/// Requests admitted into a running batch between its steps (continuous batching) sample what
+/// each samples alone, and the rows already running are unchanged by them: a prompt longer
+/// than the batch's tokens so far (the running rows move right), prompts admitted once the
+/// longest-prompt rows have left (their padding dropped), the samples of one prompt (running
+/// and joining), a request for no tokens.
+#[test]
+fn requests_admitted_between_steps_sample_what_each_samples_alone() {
+    with_model(|tokenizer, llama| {
+        let seeded = |question: &str, max_new_tokens, seed| GenerationRequest {
+            seed: Some(seed),
+            ..request(
+                &chat(tokenizer, question),
+                SamplingParams::with_temperature(1.0),
+                max_new_tokens,
+            )
+        };
+        let sky = "Explain step by step why the sky is blue by day and red at sunset.";
+        let dragon = "Tell me a long story about a dragon.";
+        // Two samples of one prompt share its cache slots as they move.
+        let running = vec![
+            seeded(sky, 3, 1),
+            seeded(dragon, 24, 2),
+            seeded(dragon, 20, 7),
+        ];
+        let longer = seeded(
+            &format!("{sky} Then say why clouds are white or grey."),
+            6,
+            3,
+        );
+        let joining_later = vec![
+            seeded("Count to five.", 5, 4),
+            seeded("Count to five.", 7, 5),
+            seeded("Hi.", 0, 6),
+        ];
+        let mut rng = SeededRng::new(9);
+        let mut decoding =
+            Decoding::start(llama, tokenizer, running.clone(), &mut rng).expect("starts");
+        decoding.step().expect("steps");
+        let first = decoding.admit(vec![longer.clone()]).expect("admits");
+        assert_eq!(first, Some(3..4));
+        for _ in 0..8 {
+            decoding.step().expect("steps");
+        }
+        assert!(
+            decoding.is_finished(0) && decoding.is_finished(3),
+            "the long prompts left"
+        );
+        assert_eq!(decoding.live_rows(), 2);
+        let later = decoding.admit(joining_later.clone()).expect("admits");
+        assert_eq!(later, Some(4..7));
+        assert!(
+            decoding.is_finished(6),
+            "a request for no tokens is finished at once"
+        );
+        assert_eq!(decoding.live_rows(), 4);
+        while !decoding.is_done() {
+            decoding.step().expect("steps");
+        }
+        let all = running.iter().chain([&longer]).chain(&joining_later);
+        for (i, request) in all.enumerate() {
+            let got = decoding.take(i);
+            let alone = generate(
+                llama,
+                tokenizer,
+                std::slice::from_ref(request),
+                &mut SeededRng::new(0),
+            )
+            .expect("generates");
+            assert_eq!(got.tokens, alone[0].tokens, "request {i}");
+            assert_eq!(got.finish, alone[0].finish, "request {i}");
+            for (a, b) in alone[0].logprobs.iter().zip(&got.logprobs) {
+                assert!((a - b).abs() < 1e-4, "request {i}: {a} vs {b}");
+            }
+        }
+        assert!(
+            decoding
+                .admit(joining_later)
+                .expect("a finished batch")
+                .is_none(),
+            "a finished batch takes no more requests"
+        );
     });
 }
 
@@ -583,13 +667,36 @@ fn prepared_draws_are_used_once_by_the_next_sample() {
         .expect_err("the draws were used")
         .to_string();
     assert!(again.contains("prepare_draws"), "{again}");
-    prepared.prepare_draws(&live, &mut |_| 0.5).expect("draws");
+    // Rows kept keep their draws; rows admitted after them draw theirs (greedy ones none).
+    let first = [0.37, 0.5, 0.62];
+    (prepared.prepare_draws(&[true; 3], &mut |row| first[row])).expect("draws");
     prepared.retain(&[0, 2]);
-    let dropped = prepared
-        .sample_prepared(&logits.index_select(0, &Tensor::from_slice(&[0i64, 2])))
-        .expect_err("retain dropped the draws")
-        .to_string();
-    assert!(dropped.contains("prepare_draws"), "{dropped}");
+    let mut admitted = Vec::new();
+    prepared.admit(&params[..2], &mut |row| {
+        admitted.push(row);
+        0.81
+    });
+    assert_eq!(
+        admitted,
+        [0],
+        "the new sampling row draws, the greedy one not"
+    );
+    let rows = Tensor::from_slice(&[0i64, 2, 0, 1]);
+    let (tokens, logprobs) = prepared
+        .sample_prepared(&logits.index_select(0, &rows))
+        .expect("the kept and admitted rows' draws");
+    let mut expected = Sampler::new(
+        &[params[0], params[2], params[0], params[1]],
+        vocab,
+        Device::Cpu,
+    );
+    let uniforms = [0.37, 0.62, 0.81, 0.5];
+    let (expected_tokens, expected_logprobs) = expected
+        .sample_with(&logits.index_select(0, &rows), &[true; 4], &mut |row| {
+            uniforms[row]
+        })
+        .expect("samples");
+    assert!(tokens.equal(&expected_tokens) && logprobs.equal(&expected_logprobs));
 
     let mut greedy = Sampler::new(&[SamplingParams::GREEDY; 3], vocab, Device::Cpu);
     let (argmax, _) = greedy

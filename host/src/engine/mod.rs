@@ -6,12 +6,14 @@
 pub mod cpu;
 pub mod cuda_graph;
 pub mod decode_steps;
+pub mod decoding;
 pub mod generate;
 pub mod generator;
 pub mod remote;
 pub mod sampling;
 pub mod stop;
 
+pub use decoding::Decoding;
 pub use generate::{generate, FinishReason, Generation, GenerationRequest};
 pub use generator::{Generator, LocalGenerator};
 pub use sampling::{Sampler, SamplingParams};

@@ -220,12 +220,47 @@ impl Sampler {
         self.params.len()
     }
 
-    /// Keeps only the rows at `rows` (indices into the current rows, in the order given).
-    /// Draws prepared for the old rows are dropped.
+    /// Keeps only the rows at `rows` (indices into the current rows, in the order given),
+    /// with the draws prepared for them.
     pub fn retain(&mut self, rows: &[usize]) {
         let params = rows.iter().map(|&r| self.params[r]).collect();
         self.set_params(params);
+        if self.prepared.is_some() {
+            self.uniforms = rows.iter().map(|&r| self.uniforms[r]).collect();
+            self.upload_draws();
+        }
+    }
+
+    /// Adds rows sampled with `params` after the current ones, their draws prepared as
+    /// [`Self::prepare_draws`] does (`uniform(row)` for those that sample, `row` counting from
+    /// the first new one): rows joining a batch between its steps, whose first token is
+    /// sampled with the others' next.
+    pub fn admit(&mut self, params: &[SamplingParams], uniform: &mut dyn FnMut(usize) -> f32) {
+        if self.prepared.is_none() {
+            // No row drew: all were greedy.
+            self.uniforms = vec![0.5; self.params.len()];
+        }
+        let mut all = self.params.clone();
+        all.extend_from_slice(params);
+        self.set_params(all);
+        for (row, p) in params.iter().enumerate() {
+            self.uniforms
+                .push(if p.is_greedy() { 0.5 } else { uniform(row) });
+        }
         self.prepared = None;
+        if !self.params.iter().all(SamplingParams::is_greedy) {
+            self.upload_draws();
+        }
+    }
+
+    /// Moves [`Self::uniforms`] to the device as the prepared draws.
+    fn upload_draws(&mut self) {
+        let n = self.uniforms.len() as i64;
+        self.prepared = Some(
+            Tensor::from_slice(&self.uniforms)
+                .view([n, 1])
+                .to_device(self.device),
+        );
     }
 
     /// Picks one token for every row of `logits` `[B, V]` (`B` rows and `V` tokens as the
@@ -285,12 +320,7 @@ impl Sampler {
             let sampled = live && !p.is_greedy();
             self.uniforms.push(if sampled { uniform(row) } else { 0.5 });
         }
-        let n = self.uniforms.len() as i64;
-        self.prepared = Some(
-            Tensor::from_slice(&self.uniforms)
-                .view([n, 1])
-                .to_device(self.device),
-        );
+        self.upload_draws();
         Ok(())
     }
 

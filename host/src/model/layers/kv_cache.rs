@@ -141,6 +141,114 @@ impl KvCache {
         self.shared = shared_rows(&self.origin, slots);
     }
 
+    /// Slots at the front that hold no real token in any of the rows `rows`: what
+    /// [`Self::admit`] may drop once only those rows are kept. Reads one number from the device.
+    pub fn leading_padding(&self, rows: &[usize]) -> i64 {
+        if self.len == 0 || rows.is_empty() {
+            return 0;
+        }
+        let index = Tensor::from_slice(&rows.iter().map(|&r| r as i64).collect::<Vec<_>>())
+            .to_device(self.seen.device());
+        let any = self
+            .key_valid
+            .narrow(1, 0, self.len)
+            .index_select(0, &index)
+            .any_dim(0, false)
+            .to_kind(Kind::Int64);
+        let held = Vec::<i64>::try_from(any).unwrap_or_default();
+        held.iter().position(|&h| h != 0).unwrap_or(held.len()) as i64
+    }
+
+    /// Keeps the rows `keep` (their slots after the first `start`, which none of them uses) and
+    /// adds the rows of `joining` at `joining_rows` (indices into that cache; repeats copy a
+    /// row), all in a new cache of `len` slots filled and `max_len` allocated. Each row's
+    /// tokens end at slot `len`, padding before them: the same right alignment a batch prefilled
+    /// together has, so a decode step treats old and new rows alike. What lets requests join a
+    /// batch between decode steps (continuous batching); the caller checks that every row's
+    /// tokens fit (`len` at least every kept row's span and every joining prompt, `max_len` room
+    /// for their new tokens). The slot must not be held on the device.
+    pub fn admit(
+        &mut self,
+        (keep, start): (&[usize], i64),
+        (joining, joining_rows): (&KvCache, &[usize]),
+        (len, max_len): (i64, i64),
+    ) {
+        let device = self.seen.device();
+        let indices = |rows: &[usize]| {
+            Tensor::from_slice(&rows.iter().map(|&r| r as i64).collect::<Vec<_>>())
+                .to_device(device)
+        };
+        let (kept, joined) = (indices(keep), indices(joining_rows));
+        let span = self.len - start;
+        let batch = (keep.len() + joining_rows.len()) as i64;
+        // Both parts right-aligned at `len`: the kept rows' slots `start..self.len` and the
+        // joining rows' `0..joining.len`, zeros and padding before them.
+        let place = |old: &Tensor, new: &Tensor, slots: i64| {
+            let mut size = old.size();
+            size[0] = batch;
+            size[2] = max_len;
+            let merged = Tensor::zeros(size.as_slice(), (old.kind(), old.device()));
+            if span > 0 && !keep.is_empty() {
+                merged
+                    .narrow(0, 0, keep.len() as i64)
+                    .narrow(2, len - span, span)
+                    .copy_(&old.narrow(2, start, span).index_select(0, &kept));
+            }
+            if slots > 0 && !joining_rows.is_empty() {
+                merged
+                    .narrow(0, keep.len() as i64, joining_rows.len() as i64)
+                    .narrow(2, len - slots, slots)
+                    .copy_(&new.narrow(2, 0, slots).index_select(0, &joined));
+            }
+            merged
+        };
+        for (mine, theirs) in (self.keys.iter_mut()).zip(&joining.keys) {
+            *mine = place(mine, theirs, joining.len);
+        }
+        for (mine, theirs) in (self.values.iter_mut()).zip(&joining.values) {
+            *mine = place(mine, theirs, joining.len);
+        }
+        let valid = Tensor::zeros([batch, max_len], (Kind::Bool, device));
+        if span > 0 && !keep.is_empty() {
+            valid
+                .narrow(0, 0, keep.len() as i64)
+                .narrow(1, len - span, span)
+                .copy_(&self.key_valid.narrow(1, start, span).index_select(0, &kept));
+        }
+        if joining.len > 0 && !joining_rows.is_empty() {
+            valid
+                .narrow(0, keep.len() as i64, joining_rows.len() as i64)
+                .narrow(1, len - joining.len, joining.len)
+                .copy_(&(joining.key_valid.narrow(1, 0, joining.len)).index_select(0, &joined));
+        }
+        self.key_valid = valid;
+        self.seen = Tensor::cat(
+            &[
+                self.seen.index_select(0, &kept),
+                joining.seen.index_select(0, &joined),
+            ],
+            0,
+        );
+        // The kept rows' shared slots moved by `len - self.len`; the joining rows share none
+        // (each is its own origin), nor do kept rows once no shared slot is left.
+        let shift = len - self.len;
+        let slots = self
+            .shared
+            .as_ref()
+            .map_or(0, |shared| (shared.slots as i64 + shift).max(0) as usize);
+        let fresh = self.origin.iter().max().map_or(0, |&most| most + 1);
+        self.origin = if slots == 0 {
+            (0..keep.len() + joining_rows.len()).collect()
+        } else {
+            (keep.iter().map(|&r| self.origin[r]))
+                .chain(fresh..fresh + joining_rows.len())
+                .collect()
+        };
+        self.shared = shared_rows(&self.origin, slots);
+        self.len = len;
+        self.max_len = max_len;
+    }
+
     /// Whether `batch` sequences of `tokens` new tokens each fit: `Err` says why not. With the
     /// slot held on the device a step takes one token per sequence.
     pub(crate) fn check_room(&self, batch: i64, tokens: i64) -> Result<(), String> {
