@@ -276,7 +276,9 @@ fn requests_admitted_between_steps_sample_what_each_samples_alone() {
         let mut decoding =
             Decoding::start(llama, tokenizer, running.clone(), &mut rng).expect("starts");
         decoding.step().expect("steps");
-        let first = decoding.admit(vec![longer.clone()]).expect("admits");
+        let first = decoding
+            .admit(std::slice::from_ref(&longer))
+            .expect("admits");
         assert_eq!(first, Some(3..4));
         for _ in 0..8 {
             decoding.step().expect("steps");
@@ -286,7 +288,7 @@ fn requests_admitted_between_steps_sample_what_each_samples_alone() {
             "the long prompts left"
         );
         assert_eq!(decoding.live_rows(), 2);
-        let later = decoding.admit(joining_later.clone()).expect("admits");
+        let later = decoding.admit(&joining_later).expect("admits");
         assert_eq!(later, Some(4..7));
         assert!(
             decoding.is_finished(6),
@@ -314,7 +316,7 @@ fn requests_admitted_between_steps_sample_what_each_samples_alone() {
         }
         assert!(
             decoding
-                .admit(joining_later)
+                .admit(&joining_later)
                 .expect("a finished batch")
                 .is_none(),
             "a finished batch takes no more requests"

@@ -1005,6 +1005,73 @@ fn serve_counts_its_answers_tokens_and_weight_updates_in_prometheus_metrics() {
     );
 }
 
+/// The value of the series `name` (with the fixture's `model_name` label) in `server`'s
+/// `/metrics`.
+fn metric(server: &Served, name: &str) -> f64 {
+    let mut answer = ureq::get(format!("{}/metrics", server.url))
+        .call()
+        .expect("GET /metrics");
+    let text = answer.body_mut().read_to_string().expect("text");
+    let series = format!("drmas:{name}{{model_name=\"llama\"}} ");
+    let line = text.lines().find(|line| line.starts_with(&series));
+    let value = line.and_then(|line| line[series.len()..].parse().ok());
+    value.unwrap_or_else(|| panic!("no {series} in\n{text}"))
+}
+
+/// A request that arrives while a long batch runs joins it between decode steps and is
+/// answered once its own tokens are done, not when the batch ends (continuous batching),
+/// with the tokens it gets alone; the running rows get theirs unchanged.
+#[test]
+fn serve_answers_a_request_that_joins_a_running_batch_before_the_batch_ends() {
+    let server = Served::start_with("llama", &["--batch-wait-ms", "0"]);
+    let greedy = |prompts: &str, tokens: usize| {
+        format!(
+            r#"{{"input_ids": {prompts}, "sampling_params": {{"max_new_tokens": {tokens}, "temperature": 0}}}}"#
+        )
+    };
+    let rows = vec!["[1, 2, 3, 4, 5, 6, 7, 8, 9]"; 32].join(", ");
+    let long = greedy(&format!("[{rows}]"), 500);
+    let short = greedy("[[4, 5]]", 3);
+    let output_ids = |text: &str| {
+        let answers: Value = serde_json::from_str(text).expect("JSON");
+        answers[0]["output_ids"].clone()
+    };
+    let (finished, long_done) = std::sync::mpsc::channel();
+    let url = server.url.clone();
+    let body = long.clone();
+    let long_request = std::thread::spawn(move || {
+        let mut answer = ureq::post(format!("{url}/generate"))
+            .send(&body)
+            .expect("the long request");
+        let text = answer.body_mut().read_to_string().expect("a body");
+        let _ = finished.send(());
+        text
+    });
+    let deadline = Instant::now() + PATIENCE;
+    while metric(&server, "num_running_seqs") < 32.0 {
+        assert!(Instant::now() < deadline, "the long batch never started");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let (status, joined) = server.post("/generate", &short);
+    assert_eq!(status, 200, "{joined}");
+    assert!(
+        long_done.try_recv().is_err(),
+        "the long batch ended before the short request that joined it was answered"
+    );
+    let long_joined = long_request.join().expect("the long request's thread");
+    assert_eq!(metric(&server, "batches_total"), 1.0);
+    assert_eq!(metric(&server, "batch_joins_total"), 1.0);
+    assert_eq!(metric(&server, "batch_sequences_total"), 33.0);
+    assert_eq!(metric(&server, "num_running_seqs"), 0.0);
+    let (status, alone) = server.post("/generate", &short);
+    assert_eq!(status, 200, "{alone}");
+    assert_eq!(output_ids(&joined), output_ids(&alone));
+    let (status, long_alone) = server.post("/generate", &long);
+    assert_eq!(status, 200, "{long_alone}");
+    assert_eq!(output_ids(&long_joined), output_ids(&long_alone));
+    assert_eq!(output_ids(&long_alone).as_array().map(Vec::len), Some(500));
+}
+
 #[test]
 fn serve_refuses_bad_requests_naming_the_field_and_keeps_serving() {
     let server = Served::start("llama");

@@ -215,19 +215,19 @@ impl<'a> Decoding<'a> {
     /// what it would alone, up to the rounding of batched arithmetic.
     pub fn admit(
         &mut self,
-        requests: Vec<GenerationRequest>,
+        requests: &[GenerationRequest],
     ) -> Result<Option<Range<usize>>, ModelError> {
         if self.is_done() || !self.steps.may_compact() {
             return Ok(None);
         }
-        check(self.model, &requests)?;
+        check(self.model, requests)?;
         let first = self.requests.len();
         let added = first..first + requests.len();
         let active: Vec<usize> = (0..requests.len())
             .filter(|&i| requests[i].max_new_tokens > 0)
             .collect();
         if active.is_empty() {
-            self.register(requests);
+            self.register(requests.to_vec());
             return Ok(Some(added));
         }
         let keep = self.live_row_indices();
@@ -243,7 +243,7 @@ impl<'a> Decoding<'a> {
         if max_len > positions.max(self.cache.max_len()) {
             return Ok(None);
         }
-        let prefill = Prefill::run(self.model, &requests, &active, 0)?;
+        let prefill = Prefill::run(self.model, requests, &active, 0)?;
         let device = self.model.var_store().device();
         self.cache.admit(
             (&keep, start),
@@ -259,7 +259,7 @@ impl<'a> Decoding<'a> {
         );
         self.sampler.retain(&keep);
         self.keep_rows(&keep);
-        self.register(requests);
+        self.register(requests.to_vec());
         let joining: Vec<usize> = active.iter().map(|&i| first + i).collect();
         let params: Vec<SamplingParams> =
             joining.iter().map(|&i| self.requests[i].params).collect();

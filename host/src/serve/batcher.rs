@@ -1,8 +1,10 @@
 //! [`Batcher`]: the one thread that owns the served model. HTTP threads hand it jobs; it runs
-//! the generation requests that arrive together as one batch of the local engine, and weight
-//! updates and LoRA adapter loads between batches, so a batch never sees two versions of the
-//! weights.
+//! the generation requests that arrive together as one batch of the local engine, lets those
+//! that arrive while it runs join it between decode steps, answers each as soon as its
+//! sequences finish, and runs weight updates and LoRA adapter loads between batches, so a batch
+//! never sees two versions of the weights.
 
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -14,9 +16,10 @@ use tokenizers::Tokenizer;
 
 use super::adapter_slots::{AdapterSlots, HeldAdapter};
 use super::refusal::Refusal;
-use super::server_metrics::ServerMetrics;
+use super::server_metrics::{BatchCounts, ServerMetrics};
 use crate::engine::cpu::backend_for;
-use crate::engine::{generate, Generation, GenerationRequest};
+use crate::engine::{Decoding, Generation, GenerationRequest};
+use crate::model::error::ModelError;
 use crate::model::pretrained::Pretrained;
 use crate::rng::SeededRng;
 
@@ -279,7 +282,7 @@ impl Engine {
                 }
                 Job::Generate(job) => {
                     let batch = self.gather(inbox, vec![job]);
-                    self.generate(batch);
+                    self.generate(inbox, batch);
                 }
             }
         }
@@ -311,70 +314,100 @@ impl Engine {
     }
 
     /// Generates every job of `batch` in one engine batch, each request through its adapter's
-    /// slot, and answers each job its own outputs; a job one of whose adapters was unloaded
-    /// since it was checked is answered that.
-    fn generate(&mut self, batch: Vec<GenerateJob>) {
-        let mut runnable = Vec::with_capacity(batch.len());
-        for mut job in batch {
-            let slots: Result<Vec<Option<usize>>, String> =
-                job.adapters
-                    .iter()
-                    .map(|adapter| match adapter {
-                        None => Ok(None),
-                        Some(name) => self.adapters.slot_of(name).map(Some).ok_or_else(|| {
-                            format!("The lora adapter '{name}' was unloaded meanwhile")
-                        }),
-                    })
-                    .collect();
-            match slots {
-                Ok(slots) => {
-                    for (request, slot) in job.requests.iter_mut().zip(slots) {
-                        request.adapter = slot;
+    /// slot, and answers each job its own outputs as soon as they are all finished. Between
+    /// decode steps, generation jobs that arrive join the batch while it has room (continuous
+    /// batching); the first job that does not fit, or any other job, is held, and the batch
+    /// then runs to its end before it is taken.
+    fn generate(&mut self, inbox: &Receiver<Job>, batch: Vec<GenerateJob>) {
+        let batch: Vec<GenerateJob> = batch
+            .into_iter()
+            .filter_map(|job| with_slots(&self.adapters, job))
+            .collect();
+        if batch.is_empty() {
+            return;
+        }
+        let version = self.version();
+        let started = Instant::now();
+        let mut counts = BatchCounts::default();
+        let Self {
+            pretrained,
+            rng,
+            adapters,
+            limits,
+            metrics,
+            held,
+            ..
+        } = self;
+        let mut running: Vec<RunningJob> = Vec::with_capacity(batch.len());
+        let mut requests = Vec::new();
+        for job in batch {
+            let first = requests.len();
+            count_requests(&mut counts, &job.requests);
+            requests.extend(job.requests);
+            running.push(RunningJob {
+                requests: first..requests.len(),
+                reply: job.reply,
+            });
+        }
+        let (model, tokenizer) = (&pretrained.model, &pretrained.tokenizer);
+        let mut decoding = match Decoding::start(model, tokenizer, requests, rng) {
+            Ok(decoding) => decoding,
+            Err(error) => return fail(running, &error),
+        };
+        loop {
+            answer_finished(&mut decoding, &mut running, &version, &mut counts);
+            metrics.set_running_sequences(decoding.live_rows());
+            if decoding.is_done() {
+                break;
+            }
+            if let Err(error) = decoding.step() {
+                metrics.set_running_sequences(0);
+                return fail(running, &error);
+            }
+            // Jobs that arrived meanwhile join while they fit, in order.
+            while held.is_none() {
+                let job = match inbox.try_recv() {
+                    Ok(Job::Generate(job)) => job,
+                    Ok(other) => {
+                        *held = Some(other);
+                        break;
                     }
-                    runnable.push(job);
-                }
-                Err(gone) => {
-                    let _ = job.reply.send(Err(Refusal::new(404, gone)));
+                    Err(_) => break,
+                };
+                let Some(job) = with_slots(adapters, job) else {
+                    continue;
+                };
+                let room = decoding.live_rows() + job.requests.len() <= limits.max_batch;
+                let admitted = if room {
+                    decoding.admit(&job.requests)
+                } else {
+                    Ok(None)
+                };
+                match admitted {
+                    Ok(Some(indices)) => {
+                        count_requests(&mut counts, &job.requests);
+                        counts.joined_requests += 1;
+                        running.push(RunningJob {
+                            requests: indices,
+                            reply: job.reply,
+                        });
+                    }
+                    Ok(None) => *held = Some(Job::Generate(job)),
+                    Err(error) => {
+                        let failed = Refusal::new(500, format!("generation failed: {error}"));
+                        let _ = job.reply.send(Err(failed));
+                    }
                 }
             }
         }
-        let batch = runnable;
-        let all: Vec<GenerationRequest> =
-            batch.iter().flat_map(|job| job.requests.clone()).collect();
-        let model = &self.pretrained;
-        let started = Instant::now();
-        let result = generate(&model.model, &model.tokenizer, &all, &mut self.rng);
-        if let Ok(generations) = &result {
-            self.metrics.record_batch(
-                all.len(),
-                all.iter().map(|request| request.prompt.len()).sum(),
-                generations.iter().map(|g| g.tokens.len()).sum(),
-                started.elapsed(),
-            );
-        }
+        counts.took = started.elapsed();
+        metrics.record_batch(&counts);
         tracing::debug!(
-            sequences = all.len(),
-            requests = batch.len(),
-            seconds = started.elapsed().as_secs_f64(),
+            sequences = counts.sequences,
+            joined = counts.joined_requests,
+            seconds = counts.took.as_secs_f64(),
             "generated a batch"
         );
-        let version = self.version();
-        match result {
-            Ok(generations) => {
-                let mut generations = generations.into_iter();
-                for job in batch {
-                    let count = job.requests.len();
-                    let mine: Vec<Generation> = generations.by_ref().take(count).collect();
-                    let _ = job.reply.send(Ok((mine, version.clone())));
-                }
-            }
-            Err(error) => {
-                for job in batch {
-                    let failed = Refusal::new(500, format!("generation failed: {error}"));
-                    let _ = job.reply.send(Err(failed));
-                }
-            }
-        }
     }
 
     fn version(&self) -> String {
@@ -444,6 +477,70 @@ impl Engine {
 /// The answer to a job sent to an engine thread that has stopped.
 fn stopped() -> Refusal {
     Refusal::new(500, "the engine thread has stopped")
+}
+
+/// A job of the running batch: its requests' indices in the [`Decoding`] and where their
+/// answer goes.
+struct RunningJob {
+    requests: Range<usize>,
+    reply: Sender<Generated>,
+}
+
+/// `job` with each request's adapter set to the slot its name holds, or `None` once the job
+/// has been answered that one of its adapters was unloaded since it was checked.
+fn with_slots(adapters: &AdapterSlots, mut job: GenerateJob) -> Option<GenerateJob> {
+    let slots: Result<Vec<Option<usize>>, String> = (job.adapters.iter())
+        .map(|adapter| match adapter {
+            None => Ok(None),
+            Some(name) => (adapters.slot_of(name).map(Some))
+                .ok_or_else(|| format!("The lora adapter '{name}' was unloaded meanwhile")),
+        })
+        .collect();
+    match slots {
+        Ok(slots) => {
+            for (request, slot) in job.requests.iter_mut().zip(slots) {
+                request.adapter = slot;
+            }
+            Some(job)
+        }
+        Err(gone) => {
+            let _ = job.reply.send(Err(Refusal::new(404, gone)));
+            None
+        }
+    }
+}
+
+/// Answers the jobs of `running` whose requests have all finished with their outputs made by
+/// `version`, counting the tokens generated.
+fn answer_finished(
+    decoding: &mut Decoding,
+    running: &mut Vec<RunningJob>,
+    version: &str,
+    counts: &mut BatchCounts,
+) {
+    running.retain(|job| {
+        if !job.requests.clone().all(|i| decoding.is_finished(i)) {
+            return true;
+        }
+        let outputs: Vec<Generation> = job.requests.clone().map(|i| decoding.take(i)).collect();
+        counts.generation_tokens += outputs.iter().map(|g| g.tokens.len()).sum::<usize>();
+        let _ = job.reply.send(Ok((outputs, version.to_owned())));
+        false
+    });
+}
+
+/// Adds `requests` to the sequences and prompt tokens of `counts`.
+fn count_requests(counts: &mut BatchCounts, requests: &[GenerationRequest]) {
+    counts.sequences += requests.len();
+    counts.prompt_tokens += requests.iter().map(|r| r.prompt.len()).sum::<usize>();
+}
+
+/// Answers every job of `running` that generation failed with `error`.
+fn fail(running: Vec<RunningJob>, error: &ModelError) {
+    for job in running {
+        let failed = Refusal::new(500, format!("generation failed: {error}"));
+        let _ = job.reply.send(Err(failed));
+    }
 }
 
 /// Loads a model for serving, on the kernels a worker group on `device` would use.

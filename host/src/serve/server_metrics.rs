@@ -23,11 +23,29 @@ pub struct ServerMetrics {
     generation_tokens: AtomicU64,
     batches: AtomicU64,
     batch_sequences: AtomicU64,
+    batch_joins: AtomicU64,
+    /// Sequences in the engine's running batch now (a gauge the engine sets).
+    batch_rows: AtomicU64,
     generation_micros: AtomicU64,
     weight_updates: AtomicU64,
     /// Generation requests answered with their outputs, and the microseconds they took in all.
     requests_served: AtomicU64,
     request_micros: AtomicU64,
+}
+
+/// What one engine batch did, for [`ServerMetrics::record_batch`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BatchCounts {
+    /// Sequences generated, those of requests that joined it included.
+    pub sequences: usize,
+    /// Requests that joined it while it ran.
+    pub joined_requests: usize,
+    /// Prompt tokens of its sequences.
+    pub prompt_tokens: usize,
+    /// Tokens it generated.
+    pub generation_tokens: usize,
+    /// From its start until its last sequence finished.
+    pub took: Duration,
 }
 
 /// The gauges of one [`ServerMetrics::render`].
@@ -49,6 +67,8 @@ impl ServerMetrics {
             generation_tokens: AtomicU64::new(0),
             batches: AtomicU64::new(0),
             batch_sequences: AtomicU64::new(0),
+            batch_joins: AtomicU64::new(0),
+            batch_rows: AtomicU64::new(0),
             generation_micros: AtomicU64::new(0),
             weight_updates: AtomicU64::new(0),
             requests_served: AtomicU64::new(0),
@@ -62,20 +82,20 @@ impl ServerMetrics {
         *answers.entry((route, status)).or_default() += 1;
     }
 
-    /// Counts an engine batch of `sequences` that read `prompt_tokens` and generated
-    /// `generation_tokens` in `took`.
-    pub fn record_batch(
-        &self,
-        sequences: usize,
-        prompt_tokens: usize,
-        generation_tokens: usize,
-        took: Duration,
-    ) {
+    /// Counts an engine batch, from its start until its last sequence finished.
+    pub fn record_batch(&self, batch: &BatchCounts) {
         self.batches.fetch_add(1, Ordering::Relaxed);
-        add(&self.batch_sequences, sequences);
-        add(&self.prompt_tokens, prompt_tokens);
-        add(&self.generation_tokens, generation_tokens);
-        add(&self.generation_micros, micros(took));
+        add(&self.batch_sequences, batch.sequences);
+        add(&self.batch_joins, batch.joined_requests);
+        add(&self.prompt_tokens, batch.prompt_tokens);
+        add(&self.generation_tokens, batch.generation_tokens);
+        add(&self.generation_micros, micros(batch.took));
+    }
+
+    /// Sets the sequences in the engine's running batch (0 between batches).
+    pub fn set_running_sequences(&self, sequences: usize) {
+        let sequences = u64::try_from(sequences).unwrap_or(u64::MAX);
+        self.batch_rows.store(sequences, Ordering::Relaxed);
     }
 
     /// Counts a generation request answered with its outputs after `took`.
@@ -146,6 +166,13 @@ impl ServerMetrics {
                 count(&self.batch_sequences),
             ),
             (
+                "batch_joins_total",
+                "counter",
+                "Generation requests that joined an engine batch while it ran (continuous \
+                 batching).",
+                count(&self.batch_joins),
+            ),
+            (
                 "generation_seconds_total",
                 "counter",
                 "Seconds the engine spent generating.",
@@ -162,6 +189,12 @@ impl ServerMetrics {
                 "gauge",
                 "Generation requests in progress.",
                 gauges.running_requests as f64,
+            ),
+            (
+                "num_running_seqs",
+                "gauge",
+                "Sequences in the engine's running batch.",
+                count(&self.batch_rows),
             ),
             (
                 "lora_adapters_loaded",
@@ -213,7 +246,14 @@ mod tests {
         metrics.record_answer("/generate", 200);
         metrics.record_answer("/generate", 200);
         metrics.record_answer("other", 404);
-        metrics.record_batch(3, 30, 12, Duration::from_millis(1500));
+        metrics.record_batch(&BatchCounts {
+            sequences: 3,
+            joined_requests: 1,
+            prompt_tokens: 30,
+            generation_tokens: 12,
+            took: Duration::from_millis(1500),
+        });
+        metrics.set_running_sequences(4);
         metrics.record_request(Duration::from_millis(250));
         let text = metrics.render(Gauges {
             running_requests: 2,
@@ -227,18 +267,20 @@ mod tests {
             format!("drmas:generation_tokens_total{{{label}}} 12"),
             format!("drmas:batches_total{{{label}}} 1"),
             format!("drmas:batch_sequences_total{{{label}}} 3"),
+            format!("drmas:batch_joins_total{{{label}}} 1"),
             format!("drmas:generation_seconds_total{{{label}}} 1.5"),
             format!("drmas:e2e_request_latency_seconds_sum{{{label}}} 0.25"),
             format!("drmas:e2e_request_latency_seconds_count{{{label}}} 1"),
             format!("drmas:weight_updates_total{{{label}}} 0"),
             format!("drmas:num_running_reqs{{{label}}} 2"),
+            format!("drmas:num_running_seqs{{{label}}} 4"),
             format!("drmas:lora_adapters_loaded{{{label}}} 1"),
             "# TYPE drmas:e2e_request_latency_seconds summary".to_owned(),
             "# TYPE drmas:num_running_reqs gauge".to_owned(),
         ] {
             assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
         }
-        assert_eq!(text.matches("# TYPE ").count(), 10, "{text}");
+        assert_eq!(text.matches("# TYPE ").count(), 12, "{text}");
         assert!(
             text.lines()
                 .all(|l| l.starts_with("# ") || l.starts_with("drmas:")),
