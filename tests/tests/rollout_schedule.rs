@@ -2,17 +2,20 @@
 //! orchestra whose two agents sit on two worker groups and an environment whose resets of some
 //! tasks are slow: under `rounds` the first generation waits for the slowest reset; under
 //! `async` both groups generate for the other episodes meanwhile. Both run every episode to the
-//! end with one call per agent turn, in order.
+//! end with one call per agent turn, in order. Under `async` a group on a server sends the calls
+//! that become ready while one of its batches runs without waiting for it.
 
 mod common;
 
 use std::time::Duration;
 
 use drmas_host::config::Schedule;
-use drmas_host::engine::{LocalGenerator, SamplingParams};
+use drmas_host::engine::remote::{Protocol, RemoteGenerator, RemoteSettings, WeightLoading};
+use drmas_host::engine::{Generator, LocalGenerator, SamplingParams};
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rng::SeededRng;
 use drmas_host::rollout::{self, Crew, Rollout, RolloutLimits, TeamMember};
+use drmas_host::serve::{ServeOptions, Server};
 use drmas_sdk::DatasetSpec;
 use tch::{Device, Kind};
 
@@ -133,4 +136,113 @@ fn async_generates_for_other_episodes_while_one_environment_is_slow() {
     assert!(before_slow_reset_ended(1), "{:?}", rollout.batches);
     // The slow episode came later, in its own batches.
     assert!(rollout.batches.len() >= 4, "{:?}", rollout.batches);
+}
+
+/// A `drmas-host serve` of the tiny llama in this process, on a free port; its URL.
+fn serve_in_process() -> String {
+    let server = Server::bind(ServeOptions {
+        model: common::repo().join("host/tests/fixtures/hf/llama"),
+        served_model_name: "llama".into(),
+        addr: "127.0.0.1:0".into(),
+        device: Device::Cpu,
+        kind: Kind::Float,
+        seed: 0,
+        max_batch: 64,
+        max_running_requests: 64,
+        max_body_bytes: 1 << 20,
+        batch_wait: Duration::ZERO,
+        idle_timeout: Duration::from_secs(60),
+        threads: 1,
+        max_loras: 0,
+        max_lora_rank: None,
+        lora_target_modules: None,
+    })
+    .expect("the server binds");
+    let url = server.url();
+    // Serves until the test's process ends.
+    std::thread::spawn(move || server.run());
+    url
+}
+
+#[test]
+fn async_sends_a_groups_next_batch_to_its_server_while_one_runs() {
+    let registry = common::fixture_registry();
+    let orchestra = registry.orchestra("pair", "").expect("pair orchestra");
+    let environment = registry
+        .environment("slow-parity", "sleep_ms = 100")
+        .expect("slow-parity environment");
+    let path = common::repo().join("host/tests/fixtures/hf/llama");
+    let mut llama = Pretrained::load(&path, Device::Cpu, Kind::Float).expect("tiny model loads");
+    let (_, codec) = LocalGenerator::split(&mut llama);
+    let server = RemoteGenerator::new(RemoteSettings {
+        group: "shared".into(),
+        urls: vec![serve_in_process()],
+        router: None,
+        request_timeout: Duration::from_secs(60),
+        connect_timeout: Duration::from_secs(5),
+        max_in_flight: 8,
+        max_tries: 1,
+        first_backoff: Duration::from_millis(250),
+        max_batch_per_request: 64,
+        protocol: Protocol::Sglang,
+        weight_loading: WeightLoading::None,
+        adapter_needs: None,
+    });
+    assert_eq!(server.concurrent_batches(), 8);
+    // Both agents on the server; long responses keep a batch running for a while.
+    let member = |role: &str| TeamMember {
+        role: role.to_owned(),
+        actions: drmas_sdk::Actions::Text,
+        agent: registry.agent("Shout Agent", "").expect("agent"),
+        group: 0,
+        adapter: None,
+        sampling: SamplingParams::with_temperature(1.0),
+        max_new_tokens: 400,
+        stop: Vec::new(),
+    };
+    let team = [member("first"), member("second")];
+    // Sixteen fast resets, and one that ends 100 ms later, while their batch runs.
+    let words: Vec<String> = (0..16).map(|i| format!("word{i}")).collect();
+    let tasks = environment
+        .load_tasks(&DatasetSpec {
+            path: format!("{}, sloth", words.join(", ")),
+            split: String::new(),
+            limit: None,
+            base_dir: String::new(),
+        })
+        .expect("tasks");
+    let tasks: Vec<_> = tasks.iter().collect();
+    let rollout = rollout::run(
+        &Crew {
+            orchestra: &orchestra,
+            environment: &environment,
+            team: &team,
+            codecs: &[codec],
+            generators: &[&server],
+        },
+        &tasks,
+        RolloutLimits {
+            max_prompt_tokens: 64,
+            max_batch: 64,
+            schedule: Schedule::Async,
+            batch_wait: Duration::from_millis(20),
+            max_failure_rate: 0.0,
+        },
+        &mut SeededRng::new(3),
+        &mut |_| {},
+    )
+    .expect("the rollout runs");
+    assert_eq!(rollout.calls.len(), 2 * tasks.len());
+    // Batches are recorded as they end; the first to start held the fast episodes' first calls.
+    let batches = &rollout.batches;
+    let first = (batches.iter())
+        .min_by(|a, b| a.started.total_cmp(&b.started))
+        .expect("batches");
+    assert_eq!(first.rows, 16, "{batches:?}");
+    // The slow episode's first call went while that batch still ran, and came back first.
+    let slow = batches.iter().find(|b| b.rows == 1).expect("the slow call");
+    assert!(
+        slow.started > first.started && slow.started < first.started + first.seconds,
+        "{batches:?}"
+    );
 }

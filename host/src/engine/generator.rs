@@ -18,10 +18,17 @@ use crate::rng::SeededRng;
 /// tokens, their sampling log-probabilities and a finish reason out (see [`GenerationRequest`]
 /// and [`Generation`]).
 ///
-/// The rollout calls it from one thread per worker group, one batch at a time per group, and
-/// blocks on the answer; an implementation that talks to servers may run requests concurrently
-/// inside (on an async runtime of its own).
+/// The rollout calls it from a thread per batch and blocks on the answer, with at most
+/// [`Generator::concurrent_batches`] batches of a group running at once; an implementation that
+/// talks to servers may run requests concurrently inside.
 pub trait Generator: Send + Sync {
+    /// How many batches may run on it at once, each from its own thread: 1 (the default) for
+    /// the in-process engine, whose model runs one batch at a time; more for servers, which
+    /// batch what arrives while they run (continuous batching).
+    fn concurrent_batches(&self) -> usize {
+        1
+    }
+
     /// Continues every request; the outputs are in the order of `requests`. Random numbers
     /// come from `rng`, so a seed fixes what an in-process generator samples.
     fn generate(

@@ -2,8 +2,10 @@
 //! last call is generated; each worker group generates on its own thread as soon as it has calls
 //! and either a full batch, no episode still in plugin code, or calls that waited `batch_wait`.
 //! A slow environment step (a retriever far away) then delays only its own episode, and groups
-//! on different devices generate at the same time. Batches depend on timing, so a run is not
-//! bit-reproducible; each group samples from its own stream, seeded from the run's.
+//! on different devices generate at the same time. A group on servers may have several batches
+//! running at once ([`Generator::concurrent_batches`](crate::engine::Generator)), so calls that
+//! become ready while one runs are sent without waiting for it. Batches depend on timing, so a
+//! run is not bit-reproducible; each group samples from its own stream, seeded from the run's.
 
 use std::collections::VecDeque;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -61,10 +63,15 @@ pub(super) fn run(
     let origin = Instant::now();
     let groups = crew.generators.len();
     let max_batch = limits.max_batch.max(1);
-    // A group's sampler is `None` while its batch runs.
+    // A group's sampler is `None` while its batch runs, when it runs one at a time; a group
+    // that runs several seeds each from it.
     let mut samplers: Vec<Option<SeededRng>> = (0..groups)
         .map(|_| Some(SeededRng::new(rng.next_u64())))
         .collect();
+    let at_once: Vec<usize> = (crew.generators.iter())
+        .map(|generator| generator.concurrent_batches().max(1))
+        .collect();
+    let mut running: Vec<usize> = vec![0; groups];
     let mut queues: Vec<VecDeque<(PreparedCall, Instant)>> =
         (0..groups).map(|_| VecDeque::new()).collect();
     let mut parked: Vec<Option<EpisodeState>> = tasks.iter().map(|_| None).collect();
@@ -100,41 +107,49 @@ pub(super) fn run(
                 }
             }
             for group in 0..groups {
-                let Some((_, since)) = queues[group].front() else {
-                    continue;
+                let ready = |queue: &VecDeque<(PreparedCall, Instant)>| {
+                    queue.front().is_some_and(|(_, since)| {
+                        queue.len() >= max_batch || stepping == 0 || since.elapsed() >= batch_wait
+                    })
                 };
-                let ready = queues[group].len() >= max_batch
-                    || stepping == 0
-                    || since.elapsed() >= batch_wait;
-                if failure.is_some() || !ready {
-                    continue;
+                while failure.is_none() && running[group] < at_once[group] && ready(&queues[group])
+                {
+                    let sampler = if at_once[group] == 1 {
+                        samplers[group].take()
+                    } else {
+                        (samplers[group].as_mut())
+                            .map(|group_rng| SeededRng::new(group_rng.next_u64()))
+                    };
+                    let Some(mut sampler) = sampler else {
+                        break;
+                    };
+                    let take = queues[group].len().min(max_batch);
+                    let calls: Vec<PreparedCall> =
+                        queues[group].drain(..take).map(|(call, _)| call).collect();
+                    let sender = sender.clone();
+                    generating += 1;
+                    running[group] += 1;
+                    scope.spawn(move || {
+                        let result = caught(|| {
+                            let generator = crew.generators[group];
+                            generate_batch(&calls, group, generator, &mut sampler, origin)
+                        });
+                        let _ = sender.send(Event::Generated {
+                            group,
+                            rng: sampler,
+                            calls,
+                            result,
+                        });
+                    });
                 }
-                let Some(mut sampler) = samplers[group].take() else {
-                    continue;
-                };
-                let take = queues[group].len().min(max_batch);
-                let calls: Vec<PreparedCall> =
-                    queues[group].drain(..take).map(|(call, _)| call).collect();
-                let sender = sender.clone();
-                generating += 1;
-                scope.spawn(move || {
-                    let result = caught(|| {
-                        generate_batch(&calls, group, crew.generators[group], &mut sampler, origin)
-                    });
-                    let _ = sender.send(Event::Generated {
-                        group,
-                        rng: sampler,
-                        calls,
-                        result,
-                    });
-                });
             }
             if stepping == 0 && generating == 0 {
                 break;
             }
-            // Wake up when the oldest call of an idle group has waited long enough.
+            // Wake up when the oldest call of a group with room for a batch has waited long
+            // enough.
             let deadline = (0..groups)
-                .filter(|&group| samplers[group].is_some() && failure.is_none())
+                .filter(|&group| running[group] < at_once[group] && failure.is_none())
                 .filter_map(|group| queues[group].front().map(|(_, since)| *since + batch_wait))
                 .min();
             let event = match deadline {
@@ -194,7 +209,11 @@ pub(super) fn run(
                     result,
                 } => {
                     generating -= 1;
-                    samplers[group] = Some(rng);
+                    running[group] -= 1;
+                    // A batch seeded from the group's sampler hands back its own stream.
+                    if at_once[group] == 1 {
+                        samplers[group] = Some(rng);
+                    }
                     let generations = match result {
                         Ok((generations, record)) => {
                             rollout.record_batch(record);

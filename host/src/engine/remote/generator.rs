@@ -1,7 +1,9 @@
 //! [`RemoteGenerator`]: a worker group's rollouts generated on a fleet of servers.
 //!
 //! A batch is cut into one request per server (smaller when `max_batch_per_request` says so),
-//! sent `max_in_flight` at a time. Every prompt carries its own `sampling_seed` drawn from the
+//! sent `max_in_flight` at a time over all the batches the rollout runs on the group at once
+//! (servers batch what arrives while they run, so an `async` rollout need not wait for one
+//! batch before it sends the next). Every prompt carries its own `sampling_seed` drawn from the
 //! run's stream, so what a prompt samples does not depend on which server answers it or what
 //! the server batches it with. A request that fails for a transient reason (connection,
 //! timeout, 5xx) is sent again, to the next server, after a growing wait; an answer is taken
@@ -23,6 +25,7 @@ use anyhow::{anyhow, bail};
 
 use super::completions;
 use super::connection::{Connection, Failure};
+use super::in_flight::InFlight;
 use super::openai_wire::CompletionBody;
 use super::settings::{Protocol, RemoteSettings, WeightLoading, MAX_BACKOFF};
 use super::wire::{GenerateBody, GenerateOutput, OneOrEach, WireSamplingParams, GENERATE_PATH};
@@ -45,6 +48,8 @@ pub struct RemoteGenerator {
     /// Generation attempts that failed and were tried again, since the last
     /// [`RemoteGenerator::take_failed_attempts`].
     failed_attempts: AtomicU64,
+    /// The requests in flight, over every batch running on the group.
+    in_flight: InFlight,
 }
 
 impl RemoteGenerator {
@@ -61,6 +66,7 @@ impl RemoteGenerator {
             .as_deref()
             .map(|url| Connection::new(url, settings.request_timeout, settings.connect_timeout));
         Self {
+            in_flight: InFlight::new(settings.max_in_flight),
             settings,
             servers,
             router,
@@ -346,6 +352,11 @@ fn wire_params(request: &GenerationRequest, seed: u64) -> WireSamplingParams {
 }
 
 impl Generator for RemoteGenerator {
+    /// As many batches as requests may be in flight: each batch sends at least one.
+    fn concurrent_batches(&self) -> usize {
+        self.in_flight.limit()
+    }
+
     fn generate(
         &self,
         requests: &[GenerationRequest],
@@ -437,7 +448,10 @@ impl Generator for RemoteGenerator {
                         .pop_front();
                     let Some(index) = next else { return };
                     let (prompts, body) = &chunks[index];
-                    match self.send(body, *prompts, index) {
+                    let permit = self.in_flight.acquire();
+                    let sent = self.send(body, *prompts, index);
+                    drop(permit);
+                    match sent {
                         Ok(generations) => {
                             answers.lock().unwrap_or_else(PoisonError::into_inner)[index] =
                                 Some(generations);

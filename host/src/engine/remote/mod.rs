@@ -12,6 +12,7 @@ mod adapters;
 mod completions;
 mod connection;
 mod generator;
+mod in_flight;
 pub mod lora_wire;
 pub mod openai_wire;
 mod probe;
