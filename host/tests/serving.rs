@@ -1052,20 +1052,27 @@ fn serve_answers_a_request_that_joins_a_running_batch_before_the_batch_ends() {
         assert!(Instant::now() < deadline, "the long batch never started");
         std::thread::sleep(Duration::from_millis(2));
     }
-    let (status, joined) = server.post("/generate", &short);
-    assert_eq!(status, 200, "{joined}");
+    // Two short requests at once: they join at the same step or at two.
+    let joined: Vec<(u16, String)> = std::thread::scope(|scope| {
+        let other = scope.spawn(|| server.post("/generate", &short));
+        let first = server.post("/generate", &short);
+        vec![first, other.join().expect("the other short request")]
+    });
     assert!(
         long_done.try_recv().is_err(),
-        "the long batch ended before the short request that joined it was answered"
+        "the long batch ended before the short requests that joined it were answered"
     );
     let long_joined = long_request.join().expect("the long request's thread");
     assert_eq!(metric(&server, "batches_total"), 1.0);
-    assert_eq!(metric(&server, "batch_joins_total"), 1.0);
-    assert_eq!(metric(&server, "batch_sequences_total"), 33.0);
+    assert_eq!(metric(&server, "batch_joins_total"), 2.0);
+    assert_eq!(metric(&server, "batch_sequences_total"), 34.0);
     assert_eq!(metric(&server, "num_running_seqs"), 0.0);
     let (status, alone) = server.post("/generate", &short);
     assert_eq!(status, 200, "{alone}");
-    assert_eq!(output_ids(&joined), output_ids(&alone));
+    for (status, answer) in &joined {
+        assert_eq!(*status, 200, "{answer}");
+        assert_eq!(output_ids(answer), output_ids(&alone));
+    }
     let (status, long_alone) = server.post("/generate", &long);
     assert_eq!(status, 200, "{long_alone}");
     assert_eq!(output_ids(&long_joined), output_ids(&long_alone));

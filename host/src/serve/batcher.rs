@@ -4,6 +4,7 @@
 //! sequences finish, and runs weight updates and LoRA adapter loads between batches, so a batch
 //! never sees two versions of the weights.
 
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -136,7 +137,7 @@ impl Batcher {
                         limits,
                         adapters,
                         metrics,
-                        held: None,
+                        held: VecDeque::new(),
                     }
                     .run(&inbox);
                 }
@@ -238,15 +239,15 @@ struct Engine {
     adapters: AdapterSlots,
     /// Where batches and weight updates are counted.
     metrics: Arc<ServerMetrics>,
-    /// A job taken from the inbox that did not fit the last batch.
-    held: Option<Job>,
+    /// Jobs taken from the inbox that did not fit the last batch, in the order they came.
+    held: VecDeque<Job>,
 }
 
 impl Engine {
     /// Answers jobs until every [`Batcher`] is dropped.
     fn run(mut self, inbox: &Receiver<Job>) {
         loop {
-            let job = match self.held.take() {
+            let job = match self.held.pop_front() {
                 Some(job) => job,
                 None => match inbox.recv() {
                     Ok(job) => job,
@@ -288,16 +289,19 @@ impl Engine {
         }
     }
 
-    /// Adds the generation jobs that arrive within the wait to `batch`, up to the batch limit;
-    /// a job that does not fit (or a reload) is held for the next turn.
+    /// Adds the generation jobs held or arriving within the wait to `batch`, up to the batch
+    /// limit; a job that does not fit (or a reload) is held for the next turn.
     fn gather(&mut self, inbox: &Receiver<Job>, mut batch: Vec<GenerateJob>) -> Vec<GenerateJob> {
         let deadline = Instant::now() + self.limits.wait;
         let mut rows: usize = batch.iter().map(|job| job.requests.len()).sum();
         while rows < self.limits.max_batch {
             let left = deadline.saturating_duration_since(Instant::now());
-            let job = match inbox.recv_timeout(left) {
-                Ok(job) => job,
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+            let job = match self.held.pop_front() {
+                Some(job) => job,
+                None => match inbox.recv_timeout(left) {
+                    Ok(job) => job,
+                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+                },
             };
             match job {
                 Job::Generate(job) if rows + job.requests.len() <= self.limits.max_batch => {
@@ -305,7 +309,7 @@ impl Engine {
                     batch.push(job);
                 }
                 other => {
-                    self.held = Some(other);
+                    self.held.push_front(other);
                     break;
                 }
             }
@@ -364,12 +368,14 @@ impl Engine {
                 metrics.set_running_sequences(0);
                 return fail(running, &error);
             }
-            // Jobs that arrived meanwhile join while they fit, in order.
-            while held.is_none() {
+            // Jobs that arrived meanwhile join while they fit, in order, in one admission.
+            let mut joining: Vec<GenerateJob> = Vec::new();
+            let mut rows = decoding.live_rows();
+            while held.is_empty() {
                 let job = match inbox.try_recv() {
                     Ok(Job::Generate(job)) => job,
                     Ok(other) => {
-                        *held = Some(other);
+                        held.push_back(other);
                         break;
                     }
                     Err(_) => break,
@@ -377,23 +383,41 @@ impl Engine {
                 let Some(job) = with_slots(adapters, job) else {
                     continue;
                 };
-                let room = decoding.live_rows() + job.requests.len() <= limits.max_batch;
-                let admitted = if room {
-                    decoding.admit(&job.requests)
-                } else {
-                    Ok(None)
-                };
-                match admitted {
-                    Ok(Some(indices)) => {
+                if rows + job.requests.len() > limits.max_batch {
+                    held.push_back(Job::Generate(job));
+                    break;
+                }
+                rows += job.requests.len();
+                joining.push(job);
+            }
+            if joining.is_empty() {
+                continue;
+            }
+            let requests: Vec<GenerationRequest> = (joining.iter())
+                .flat_map(|job| job.requests.iter().cloned())
+                .collect();
+            match decoding.admit(&requests) {
+                Ok(Some(indices)) => {
+                    let mut next = indices.start;
+                    counts.joined_requests += joining.len();
+                    for job in joining {
                         count_requests(&mut counts, &job.requests);
-                        counts.joined_requests += 1;
+                        let requests = next..next + job.requests.len();
+                        next = requests.end;
                         running.push(RunningJob {
-                            requests: indices,
+                            requests,
                             reply: job.reply,
                         });
                     }
-                    Ok(None) => *held = Some(Job::Generate(job)),
-                    Err(error) => {
+                }
+                // The cache cannot take them now: they start the next batch, in order.
+                Ok(None) => {
+                    for job in joining.into_iter().rev() {
+                        held.push_front(Job::Generate(job));
+                    }
+                }
+                Err(error) => {
+                    for job in joining {
                         let failed = Refusal::new(500, format!("generation failed: {error}"));
                         let _ = job.reply.send(Err(failed));
                     }

@@ -178,54 +178,48 @@ impl KvCache {
             Tensor::from_slice(&rows.iter().map(|&r| r as i64).collect::<Vec<_>>())
                 .to_device(device)
         };
-        let (kept, joined) = (indices(keep), indices(joining_rows));
+        // Rows taken as they are need no gather.
+        let rows_of = |rows: &[usize], batch: i64| {
+            let whole = rows.len() as i64 == batch && rows.iter().enumerate().all(|(i, &r)| i == r);
+            (!whole).then(|| indices(rows))
+        };
+        let kept = rows_of(keep, self.batch());
+        let joined = rows_of(joining_rows, joining.batch());
         let span = self.len - start;
-        let batch = (keep.len() + joining_rows.len()) as i64;
+        let (k, j) = (keep.len() as i64, joining_rows.len() as i64);
         // Both parts right-aligned at `len`: the kept rows' slots `start..self.len` and the
-        // joining rows' `0..joining.len`, zeros and padding before them.
-        let place = |old: &Tensor, new: &Tensor, slots: i64| {
+        // joining rows' `0..joining.len`, zeros before them. Slots from `len` on are written
+        // before they are read, so they are left as allocated.
+        let place = |old: &Tensor, new: &Tensor| {
             let mut size = old.size();
-            size[0] = batch;
+            size[0] = k + j;
             size[2] = max_len;
-            let merged = Tensor::zeros(size.as_slice(), (old.kind(), old.device()));
-            if span > 0 && !keep.is_empty() {
-                merged
-                    .narrow(0, 0, keep.len() as i64)
-                    .narrow(2, len - span, span)
-                    .copy_(&old.narrow(2, start, span).index_select(0, &kept));
-            }
-            if slots > 0 && !joining_rows.is_empty() {
-                merged
-                    .narrow(0, keep.len() as i64, joining_rows.len() as i64)
-                    .narrow(2, len - slots, slots)
-                    .copy_(&new.narrow(2, 0, slots).index_select(0, &joined));
-            }
+            let merged = Tensor::empty(size.as_slice(), (old.kind(), old.device()));
+            let (old, new) = (old.narrow(2, start, span), new.narrow(2, 0, joining.len));
+            right_aligned(&merged.narrow(0, 0, k), &old, kept.as_ref(), 2, len);
+            right_aligned(&merged.narrow(0, k, j), &new, joined.as_ref(), 2, len);
             merged
         };
         for (mine, theirs) in (self.keys.iter_mut()).zip(&joining.keys) {
-            *mine = place(mine, theirs, joining.len);
+            *mine = place(mine, theirs);
         }
         for (mine, theirs) in (self.values.iter_mut()).zip(&joining.values) {
-            *mine = place(mine, theirs, joining.len);
+            *mine = place(mine, theirs);
         }
-        let valid = Tensor::zeros([batch, max_len], (Kind::Bool, device));
-        if span > 0 && !keep.is_empty() {
-            valid
-                .narrow(0, 0, keep.len() as i64)
-                .narrow(1, len - span, span)
-                .copy_(&self.key_valid.narrow(1, start, span).index_select(0, &kept));
-        }
-        if joining.len > 0 && !joining_rows.is_empty() {
-            valid
-                .narrow(0, keep.len() as i64, joining_rows.len() as i64)
-                .narrow(1, len - joining.len, joining.len)
-                .copy_(&(joining.key_valid.narrow(1, 0, joining.len)).index_select(0, &joined));
-        }
+        let valid = Tensor::zeros([k + j, max_len], (Kind::Bool, device));
+        let old_valid = self.key_valid.narrow(1, start, span);
+        let new_valid = joining.key_valid.narrow(1, 0, joining.len);
+        right_aligned(&valid.narrow(0, 0, k), &old_valid, kept.as_ref(), 1, len);
+        right_aligned(&valid.narrow(0, k, j), &new_valid, joined.as_ref(), 1, len);
         self.key_valid = valid;
+        let pick = |seen: &Tensor, rows: Option<&Tensor>| match rows {
+            Some(rows) => seen.index_select(0, rows),
+            None => seen.shallow_clone(),
+        };
         self.seen = Tensor::cat(
             &[
-                self.seen.index_select(0, &kept),
-                joining.seen.index_select(0, &joined),
+                pick(&self.seen, kept.as_ref()),
+                pick(&joining.seen, joined.as_ref()),
             ],
             0,
         );
@@ -328,6 +322,25 @@ impl KvCache {
             .sum_dim_intlist(1, false, Kind::Int64);
         if let Some(slot) = &mut self.slot {
             *slot += 1;
+        }
+    }
+}
+
+/// Writes the slots of `from` (along `axis`; its rows `rows`, or all) into `part` so that they
+/// end at slot `len`, with zeros in the slots before them.
+fn right_aligned(part: &Tensor, from: &Tensor, rows: Option<&Tensor>, axis: i64, len: i64) {
+    if part.size()[0] == 0 {
+        return;
+    }
+    let slots = from.size()[axis as usize];
+    if len > slots {
+        let _ = part.narrow(axis, 0, len - slots).zero_();
+    }
+    if slots > 0 {
+        let mut target = part.narrow(axis, len - slots, slots);
+        match rows {
+            Some(rows) => target.copy_(&from.index_select(0, rows)),
+            None => target.copy_(from),
         }
     }
 }
