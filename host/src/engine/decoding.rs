@@ -35,6 +35,7 @@ const COMPACT_AFTER: f64 = 0.5;
 /// CUDA graph's replays: see [`DecodeSteps`]). Requests with different LoRA adapters share the
 /// batch, each row through its own adapter. Random numbers come from the shared stream, one per
 /// sampled token in row order, or from a request's own seed.
+#[derive(Debug)]
 pub struct Decoding<'a> {
     model: &'a Llama,
     tokenizer: &'a Tokenizer,

@@ -368,60 +368,10 @@ impl Engine {
                 metrics.set_running_sequences(0);
                 return fail(running, &error);
             }
-            // Jobs that arrived meanwhile join while they fit, in order, in one admission.
-            let mut joining: Vec<GenerateJob> = Vec::new();
-            let mut rows = decoding.live_rows();
-            while held.is_empty() {
-                let job = match inbox.try_recv() {
-                    Ok(Job::Generate(job)) => job,
-                    Ok(other) => {
-                        held.push_back(other);
-                        break;
-                    }
-                    Err(_) => break,
-                };
-                let Some(job) = with_slots(adapters, job) else {
-                    continue;
-                };
-                if rows + job.requests.len() > limits.max_batch {
-                    held.push_back(Job::Generate(job));
-                    break;
-                }
-                rows += job.requests.len();
-                joining.push(job);
-            }
-            if joining.is_empty() {
-                continue;
-            }
-            let requests: Vec<GenerationRequest> = (joining.iter())
-                .flat_map(|job| job.requests.iter().cloned())
-                .collect();
-            match decoding.admit(&requests) {
-                Ok(Some(indices)) => {
-                    let mut next = indices.start;
-                    counts.joined_requests += joining.len();
-                    for job in joining {
-                        count_requests(&mut counts, &job.requests);
-                        let requests = next..next + job.requests.len();
-                        next = requests.end;
-                        running.push(RunningJob {
-                            requests,
-                            reply: job.reply,
-                        });
-                    }
-                }
-                // The cache cannot take them now: they start the next batch, in order.
-                Ok(None) => {
-                    for job in joining.into_iter().rev() {
-                        held.push_front(Job::Generate(job));
-                    }
-                }
-                Err(error) => {
-                    for job in joining {
-                        let failed = Refusal::new(500, format!("generation failed: {error}"));
-                        let _ = job.reply.send(Err(failed));
-                    }
-                }
+            let room = limits.max_batch.saturating_sub(decoding.live_rows());
+            let joining = take_arrivals(inbox, held, adapters, room);
+            if !joining.is_empty() {
+                admit(&mut decoding, joining, &mut running, held, &mut counts);
             }
         }
         counts.took = started.elapsed();
@@ -551,6 +501,78 @@ fn answer_finished(
         let _ = job.reply.send(Ok((outputs, version.to_owned())));
         false
     });
+}
+
+/// The generation jobs waiting in `inbox`, in order, while their sequences fit in `room` and
+/// nothing is held; the first that does not fit, or any other job, is held.
+fn take_arrivals(
+    inbox: &Receiver<Job>,
+    held: &mut VecDeque<Job>,
+    adapters: &AdapterSlots,
+    mut room: usize,
+) -> Vec<GenerateJob> {
+    let mut arrived = Vec::new();
+    while held.is_empty() {
+        let job = match inbox.try_recv() {
+            Ok(Job::Generate(job)) => job,
+            Ok(other) => {
+                held.push_back(other);
+                break;
+            }
+            Err(_) => break,
+        };
+        let Some(job) = with_slots(adapters, job) else {
+            continue;
+        };
+        if job.requests.len() > room {
+            held.push_back(Job::Generate(job));
+            break;
+        }
+        room -= job.requests.len();
+        arrived.push(job);
+    }
+    arrived
+}
+
+/// Admits the requests of `joining` into `decoding` in one admission and adds the jobs to
+/// `running`; when the cache cannot take them now they are held, in order, to start the next
+/// batch.
+fn admit(
+    decoding: &mut Decoding,
+    joining: Vec<GenerateJob>,
+    running: &mut Vec<RunningJob>,
+    held: &mut VecDeque<Job>,
+    counts: &mut BatchCounts,
+) {
+    let requests: Vec<GenerationRequest> = (joining.iter())
+        .flat_map(|job| job.requests.iter().cloned())
+        .collect();
+    match decoding.admit(&requests) {
+        Ok(Some(indices)) => {
+            let mut next = indices.start;
+            counts.joined_requests += joining.len();
+            for job in joining {
+                count_requests(counts, &job.requests);
+                let requests = next..next + job.requests.len();
+                next = requests.end;
+                running.push(RunningJob {
+                    requests,
+                    reply: job.reply,
+                });
+            }
+        }
+        Ok(None) => {
+            for job in joining.into_iter().rev() {
+                held.push_front(Job::Generate(job));
+            }
+        }
+        Err(error) => {
+            for job in joining {
+                let failed = Refusal::new(500, format!("generation failed: {error}"));
+                let _ = job.reply.send(Err(failed));
+            }
+        }
+    }
 }
 
 /// Adds `requests` to the sequences and prompt tokens of `counts`.
