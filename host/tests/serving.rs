@@ -1020,10 +1020,14 @@ fn metric(server: &Served, name: &str) -> f64 {
 
 /// A request that arrives while a long batch runs joins it between decode steps and is
 /// answered once its own tokens are done, not when the batch ends (continuous batching),
-/// with the tokens it gets alone; the running rows get theirs unchanged.
+/// with the tokens it gets alone, through its LoRA adapter or the base model; the running rows
+/// get theirs unchanged.
 #[test]
 fn serve_answers_a_request_that_joins_a_running_batch_before_the_batch_ends() {
-    let server = Served::start_with("llama", &["--batch-wait-ms", "0"]);
+    let server = Served::start_with("llama", &["--batch-wait-ms", "0", "--max-loras", "1"]);
+    let body = serde_json::json!({"lora_name": "peft", "lora_path": peft_adapter()});
+    let (status, text) = server.post("/v1/load_lora_adapter", &body.to_string());
+    assert_eq!(status, 200, "{text}");
     let greedy = |prompts: &str, tokens: usize| {
         format!(
             r#"{{"input_ids": {prompts}, "sampling_params": {{"max_new_tokens": {tokens}, "temperature": 0}}}}"#
@@ -1052,11 +1056,13 @@ fn serve_answers_a_request_that_joins_a_running_batch_before_the_batch_ends() {
         assert!(Instant::now() < deadline, "the long batch never started");
         std::thread::sleep(Duration::from_millis(2));
     }
-    // Two short requests at once: they join at the same step or at two.
-    let joined: Vec<(u16, String)> = std::thread::scope(|scope| {
-        let other = scope.spawn(|| server.post("/generate", &short));
-        let first = server.post("/generate", &short);
-        vec![first, other.join().expect("the other short request")]
+    // Two short requests at once, one through the adapter: they join at the same step or at
+    // two, beside the base model's rows.
+    let prompt = [4, 5];
+    let ((status, joined), (adapter_status, through_adapter)) = std::thread::scope(|scope| {
+        let other = scope.spawn(|| served_greedy(&server, "peft", &prompt, 3));
+        let base = server.post("/generate", &short);
+        (base, other.join().expect("the adapter's request"))
     });
     assert!(
         long_done.try_recv().is_err(),
@@ -1067,11 +1073,16 @@ fn serve_answers_a_request_that_joins_a_running_batch_before_the_batch_ends() {
     assert_eq!(metric(&server, "batch_joins_total"), 2.0);
     assert_eq!(metric(&server, "batch_sequences_total"), 34.0);
     assert_eq!(metric(&server, "num_running_seqs"), 0.0);
-    let (status, alone) = server.post("/generate", &short);
-    assert_eq!(status, 200, "{alone}");
-    for (status, answer) in &joined {
-        assert_eq!(*status, 200, "{answer}");
-        assert_eq!(output_ids(answer), output_ids(&alone));
+    assert_eq!(status, 200, "{joined}");
+    let (alone_status, alone) = server.post("/generate", &short);
+    assert_eq!(alone_status, 200, "{alone}");
+    assert_eq!(output_ids(&joined), output_ids(&alone));
+    assert_eq!(adapter_status, 200, "{through_adapter}");
+    let (tokens, logprobs) = choice_tokens(&through_adapter);
+    let (expected_tokens, expected_logprobs) = local_greedy(&prompt, Some(&peft_adapter()), 3);
+    assert_eq!(tokens, expected_tokens);
+    for (served, local) in logprobs.iter().zip(&expected_logprobs) {
+        assert!((served - local).abs() < 1e-4, "{served} vs {local}");
     }
     let (status, long_alone) = server.post("/generate", &long);
     assert_eq!(status, 200, "{long_alone}");
