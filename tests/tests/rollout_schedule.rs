@@ -12,6 +12,7 @@ use std::time::Duration;
 use drmas_host::config::Schedule;
 use drmas_host::engine::remote::{Protocol, RemoteGenerator, RemoteSettings, WeightLoading};
 use drmas_host::engine::{Generator, LocalGenerator, SamplingParams};
+use drmas_host::model::chat_codec::ChatCodec;
 use drmas_host::model::pretrained::Pretrained;
 use drmas_host::rng::SeededRng;
 use drmas_host::rollout::{self, Crew, Rollout, RolloutLimits, TeamMember};
@@ -164,32 +165,16 @@ fn serve_in_process() -> String {
     url
 }
 
-#[test]
-fn async_sends_a_groups_next_batch_to_its_server_while_one_runs() {
+/// An `async` rollout on one worker group whose generator is `generator` (both agents on it,
+/// 400-token responses, so a batch runs for a while): sixteen episodes whose resets are fast
+/// and one whose reset ends 100 ms later, while their batch runs. Asserts that the slow
+/// episode's first call was sent while that batch still ran.
+fn a_slow_call_goes_while_a_batch_runs(generator: &dyn Generator, codec: ChatCodec<'_>) {
     let registry = common::fixture_registry();
     let orchestra = registry.orchestra("pair", "").expect("pair orchestra");
     let environment = registry
         .environment("slow-parity", "sleep_ms = 100")
         .expect("slow-parity environment");
-    let path = common::repo().join("host/tests/fixtures/hf/llama");
-    let mut llama = Pretrained::load(&path, Device::Cpu, Kind::Float).expect("tiny model loads");
-    let (_, codec) = LocalGenerator::split(&mut llama);
-    let server = RemoteGenerator::new(RemoteSettings {
-        group: "shared".into(),
-        urls: vec![serve_in_process()],
-        router: None,
-        request_timeout: Duration::from_secs(60),
-        connect_timeout: Duration::from_secs(5),
-        max_in_flight: 8,
-        max_tries: 1,
-        first_backoff: Duration::from_millis(250),
-        max_batch_per_request: 64,
-        protocol: Protocol::Sglang,
-        weight_loading: WeightLoading::None,
-        adapter_needs: None,
-    });
-    assert_eq!(server.concurrent_batches(), 8);
-    // Both agents on the server; long responses keep a batch running for a while.
     let member = |role: &str| TeamMember {
         role: role.to_owned(),
         actions: drmas_sdk::Actions::Text,
@@ -201,7 +186,6 @@ fn async_sends_a_groups_next_batch_to_its_server_while_one_runs() {
         stop: Vec::new(),
     };
     let team = [member("first"), member("second")];
-    // Sixteen fast resets, and one that ends 100 ms later, while their batch runs.
     let words: Vec<String> = (0..16).map(|i| format!("word{i}")).collect();
     let tasks = environment
         .load_tasks(&DatasetSpec {
@@ -218,7 +202,7 @@ fn async_sends_a_groups_next_batch_to_its_server_while_one_runs() {
             environment: &environment,
             team: &team,
             codecs: &[codec],
-            generators: &[&server],
+            generators: &[generator],
         },
         &tasks,
         RolloutLimits {
@@ -245,4 +229,41 @@ fn async_sends_a_groups_next_batch_to_its_server_while_one_runs() {
         slow.started > first.started && slow.started < first.started + first.seconds,
         "{batches:?}"
     );
+    assert!(
+        slow.started + slow.seconds < first.started + first.seconds,
+        "{batches:?}"
+    );
+}
+
+#[test]
+fn async_sends_a_groups_next_batch_to_its_server_while_one_runs() {
+    let path = common::repo().join("host/tests/fixtures/hf/llama");
+    let mut llama = Pretrained::load(&path, Device::Cpu, Kind::Float).expect("tiny model loads");
+    let (_, codec) = LocalGenerator::split(&mut llama);
+    let server = RemoteGenerator::new(RemoteSettings {
+        group: "shared".into(),
+        urls: vec![serve_in_process()],
+        router: None,
+        request_timeout: Duration::from_secs(60),
+        connect_timeout: Duration::from_secs(5),
+        max_in_flight: 8,
+        max_tries: 1,
+        first_backoff: Duration::from_millis(250),
+        max_batch_per_request: 64,
+        protocol: Protocol::Sglang,
+        weight_loading: WeightLoading::None,
+        adapter_needs: None,
+    });
+    assert_eq!(server.concurrent_batches(), 8);
+    a_slow_call_goes_while_a_batch_runs(&server, codec);
+}
+
+/// In process, the slow call joins the running decoding between two of its steps.
+#[test]
+fn async_lets_a_call_join_a_running_batch_in_process() {
+    let path = common::repo().join("host/tests/fixtures/hf/llama");
+    let mut llama = Pretrained::load(&path, Device::Cpu, Kind::Float).expect("tiny model loads");
+    let (generator, codec) = LocalGenerator::split(&mut llama);
+    assert_eq!(generator.concurrent_batches(), 2);
+    a_slow_call_goes_while_a_batch_runs(&generator, codec);
 }

@@ -3,12 +3,13 @@
 //! and a fleet of inference servers are interchangeable behind it.
 
 use std::path::Path;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
-use anyhow::Context;
+use anyhow::{anyhow, Context};
 use tokenizers::Tokenizer;
 
-use super::generate::{generate, Generation, GenerationRequest};
+use super::generate::{Generation, GenerationRequest};
+use super::shared_batch::SharedBatch;
 use crate::model::chat_codec::ChatCodec;
 use crate::model::llama::Llama;
 use crate::model::pretrained::Pretrained;
@@ -38,14 +39,17 @@ pub trait Generator: Send + Sync {
     ) -> anyhow::Result<Vec<Generation>>;
 }
 
-/// The in-process engine ([`generate`]) on a worker group's own model.
+/// The in-process engine on a worker group's own model.
 ///
-/// It holds the model exclusively for the rollout: a batch locks it while it runs, so worker
-/// threads may share the generator while the model itself is never shared.
+/// It holds the model exclusively for the rollout: a decoding locks it while it runs, so worker
+/// threads may share the generator while the model itself is never shared. A batch handed in
+/// while another runs joins it between decode steps ([`SharedBatch`]): under the `async`
+/// schedule a call that becomes ready meanwhile need not wait for the whole batch.
 pub struct LocalGenerator<'m> {
     model: Mutex<&'m mut Llama>,
     tokenizer: &'m Tokenizer,
     source: &'m Path,
+    batches: SharedBatch,
 }
 
 impl<'m> LocalGenerator<'m> {
@@ -62,20 +66,27 @@ impl<'m> LocalGenerator<'m> {
             model: Mutex::new(model),
             tokenizer,
             source,
+            batches: SharedBatch::default(),
         };
         (generator, ChatCodec::new(tokenizer, chat_template))
     }
 }
 
 impl Generator for LocalGenerator<'_> {
+    /// Two: the batch running and one joining it; a third waits, which bounds the rows (and
+    /// the cache) of a decoding to two batches'.
+    fn concurrent_batches(&self) -> usize {
+        2
+    }
+
     fn generate(
         &self,
         requests: &[GenerationRequest],
         rng: &mut SeededRng,
     ) -> anyhow::Result<Vec<Generation>> {
-        // A batch that panicked leaves the weights as they were (generation only reads them).
-        let model = self.model.lock().unwrap_or_else(PoisonError::into_inner);
-        generate(&model, self.tokenizer, requests, rng)
+        (self.batches)
+            .generate(&self.model, self.tokenizer, requests.to_vec(), rng)
+            .map_err(|error| anyhow!(error))
             .with_context(|| format!("generating with {}", self.source.display()))
     }
 }

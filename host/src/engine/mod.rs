@@ -11,6 +11,7 @@ pub mod generate;
 pub mod generator;
 pub mod remote;
 pub mod sampling;
+pub mod shared_batch;
 pub mod stop;
 
 pub use decoding::Decoding;
