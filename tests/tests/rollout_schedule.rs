@@ -2,8 +2,8 @@
 //! orchestra whose two agents sit on two worker groups and an environment whose resets of some
 //! tasks are slow: under `rounds` the first generation waits for the slowest reset; under
 //! `async` both groups generate for the other episodes meanwhile. Both run every episode to the
-//! end with one call per agent turn, in order. Under `async` a group on a server sends the calls
-//! that become ready while one of its batches runs without waiting for it.
+//! end with one call per agent turn, in order. Under `async` a group sends the calls that become
+//! ready while one of its batches runs without waiting for it, in process and to a server.
 
 mod common;
 
@@ -168,7 +168,8 @@ fn serve_in_process() -> String {
 /// An `async` rollout on one worker group whose generator is `generator` (both agents on it,
 /// 400-token responses, so a batch runs for a while): sixteen episodes whose resets are fast
 /// and one whose reset ends 100 ms later, while their batch runs. Asserts that the slow
-/// episode's first call was sent while that batch still ran.
+/// episode's first call was handed to the generator while that batch still ran (whether it
+/// comes back first depends on how long each samples on).
 fn a_slow_call_goes_while_a_batch_runs(generator: &dyn Generator, codec: ChatCodec<'_>) {
     let registry = common::fixture_registry();
     let orchestra = registry.orchestra("pair", "").expect("pair orchestra");
@@ -223,14 +224,9 @@ fn a_slow_call_goes_while_a_batch_runs(generator: &dyn Generator, codec: ChatCod
         .min_by(|a, b| a.started.total_cmp(&b.started))
         .expect("batches");
     assert_eq!(first.rows, 16, "{batches:?}");
-    // The slow episode's first call went while that batch still ran, and came back first.
     let slow = batches.iter().find(|b| b.rows == 1).expect("the slow call");
     assert!(
         slow.started > first.started && slow.started < first.started + first.seconds,
-        "{batches:?}"
-    );
-    assert!(
-        slow.started + slow.seconds < first.started + first.seconds,
         "{batches:?}"
     );
 }
@@ -258,9 +254,10 @@ fn async_sends_a_groups_next_batch_to_its_server_while_one_runs() {
     a_slow_call_goes_while_a_batch_runs(&server, codec);
 }
 
-/// In process, the slow call joins the running decoding between two of its steps.
+/// In process, the slow call is handed in while the batch runs (and joins its decoding: see
+/// `host/tests/shared_batch.rs`).
 #[test]
-fn async_lets_a_call_join_a_running_batch_in_process() {
+fn async_hands_a_groups_next_batch_to_its_model_while_one_runs() {
     let path = common::repo().join("host/tests/fixtures/hf/llama");
     let mut llama = Pretrained::load(&path, Device::Cpu, Kind::Float).expect("tiny model loads");
     let (generator, codec) = LocalGenerator::split(&mut llama);
