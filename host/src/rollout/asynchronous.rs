@@ -2,10 +2,11 @@
 //! last call is generated; each worker group generates on its own thread as soon as it has calls
 //! and either a full batch, no episode still in plugin code, or calls that waited `batch_wait`.
 //! A slow environment step (a retriever far away) then delays only its own episode, and groups
-//! on different devices generate at the same time. A group on servers may have several batches
-//! running at once ([`Generator::concurrent_batches`](crate::engine::Generator)), so calls that
-//! become ready while one runs are sent without waiting for it. Batches depend on timing, so a
-//! run is not bit-reproducible; each group samples from its own stream, seeded from the run's.
+//! on different devices generate at the same time. A group may have several batches running at
+//! once ([`Generator::concurrent_batches`](crate::engine::Generator): in process they share one
+//! decoding, on servers they are separate requests), so calls that become ready while one runs
+//! are handed in without waiting for it. Batches depend on timing, so a run is not
+//! bit-reproducible; each group samples from its own stream, seeded from the run's.
 
 use std::collections::VecDeque;
 use std::sync::mpsc::{self, RecvTimeoutError};
