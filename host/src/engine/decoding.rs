@@ -13,6 +13,7 @@ use super::generate::{check, FinishReason, Generation, GenerationRequest};
 use super::sampling::{Sampler, SamplingParams};
 use super::stop::StopStrings;
 use crate::model::error::ModelError;
+use crate::model::layers::kv_cache::row_index;
 use crate::model::layers::{AdapterRows, KvCache};
 use crate::model::llama::Llama;
 use crate::rng::SeededRng;
@@ -86,8 +87,8 @@ impl<'a> Decoding<'a> {
             let mut cache = prefill.cache;
             let mut adapters = prefill.adapters;
             let mut logits = prefill.logits;
-            if prefill.unique < active.len() {
-                let index = indices(&prefill.prompt_of, device);
+            if cache.batch() < active.len() as i64 {
+                let index = row_index(&prefill.prompt_of, device);
                 cache.retain(&prefill.prompt_of);
                 adapters = adapters.select(&prefill.prompt_of);
                 logits = logits.index_select(0, &index);
@@ -192,7 +193,7 @@ impl<'a> Decoding<'a> {
         let mut next = tokens;
         if self.steps.may_compact() && dead > 0 && self.dead_steps >= COMPACT_AFTER * alive as f64 {
             let keep = self.live_row_indices();
-            next = next.index_select(0, &indices(&keep, next.device()));
+            next = next.index_select(0, &row_index(&keep, next.device()));
             self.cache.retain(&keep);
             self.adapters = self.adapters.select(&keep);
             self.sampler.retain(&keep);
@@ -253,8 +254,8 @@ impl<'a> Decoding<'a> {
         );
         self.logits = Tensor::cat(
             &[
-                self.logits.index_select(0, &indices(&keep, device)),
-                (prefill.logits).index_select(0, &indices(&prefill.prompt_of, device)),
+                self.logits.index_select(0, &row_index(&keep, device)),
+                (prefill.logits).index_select(0, &row_index(&prefill.prompt_of, device)),
             ],
             0,
         );
@@ -329,8 +330,6 @@ struct Prefill {
     logits: Tensor,
     /// The distinct prompts' adapters.
     adapters: AdapterRows,
-    /// The number of distinct prompts.
-    unique: usize,
     /// Per active request, its distinct prompt.
     prompt_of: Vec<usize>,
 }
@@ -371,7 +370,6 @@ impl Prefill {
             cache,
             logits,
             adapters,
-            unique: unique.len(),
             prompt_of,
         })
     }
@@ -384,11 +382,6 @@ fn empty_generation(max_new_tokens: usize) -> Generation {
         logprobs: Vec::with_capacity(max_new_tokens),
         finish: FinishReason::Length,
     }
-}
-
-/// `rows` as an int64 index tensor on `device`.
-fn indices(rows: &[usize], device: Device) -> Tensor {
-    Tensor::from_slice(&rows.iter().map(|&r| r as i64).collect::<Vec<_>>()).to_device(device)
 }
 
 /// Copies `tensor` (any shape, on any device) into `host`, replacing what it held.

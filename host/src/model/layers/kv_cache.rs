@@ -105,8 +105,7 @@ impl KvCache {
     pub fn retain(&mut self, rows: &[usize]) {
         let used = self.len;
         let device = self.seen.device();
-        let index = Tensor::from_slice(&rows.iter().map(|&r| r as i64).collect::<Vec<_>>())
-            .to_device(device);
+        let index = row_index(rows, device);
         let kept_rows = index.size()[0];
         for cache in self.keys.iter_mut().chain(self.values.iter_mut()) {
             let kept = if kept_rows <= cache.size()[0] {
@@ -147,8 +146,7 @@ impl KvCache {
         if self.len == 0 || rows.is_empty() {
             return 0;
         }
-        let index = Tensor::from_slice(&rows.iter().map(|&r| r as i64).collect::<Vec<_>>())
-            .to_device(self.seen.device());
+        let index = row_index(rows, self.seen.device());
         let any = self
             .key_valid
             .narrow(1, 0, self.len)
@@ -174,14 +172,10 @@ impl KvCache {
         (len, max_len): (i64, i64),
     ) {
         let device = self.seen.device();
-        let indices = |rows: &[usize]| {
-            Tensor::from_slice(&rows.iter().map(|&r| r as i64).collect::<Vec<_>>())
-                .to_device(device)
-        };
         // Rows taken as they are need no gather.
         let rows_of = |rows: &[usize], batch: i64| {
             let whole = rows.len() as i64 == batch && rows.iter().enumerate().all(|(i, &r)| i == r);
-            (!whole).then(|| indices(rows))
+            (!whole).then(|| row_index(rows, device))
         };
         let kept = rows_of(keep, self.batch());
         let joined = rows_of(joining_rows, joining.batch());
@@ -324,6 +318,11 @@ impl KvCache {
             *slot += 1;
         }
     }
+}
+
+/// `rows` as an int64 index tensor on `device`, for `index_select` along the batch.
+pub(crate) fn row_index(rows: &[usize], device: Device) -> Tensor {
+    Tensor::from_slice(&rows.iter().map(|&r| r as i64).collect::<Vec<_>>()).to_device(device)
 }
 
 /// Writes the slots of `from` (along `axis`; its rows `rows`, or all) into `part` so that they
