@@ -8,18 +8,21 @@
 //! running batch sizes, `DRMAS_BENCH_THREADS` the thread count (2 by default). Each running row
 //! has a distinct ~76-token prompt and has decoded 64 tokens when the admissions start.
 
+#[path = "common/machine.rs"]
+mod machine;
 #[path = "common/settings.rs"]
 mod settings;
+#[path = "common/smollm2.rs"]
+mod smollm2;
 
 use std::time::Instant;
 
-use drmas_host::engine::cpu::backend_for;
 use drmas_host::engine::{Decoding, GenerationRequest, SamplingParams};
-use drmas_host::model::gguf::GgufModel;
 use drmas_host::model::llama::Llama;
 use drmas_host::rng::SeededRng;
+use machine::{print_cpu, print_load};
 use settings::{setting, setting_list};
-use tch::{Device, Tensor};
+use tch::Tensor;
 
 /// Tokens each running row has decoded before the admissions.
 const DECODED: usize = 64;
@@ -30,26 +33,8 @@ fn main() {
     let threads: i32 = setting("DRMAS_BENCH_THREADS", 2);
     let batches: Vec<usize> = setting_list("DRMAS_BENCH_BATCHES", &[16, 64]);
     print_cpu();
-    if cfg!(debug_assertions) {
-        println!("warning: built in the dev profile; for figures, run without `--profile dev`");
-    }
-    tch::set_num_threads(threads);
-    let path = drmas_host::model::default_model_path();
-    let gguf = GgufModel::open(&path).expect("the model file opens (scripts/install-model.sh)");
-    let tokenizer = gguf.tokenizer().expect("the tokenizer loads");
-    let mut llama = Llama::from_gguf(&gguf, Device::Cpu).expect("the model loads");
-    llama.set_backend(backend_for(Device::Cpu).expect("the CPU kernels"));
-    let prompt = |n: usize| -> Vec<i64> {
-        let text = format!(
-            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging \
-             Face<|im_end|>\n<|im_start|>user\nQuestion {n}: a farmer has 17 sheep, 3 cows and \
-             twice as many chickens as cows. He sells 5 sheep and buys 4 more cows. How many \
-             animals does he have now? Explain step by step.<|im_end|>\n\
-             <|im_start|>assistant\n"
-        );
-        let encoding = tokenizer.encode(text, false).expect("encodes");
-        encoding.get_ids().iter().map(|&id| i64::from(id)).collect()
-    };
+    let (tokenizer, llama) = smollm2::load(threads);
+    let prompt = |n: usize| smollm2::word_problem(&tokenizer, n);
     let request =
         |n: usize| GenerationRequest::new(prompt(n), SamplingParams::with_temperature(1.0), 256);
     println!(
@@ -60,7 +45,7 @@ fn main() {
         let running: Vec<GenerationRequest> = (0..batch).map(request).collect();
         let mut rng = SeededRng::new(0);
         let mut decoding =
-            Decoding::start(&llama, &tokenizer, running, &mut rng).expect("the batch starts");
+            Decoding::start(&llama, &tokenizer, running, &mut rng, None).expect("the batch starts");
         for _ in 0..DECODED {
             decoding.step().expect("a step");
         }
@@ -106,27 +91,4 @@ fn prefill_ms(llama: &Llama, prompt: &[i64]) -> f64 {
 fn median(mut times: Vec<f64>) -> f64 {
     times.sort_by(f64::total_cmp);
     times[times.len() / 2]
-}
-
-/// Prints the CPU's model name and the load average (from `/proc`; skipped where there is none).
-fn print_cpu() {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = info
-        .lines()
-        .find(|line| line.starts_with("model name"))
-        .and_then(|line| line.split_once(':'))
-        .map_or("unknown", |(_, value)| value.trim());
-    println!(
-        "CPU: {model}, {} logical cores",
-        std::thread::available_parallelism().map_or(0, usize::from)
-    );
-    print_load();
-}
-
-/// Prints the 1, 5 and 15-minute load averages.
-fn print_load() {
-    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
-        let averages: Vec<&str> = load.split_whitespace().take(3).collect();
-        println!("load average: {}", averages.join(" "));
-    }
 }

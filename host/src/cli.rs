@@ -280,6 +280,12 @@ pub struct ServeArgs {
     /// every one: adapters may target only these, and rows through an adapter skip the others.
     #[arg(long, num_args = 1.., value_parser = clap::builder::PossibleValuesParser::new(crate::model::lora::TARGET_MODULES), requires = "max_lora_rank")]
     pub lora_target_modules: Option<Vec<String>>,
+    /// MiB of finished sequences' keys and values kept (on the model's device) so that a prompt
+    /// beginning with one — a conversation's next turn, a shared system prompt — prefills only
+    /// the rest, as SGLang's radix cache does; the least recently used leave first, and a weight
+    /// update empties it. 0 keeps none.
+    #[arg(long, default_value_t = 1024)]
+    pub prefix_cache_mb: usize,
 }
 
 /// The largest `--max-lora-rank` (vLLM's largest choice).
@@ -307,6 +313,7 @@ impl ServeArgs {
             max_loras: self.max_loras,
             max_lora_rank: self.max_lora_rank,
             lora_target_modules: self.lora_target_modules.clone(),
+            prefix_cache_bytes: self.prefix_cache_mb.saturating_mul(1 << 20),
         }
     }
 }

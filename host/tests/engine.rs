@@ -8,7 +8,8 @@ use std::sync::{Mutex, OnceLock};
 
 use drmas_host::engine::cpu::backend_for;
 use drmas_host::engine::{
-    generate, Decoding, FinishReason, Generation, GenerationRequest, Sampler, SamplingParams,
+    generate, Decoding, FinishReason, Generation, GenerationRequest, PrefixCache, Sampler,
+    SamplingParams,
 };
 use drmas_host::model::error::ModelError;
 use drmas_host::model::gguf::GgufModel;
@@ -274,7 +275,7 @@ fn requests_admitted_between_steps_sample_what_each_samples_alone() {
         ];
         let mut rng = SeededRng::new(9);
         let mut decoding =
-            Decoding::start(llama, tokenizer, running.clone(), &mut rng).expect("starts");
+            Decoding::start(llama, tokenizer, running.clone(), &mut rng, None).expect("starts");
         decoding.step().expect("steps");
         let first = decoding
             .admit(std::slice::from_ref(&longer))
@@ -320,6 +321,118 @@ fn requests_admitted_between_steps_sample_what_each_samples_alone() {
                 .expect("a finished batch")
                 .is_none(),
             "a finished batch takes no more requests"
+        );
+    });
+}
+
+/// A conversation's next turn resends the history: with a prefix cache, the tokens a finished
+/// sequence shares with a prompt are reused and only the rest is prefilled, in a new batch and
+/// in one joining a running batch, and each request samples what it samples without the cache.
+#[test]
+fn prompts_reuse_the_finished_sequences_they_begin_with() {
+    with_model(|tokenizer, llama| {
+        // Greedy: a sampled token in a tail of tokens a millionth likely each may differ with
+        // the rounding of the prefill, whatever the cache.
+        let asking = |prompt: Vec<i64>, max_new_tokens| {
+            GenerationRequest::new(prompt, SamplingParams::GREEDY, max_new_tokens)
+        };
+        let mut prefixes = PrefixCache::new(256 << 20);
+        let first_turns = vec![
+            asking(chat(tokenizer, "Tell me a long story about a dragon."), 24),
+            asking(chat(tokenizer, "Count to five."), 12),
+        ];
+        let mut rng = SeededRng::new(0);
+        let mut decoding = Decoding::start(
+            llama,
+            tokenizer,
+            first_turns.clone(),
+            &mut rng,
+            Some(&mut prefixes),
+        )
+        .expect("starts");
+        while !decoding.is_done() {
+            decoding.step().expect("steps");
+        }
+        let answers = decoding.into_outputs();
+        assert_eq!(answers.iter().map(|a| a.cached_tokens).sum::<usize>(), 0);
+        // What the cache holds: each prompt and its tokens but the last.
+        let held: Vec<Vec<i64>> = (first_turns.iter().zip(&answers))
+            .map(|(turn, answer)| {
+                let generated = &answer.tokens[..answer.tokens.len() - 1];
+                turn.prompt.iter().chain(generated).copied().collect()
+            })
+            .collect();
+        assert_eq!(prefixes.len(), 2);
+        let next_turn = |i: usize, question: &str| {
+            let history = first_turns[i].prompt.iter().chain(&answers[i].tokens);
+            let turn = format!(
+                "<|im_end|>\n<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+            );
+            let encoding = tokenizer.encode(turn, false).expect("encodes");
+            let new = encoding.get_ids().iter().map(|&id| i64::from(id));
+            history.copied().chain(new).collect::<Vec<i64>>()
+        };
+        let second_turns = vec![
+            asking(next_turn(0, "And then?"), 10),
+            // A new conversation shares the system prompt with both.
+            asking(chat(tokenizer, "Why is the sea salty?"), 10),
+        ];
+        let joining = asking(next_turn(1, "Now backwards."), 10);
+        let mut decoding = Decoding::start(
+            llama,
+            tokenizer,
+            second_turns.clone(),
+            &mut rng,
+            Some(&mut prefixes),
+        )
+        .expect("starts");
+        decoding.step().expect("steps");
+        let joined = decoding.admit(std::slice::from_ref(&joining));
+        assert_eq!(joined.expect("admits"), Some(2..3));
+        while !decoding.is_done() {
+            decoding.step().expect("steps");
+        }
+        let shared = |prompt: &[i64]| {
+            let limit = prompt.len() - 1;
+            (held.iter())
+                .map(|seq| {
+                    seq.iter()
+                        .zip(&prompt[..limit])
+                        .take_while(|(a, b)| a == b)
+                        .count()
+                })
+                .max()
+                .unwrap_or(0)
+        };
+        let all: Vec<&GenerationRequest> = second_turns.iter().chain([&joining]).collect();
+        let expected_cached = [held[0].len(), shared(&all[1].prompt), held[1].len()];
+        assert!(
+            expected_cached[1] > 20,
+            "the system prompt is shared: {expected_cached:?}"
+        );
+        for (i, request) in all.into_iter().enumerate() {
+            let got = decoding.take(i);
+            assert_eq!(got.cached_tokens, expected_cached[i], "request {i}");
+            let alone = generate(
+                llama,
+                tokenizer,
+                std::slice::from_ref(request),
+                &mut SeededRng::new(0),
+            )
+            .expect("generates")
+            .remove(0);
+            assert_eq!(alone.cached_tokens, 0);
+            assert_eq!(got.tokens, alone.tokens, "request {i}");
+            for (a, b) in alone.logprobs.iter().zip(&got.logprobs) {
+                assert!((a - b).abs() < 1e-4, "request {i}: {a} vs {b}");
+            }
+        }
+        drop(decoding);
+        // The first turns' sequences are covered by the longer second turns now.
+        assert_eq!(
+            prefixes.len(),
+            3,
+            "two second turns and the new conversation"
         );
     });
 }

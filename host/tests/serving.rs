@@ -1090,6 +1090,56 @@ fn serve_answers_a_request_that_joins_a_running_batch_before_the_batch_ends() {
     assert_eq!(output_ids(&long_alone).as_array().map(Vec::len), Some(500));
 }
 
+/// A conversation's next turn resends its history: the server reuses the keys and values of the
+/// finished sequence it begins with, reports them as `cached_tokens` and in its metrics, and
+/// answers what it answers without them; a weight update empties the cache.
+#[test]
+fn serve_reuses_a_finished_sequence_for_the_prompt_that_continues_it() {
+    let server = Served::start_with("llama", &["--batch-wait-ms", "0"]);
+    let generate = |prompt: &[i64], tokens: usize| {
+        let body = serde_json::json!({
+            "input_ids": [prompt],
+            "sampling_params": {"max_new_tokens": tokens, "temperature": 0},
+            "return_logprob": true,
+        });
+        let (status, text) = server.post("/generate", &body.to_string());
+        assert_eq!(status, 200, "{text}");
+        let answers: Value = serde_json::from_str(&text).expect("JSON");
+        let meta = &answers[0]["meta_info"];
+        let ids: Vec<i64> = serde_json::from_value(answers[0]["output_ids"].clone()).expect("ids");
+        let logprobs: Vec<f64> = (meta["output_token_logprobs"].as_array().expect("logprobs"))
+            .iter()
+            .map(|pair| pair[0].as_f64().expect("a logprob"))
+            .collect();
+        (
+            ids,
+            logprobs,
+            meta["cached_tokens"].as_u64().expect("cached_tokens"),
+        )
+    };
+    let first: Vec<i64> = (1..=40).collect();
+    let (answer, _, cached) = generate(&first, 16);
+    assert_eq!(cached, 0);
+    let mut second = first.clone();
+    second.extend(&answer);
+    second.extend([7, 8, 9]);
+    let (reusing, reusing_logprobs, cached) = generate(&second, 12);
+    assert_eq!(cached as usize, first.len() + answer.len() - 1);
+    assert_eq!(metric(&server, "cached_prompt_tokens_total"), cached as f64);
+    assert!(metric(&server, "prefix_cache_bytes") > 0.0);
+
+    let model = tiny_model("llama").display().to_string();
+    let update = format!("{{\"model_path\": \"{model}\"}}");
+    assert_eq!(server.post("/update_weights_from_disk", &update).0, 200);
+    assert_eq!(metric(&server, "prefix_cache_bytes"), 0.0);
+    let (computed, computed_logprobs, cached) = generate(&second, 12);
+    assert_eq!(cached, 0, "the weight update emptied the cache");
+    assert_eq!(reusing, computed);
+    for (a, b) in reusing_logprobs.iter().zip(&computed_logprobs) {
+        assert!((a - b).abs() < 1e-4, "{a} vs {b}");
+    }
+}
+
 #[test]
 fn serve_refuses_bad_requests_naming_the_field_and_keeps_serving() {
     let server = Served::start("llama");

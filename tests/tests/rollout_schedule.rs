@@ -157,6 +157,7 @@ fn serve_in_process() -> String {
         max_loras: 0,
         max_lora_rank: None,
         lora_target_modules: None,
+        prefix_cache_bytes: 0,
     })
     .expect("the server binds");
     let url = server.url();

@@ -10,11 +10,12 @@ use tokenizers::Tokenizer;
 
 use super::decode_steps::DecodeSteps;
 use super::generate::{check, FinishReason, Generation, GenerationRequest};
+use super::prefix_cache::PrefixCache;
 use super::sampling::{Sampler, SamplingParams};
 use super::stop::StopStrings;
 use crate::model::error::ModelError;
 use crate::model::layers::kv_cache::row_index;
-use crate::model::layers::{AdapterRows, KvCache};
+use crate::model::layers::{AdapterRows, KvCache, SequenceKv};
 use crate::model::llama::Llama;
 use crate::rng::SeededRng;
 
@@ -35,12 +36,14 @@ const COMPACT_AFTER: f64 = 0.5;
 /// after `max_new_tokens`; finished sequences are dropped from the batch (unless the steps are a
 /// CUDA graph's replays: see [`DecodeSteps`]). Requests with different LoRA adapters share the
 /// batch, each row through its own adapter. Random numbers come from the shared stream, one per
-/// sampled token in row order, or from a request's own seed.
+/// sampled token in row order, or from a request's own seed. With a [`PrefixCache`], a prompt
+/// that begins with tokens it holds prefills only the rest, and finished sequences are added.
 #[derive(Debug)]
 pub struct Decoding<'a> {
     model: &'a Llama,
     tokenizer: &'a Tokenizer,
     rng: &'a mut SeededRng,
+    prefixes: Option<&'a mut PrefixCache>,
     requests: Vec<GenerationRequest>,
     outputs: Vec<Generation>,
     /// Per request, whether it has finished.
@@ -63,13 +66,15 @@ pub struct Decoding<'a> {
 }
 
 impl<'a> Decoding<'a> {
-    /// Checks `requests` against `model`, prefills their prompts and prepares the first
-    /// sample. Requests for no new tokens are finished at once.
+    /// Checks `requests` against `model`, prefills their prompts (reusing and filling
+    /// `prefixes`, if given) and prepares the first sample. Requests for no new tokens are
+    /// finished at once.
     pub fn start(
         model: &'a Llama,
         tokenizer: &'a Tokenizer,
         requests: Vec<GenerationRequest>,
         rng: &'a mut SeededRng,
+        mut prefixes: Option<&'a mut PrefixCache>,
     ) -> Result<Self, ModelError> {
         check(model, &requests)?;
         let device = model.var_store().device();
@@ -79,11 +84,18 @@ impl<'a> Decoding<'a> {
         let params: Vec<SamplingParams> = active.iter().map(|&i| requests[i].params).collect();
         let sampler = Sampler::new(&params, model.config().vocab_size as i64, device)
             .with_backend(model.backend().clone());
+        let mut cached = vec![0; requests.len()];
         let (cache, logits, adapters) = if active.is_empty() {
             (model.new_cache(0, 0)?, Tensor::new(), AdapterRows::base())
         } else {
             let most_new = active.iter().map(|&i| requests[i].max_new_tokens).max();
-            let prefill = Prefill::run(model, &requests, &active, most_new.unwrap_or(0))?;
+            let room = most_new.unwrap_or(0) as i64;
+            let widest = model.config().max_position_embeddings as i64 - room;
+            let prefixes = prefixes.as_deref_mut();
+            let prefill = Prefill::run(model, &requests, &active, (room, widest), prefixes)?;
+            for (&i, &prompt) in active.iter().zip(&prefill.prompt_of) {
+                cached[i] = prefill.cached[prompt];
+            }
             let mut cache = prefill.cache;
             let mut adapters = prefill.adapters;
             let mut logits = prefill.logits;
@@ -99,6 +111,7 @@ impl<'a> Decoding<'a> {
             model,
             tokenizer,
             rng,
+            prefixes,
             outputs: Vec::new(),
             finished: Vec::new(),
             stops: Vec::new(),
@@ -116,6 +129,9 @@ impl<'a> Decoding<'a> {
             logprobs_host: Vec::with_capacity(active.len()),
         };
         decoding.register(requests);
+        for (output, cached) in decoding.outputs.iter_mut().zip(cached) {
+            output.cached_tokens = cached;
+        }
         if !active.is_empty() {
             decoding.prepare_draws()?;
         }
@@ -182,6 +198,9 @@ impl<'a> Decoding<'a> {
                 self.finished[i] = true;
                 *slot = None;
                 self.live[row] = false;
+                if let Some(prefixes) = self.prefixes.as_deref_mut() {
+                    keep_sequence(prefixes, &self.cache, row, request, &out.tokens);
+                }
             }
         }
         let alive = self.live_rows();
@@ -237,15 +256,20 @@ impl<'a> Decoding<'a> {
         let span = self.cache.len() - start;
         let longest = active.iter().map(|&i| requests[i].prompt.len()).max();
         let most_new = active.iter().map(|&i| requests[i].max_new_tokens).max();
-        let len = span.max(longest.unwrap_or(0) as i64);
-        // The kept rows fitted the old allocation, shifted by as much as their tokens move.
-        let shift = len - self.cache.len();
-        let max_len = (self.cache.max_len() + shift).max(len + most_new.unwrap_or(0) as i64);
-        let positions = self.model.config().max_position_embeddings as i64;
-        if max_len > positions.max(self.cache.max_len()) {
+        let most_new = most_new.unwrap_or(0) as i64;
+        // The new layout ends at slot `len` (at least the kept rows' span and the new prompts'
+        // prefill); the kept rows move right by as much as it grows, so with their old room
+        // and the new rows' tokens it must fit the model's positions (or the old allocation).
+        let limit = (self.model.config().max_position_embeddings as i64).max(self.cache.max_len());
+        let widest = (limit - self.cache.max_len() + self.cache.len()).min(limit - most_new);
+        if span.max(longest.unwrap_or(0) as i64) > widest {
             return Ok(None);
         }
-        let prefill = Prefill::run(self.model, requests, &active, 0)?;
+        let prefixes = self.prefixes.as_deref_mut();
+        let prefill = Prefill::run(self.model, requests, &active, (0, widest), prefixes)?;
+        let len = span.max(prefill.cache.len());
+        let shift = len - self.cache.len();
+        let max_len = (self.cache.max_len() + shift).max(len + most_new);
         let device = self.model.var_store().device();
         self.cache.admit(
             (&keep, start),
@@ -263,6 +287,9 @@ impl<'a> Decoding<'a> {
         self.keep_rows(&keep);
         self.register(requests.to_vec());
         let joining: Vec<usize> = active.iter().map(|&i| first + i).collect();
+        for (&i, &prompt) in joining.iter().zip(&prefill.prompt_of) {
+            self.outputs[i].cached_tokens = prefill.cached[prompt];
+        }
         let params: Vec<SamplingParams> =
             joining.iter().map(|&i| self.requests[i].params).collect();
         let (own_streams, rng) = (&mut self.own_streams, &mut *self.rng);
@@ -332,17 +359,26 @@ struct Prefill {
     adapters: AdapterRows,
     /// Per active request, its distinct prompt.
     prompt_of: Vec<usize>,
+    /// Per distinct prompt, its leading tokens whose keys and values came from a
+    /// [`PrefixCache`].
+    cached: Vec<usize>,
 }
 
 impl Prefill {
     /// Left-pads the prompts of `requests[active]` and runs them through `model` into a cache
-    /// with `room` more slots than the longest prompt; identical prompts for the same adapter
+    /// with `room` more slots than the prefill fills; identical prompts for the same adapter
     /// run once.
+    ///
+    /// With `prefixes`, each prompt's longest prefix held there (all but its last token at
+    /// most) is copied into the cache instead, every row's ending at the same slot, and only
+    /// the rest of each prompt runs, left-padded after them. That takes the longest prefix
+    /// plus the longest rest in slots: when that is more than `widest`, nothing is reused.
     fn run(
         model: &Llama,
         requests: &[GenerationRequest],
         active: &[usize],
-        room: usize,
+        (room, widest): (i64, i64),
+        prefixes: Option<&mut PrefixCache>,
     ) -> Result<Self, ModelError> {
         let device = model.var_store().device();
         let mut distinct: HashMap<(&[i64], Option<usize>), usize> = HashMap::new();
@@ -359,9 +395,36 @@ impl Prefill {
                 })
             })
             .collect();
-        let longest = unique.iter().map(|p| p.len()).max().unwrap_or(0);
-        let mut cache = model.new_cache(unique.len() as i64, (longest + room) as i64)?;
-        let (ids, mask) = left_pad(&unique, longest, device);
+        let mut hits: Vec<Option<SequenceKv>> = match prefixes {
+            Some(prefixes) => (unique.iter().zip(&unique_adapters))
+                .map(|(prompt, &adapter)| prefixes.lookup(adapter, prompt, prompt.len() - 1))
+                .map(|hit| hit.map(|(_, kv)| kv))
+                .collect(),
+            None => Vec::new(),
+        };
+        let mut cached: Vec<usize> = (0..unique.len())
+            .map(|i| {
+                hits.get(i)
+                    .and_then(Option::as_ref)
+                    .map_or(0, SequenceKv::len)
+            })
+            .collect();
+        let slots_for = |cached: &[usize]| {
+            let reused = cached.iter().max().copied().unwrap_or(0);
+            let rest = (unique.iter().zip(cached)).map(|(p, &n)| p.len() - n).max();
+            (reused + rest.unwrap_or(0)) as i64
+        };
+        if slots_for(&cached) > widest {
+            hits.clear();
+            cached.fill(0);
+        }
+        let rests: Vec<&[i64]> = (unique.iter().zip(&cached))
+            .map(|(prompt, &n)| &prompt[n..])
+            .collect();
+        let width = rests.iter().map(|p| p.len()).max().unwrap_or(0);
+        let mut cache = model.new_cache(unique.len() as i64, slots_for(&cached) + room)?;
+        cache.start_from(&hits);
+        let (ids, mask) = left_pad(&rests, width, device);
         let adapters = AdapterRows::new(&unique_adapters, device, false);
         let logits = tch::no_grad(|| {
             model.forward_last_with(&ids, Some(&mask), Some(&mut cache), &adapters)
@@ -371,6 +434,7 @@ impl Prefill {
             logits,
             adapters,
             prompt_of,
+            cached,
         })
     }
 }
@@ -381,6 +445,24 @@ fn empty_generation(max_new_tokens: usize) -> Generation {
         tokens: Vec::with_capacity(max_new_tokens),
         logprobs: Vec::with_capacity(max_new_tokens),
         finish: FinishReason::Length,
+        cached_tokens: 0,
+    }
+}
+
+/// Adds finished row `row`'s sequence to `prefixes`: `request`'s prompt and its `tokens` but
+/// the last (whose keys and values were never computed).
+fn keep_sequence(
+    prefixes: &mut PrefixCache,
+    cache: &KvCache,
+    row: usize,
+    request: &GenerationRequest,
+    tokens: &[i64],
+) {
+    let generated = &tokens[..tokens.len().saturating_sub(1)];
+    let sequence: Vec<i64> = (request.prompt.iter().chain(generated)).copied().collect();
+    let bytes = sequence.len() * cache.bytes_per_token();
+    if prefixes.wants(request.adapter, &sequence, bytes) {
+        prefixes.insert(request.adapter, sequence, cache.sequence(row));
     }
 }
 

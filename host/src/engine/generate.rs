@@ -79,6 +79,9 @@ pub struct Generation {
     pub logprobs: Vec<f32>,
     /// Why it stopped.
     pub finish: FinishReason,
+    /// Leading prompt tokens whose keys and values were reused from earlier sequences (a
+    /// prefix cache) instead of being computed again.
+    pub cached_tokens: usize,
 }
 
 /// Continues every request, all in one batch (see [`Decoding`]): prompts are left-padded and
@@ -94,7 +97,7 @@ pub fn generate(
     requests: &[GenerationRequest],
     rng: &mut SeededRng,
 ) -> Result<Vec<Generation>, ModelError> {
-    let mut decoding = Decoding::start(model, tokenizer, requests.to_vec(), rng)?;
+    let mut decoding = Decoding::start(model, tokenizer, requests.to_vec(), rng, None)?;
     while !decoding.is_done() {
         decoding.step()?;
     }

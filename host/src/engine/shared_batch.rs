@@ -93,7 +93,7 @@ impl SharedBatch {
         if first.is_empty() {
             return;
         }
-        let mut decoding = match Decoding::start(model, tokenizer, requests, rng) {
+        let mut decoding = match Decoding::start(model, tokenizer, requests, rng, None) {
             Ok(decoding) => decoding,
             Err(error) => return self.fail(first.into_iter().map(|(id, _)| id), &error),
         };

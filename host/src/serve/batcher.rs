@@ -2,7 +2,9 @@
 //! the generation requests that arrive together as one batch of the local engine, lets those
 //! that arrive while it runs join it between decode steps, answers each as soon as its
 //! sequences finish, and runs weight updates and LoRA adapter loads between batches, so a batch
-//! never sees two versions of the weights.
+//! never sees two versions of the weights. Finished sequences' keys and values stay in a prefix
+//! cache until a weight update, so a prompt that begins with one (a conversation's next turn)
+//! prefills only the rest.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -19,7 +21,7 @@ use super::adapter_slots::{AdapterSlots, HeldAdapter};
 use super::refusal::Refusal;
 use super::server_metrics::{BatchCounts, ServerMetrics};
 use crate::engine::cpu::backend_for;
-use crate::engine::{Decoding, Generation, GenerationRequest};
+use crate::engine::{Decoding, Generation, GenerationRequest, PrefixCache};
 use crate::model::error::ModelError;
 use crate::model::pretrained::Pretrained;
 use crate::rng::SeededRng;
@@ -108,15 +110,14 @@ pub struct Batcher {
 impl Batcher {
     /// Loads `model` on `device` in `kind` on a new engine thread and returns once it is
     /// loaded (or failed to load). Unseeded requests draw from one stream seeded with `seed`;
-    /// LoRA adapters are loaded into `adapters`; batches and weight updates are counted in
-    /// `metrics`.
+    /// LoRA adapters are loaded into `adapters`; finished sequences are kept in `prefixes`;
+    /// batches and weight updates are counted in `metrics`.
     pub fn start(
         model: PathBuf,
-        device: Device,
-        kind: Kind,
+        (device, kind): (Device, Kind),
         seed: u64,
         limits: BatchLimits,
-        adapters: AdapterSlots,
+        (adapters, prefixes): (AdapterSlots, PrefixCache),
         metrics: Arc<ServerMetrics>,
     ) -> anyhow::Result<Self> {
         let (jobs, inbox) = mpsc::channel();
@@ -136,6 +137,7 @@ impl Batcher {
                         served,
                         limits,
                         adapters,
+                        prefixes,
                         metrics,
                         held: VecDeque::new(),
                     }
@@ -237,6 +239,8 @@ struct Engine {
     limits: BatchLimits,
     /// The LoRA adapters loaded into the model.
     adapters: AdapterSlots,
+    /// Finished sequences' keys and values, for prompts that begin with them.
+    prefixes: PrefixCache,
     /// Where batches and weight updates are counted.
     metrics: Arc<ServerMetrics>,
     /// Jobs taken from the inbox that did not fit the last batch, in the order they came.
@@ -277,6 +281,9 @@ impl Engine {
                     let _ = reply.send(loaded);
                 }
                 Job::UnloadAdapter { name, reply } => {
+                    if let Some(slot) = self.adapters.slot_of(&name) {
+                        self.prefixes.forget_adapter(slot);
+                    }
                     let unloaded = self.adapters.unload(&name);
                     self.publish_adapters();
                     let _ = reply.send(unloaded);
@@ -337,6 +344,7 @@ impl Engine {
             pretrained,
             rng,
             adapters,
+            prefixes,
             limits,
             metrics,
             held,
@@ -354,7 +362,7 @@ impl Engine {
             });
         }
         let (model, tokenizer) = (&pretrained.model, &pretrained.tokenizer);
-        let mut decoding = match Decoding::start(model, tokenizer, requests, rng) {
+        let mut decoding = match Decoding::start(model, tokenizer, requests, rng, Some(prefixes)) {
             Ok(decoding) => decoding,
             Err(error) => return fail(running, &error),
         };
@@ -375,7 +383,9 @@ impl Engine {
             }
         }
         counts.took = started.elapsed();
+        drop(decoding);
         metrics.record_batch(&counts);
+        metrics.set_prefix_cache_bytes(prefixes.bytes());
         tracing::debug!(
             sequences = counts.sequences,
             joined = counts.joined_requests,
@@ -435,6 +445,8 @@ impl Engine {
         self.adapters.reattach(&mut fresh.model)?;
         let version = version.unwrap_or_else(|| self.version());
         self.pretrained = fresh;
+        self.prefixes.clear();
+        self.metrics.set_prefix_cache_bytes(0);
         let mut served = describe(&self.pretrained, &version);
         served.adapters = self.adapters.held();
         *self.served.write().unwrap_or_else(PoisonError::into_inner) = served;
@@ -498,6 +510,7 @@ fn answer_finished(
         }
         let outputs: Vec<Generation> = job.requests.clone().map(|i| decoding.take(i)).collect();
         counts.generation_tokens += outputs.iter().map(|g| g.tokens.len()).sum::<usize>();
+        counts.cached_tokens += outputs.iter().map(|g| g.cached_tokens).sum::<usize>();
         let _ = job.reply.send(Ok((outputs, version.to_owned())));
         false
     });

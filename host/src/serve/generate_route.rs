@@ -297,6 +297,7 @@ pub fn output(
             finish_reason: Some(finish),
             prompt_tokens: request.prompt.len(),
             completion_tokens: generation.tokens.len(),
+            cached_tokens: generation.cached_tokens,
             output_token_logprobs: logprobs,
             weight_version: Some(weight_version.to_owned()),
         },

@@ -44,6 +44,7 @@ use crate::engine::remote::wire::{
     MODEL_INFO_PATH, UPDATE_WEIGHTS_PATH,
 };
 use crate::engine::stop::{MAX_STOPS, MAX_STOP_BYTES};
+use crate::engine::PrefixCache;
 
 /// `GET /get_weight_version`.
 const WEIGHT_VERSION_PATH: &str = "/get_weight_version";
@@ -89,6 +90,9 @@ pub struct ServeOptions {
     pub max_lora_rank: Option<i64>,
     /// With a largest rank, the projections the adapters may target (`None`: every one).
     pub lora_target_modules: Option<Vec<String>>,
+    /// Bytes of finished sequences' keys and values kept for prompts that begin with them
+    /// (0: none kept).
+    pub prefix_cache_bytes: usize,
 }
 
 /// A bound server; [`Server::run`] serves until the process ends.
@@ -118,14 +122,16 @@ impl Server {
         let metrics = Arc::new(ServerMetrics::new(&options.served_model_name));
         let batcher = Batcher::start(
             options.model.clone(),
-            options.device,
-            options.kind,
+            (options.device, options.kind),
             options.seed,
             BatchLimits {
                 max_batch: options.max_batch.max(1),
                 wait: options.batch_wait,
             },
-            AdapterSlots::new(options.max_loras, padded),
+            (
+                AdapterSlots::new(options.max_loras, padded),
+                PrefixCache::new(options.prefix_cache_bytes),
+            ),
             Arc::clone(&metrics),
         )?;
         let http = HttpServer::bind(&options.addr).map_err(|e| {

@@ -20,12 +20,15 @@ pub struct ServerMetrics {
     /// Answers by (route, status).
     answers: Mutex<BTreeMap<(&'static str, u16), u64>>,
     prompt_tokens: AtomicU64,
+    cached_tokens: AtomicU64,
     generation_tokens: AtomicU64,
     batches: AtomicU64,
     batch_sequences: AtomicU64,
     batch_joins: AtomicU64,
     /// Sequences in the engine's running batch now (a gauge the engine sets).
     batch_rows: AtomicU64,
+    /// Bytes the prefix cache holds (a gauge the engine sets).
+    prefix_cache_bytes: AtomicU64,
     generation_micros: AtomicU64,
     weight_updates: AtomicU64,
     /// Generation requests answered with their outputs, and the microseconds they took in all.
@@ -42,6 +45,8 @@ pub struct BatchCounts {
     pub joined_requests: usize,
     /// Prompt tokens of its sequences.
     pub prompt_tokens: usize,
+    /// Of those, the ones whose keys and values came from the prefix cache.
+    pub cached_tokens: usize,
     /// Tokens it generated.
     pub generation_tokens: usize,
     /// From its start until its last sequence finished.
@@ -64,11 +69,13 @@ impl ServerMetrics {
             model_name: model_name.to_owned(),
             answers: Mutex::new(BTreeMap::new()),
             prompt_tokens: AtomicU64::new(0),
+            cached_tokens: AtomicU64::new(0),
             generation_tokens: AtomicU64::new(0),
             batches: AtomicU64::new(0),
             batch_sequences: AtomicU64::new(0),
             batch_joins: AtomicU64::new(0),
             batch_rows: AtomicU64::new(0),
+            prefix_cache_bytes: AtomicU64::new(0),
             generation_micros: AtomicU64::new(0),
             weight_updates: AtomicU64::new(0),
             requests_served: AtomicU64::new(0),
@@ -88,6 +95,7 @@ impl ServerMetrics {
         add(&self.batch_sequences, batch.sequences);
         add(&self.batch_joins, batch.joined_requests);
         add(&self.prompt_tokens, batch.prompt_tokens);
+        add(&self.cached_tokens, batch.cached_tokens);
         add(&self.generation_tokens, batch.generation_tokens);
         add(&self.generation_micros, micros(batch.took));
     }
@@ -96,6 +104,12 @@ impl ServerMetrics {
     pub fn set_running_sequences(&self, sequences: usize) {
         let sequences = u64::try_from(sequences).unwrap_or(u64::MAX);
         self.batch_rows.store(sequences, Ordering::Relaxed);
+    }
+
+    /// Sets the bytes of keys and values the prefix cache holds.
+    pub fn set_prefix_cache_bytes(&self, bytes: usize) {
+        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+        self.prefix_cache_bytes.store(bytes, Ordering::Relaxed);
     }
 
     /// Counts a generation request answered with its outputs after `took`.
@@ -148,6 +162,13 @@ impl ServerMetrics {
                 count(&self.prompt_tokens),
             ),
             (
+                "cached_prompt_tokens_total",
+                "counter",
+                "Prompt tokens whose keys and values came from the prefix cache (over \
+                 prompt_tokens_total: the hit rate).",
+                count(&self.cached_tokens),
+            ),
+            (
                 "generation_tokens_total",
                 "counter",
                 "Tokens generated.",
@@ -195,6 +216,12 @@ impl ServerMetrics {
                 "gauge",
                 "Sequences in the engine's running batch.",
                 count(&self.batch_rows),
+            ),
+            (
+                "prefix_cache_bytes",
+                "gauge",
+                "Bytes of keys and values the prefix cache holds.",
+                count(&self.prefix_cache_bytes),
             ),
             (
                 "lora_adapters_loaded",
@@ -250,10 +277,12 @@ mod tests {
             sequences: 3,
             joined_requests: 1,
             prompt_tokens: 30,
+            cached_tokens: 20,
             generation_tokens: 12,
             took: Duration::from_millis(1500),
         });
         metrics.set_running_sequences(4);
+        metrics.set_prefix_cache_bytes(4096);
         metrics.record_request(Duration::from_millis(250));
         let text = metrics.render(Gauges {
             running_requests: 2,
@@ -264,6 +293,7 @@ mod tests {
             format!(r#"drmas:requests_total{{{label},route="/generate",code="200"}} 2"#),
             format!(r#"drmas:requests_total{{{label},route="other",code="404"}} 1"#),
             format!("drmas:prompt_tokens_total{{{label}}} 30"),
+            format!("drmas:cached_prompt_tokens_total{{{label}}} 20"),
             format!("drmas:generation_tokens_total{{{label}}} 12"),
             format!("drmas:batches_total{{{label}}} 1"),
             format!("drmas:batch_sequences_total{{{label}}} 3"),
@@ -274,13 +304,14 @@ mod tests {
             format!("drmas:weight_updates_total{{{label}}} 0"),
             format!("drmas:num_running_reqs{{{label}}} 2"),
             format!("drmas:num_running_seqs{{{label}}} 4"),
+            format!("drmas:prefix_cache_bytes{{{label}}} 4096"),
             format!("drmas:lora_adapters_loaded{{{label}}} 1"),
             "# TYPE drmas:e2e_request_latency_seconds summary".to_owned(),
             "# TYPE drmas:num_running_reqs gauge".to_owned(),
         ] {
             assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
         }
-        assert_eq!(text.matches("# TYPE ").count(), 12, "{text}");
+        assert_eq!(text.matches("# TYPE ").count(), 14, "{text}");
         assert!(
             text.lines()
                 .all(|l| l.starts_with("# ") || l.starts_with("drmas:")),

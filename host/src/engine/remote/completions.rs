@@ -81,10 +81,12 @@ fn generation(answer: CompletionAnswer) -> Result<Generation, Failure> {
             )))
         }
     };
+    // The OpenAI protocol reports cached prompt tokens per response, not per choice.
     Ok(Generation {
         tokens,
         logprobs,
         finish,
+        cached_tokens: 0,
     })
 }
 

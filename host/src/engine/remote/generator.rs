@@ -333,6 +333,7 @@ fn generation(output: GenerateOutput) -> Result<Generation, Failure> {
         tokens,
         logprobs,
         finish,
+        cached_tokens: meta.cached_tokens,
     })
 }
 

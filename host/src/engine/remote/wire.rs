@@ -105,6 +105,10 @@ pub struct MetaInfo {
     /// Generated tokens.
     #[serde(default)]
     pub completion_tokens: usize,
+    /// Leading prompt tokens whose keys and values the server reused from earlier requests
+    /// (its prefix cache) instead of computing them.
+    #[serde(default)]
+    pub cached_tokens: usize,
     /// `[logprob, token_id, text]` per output token (text is `null`), when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_token_logprobs: Option<Vec<(f64, i64, Option<String>)>>,

@@ -2,7 +2,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::{AttentionContext, SharedCacheRows};
+use super::{AttentionContext, SequenceKv, SharedCacheRows};
 
 /// Keys and values `[B, kv_heads, max_len, head_dim]` per layer, allocated once and filled
 /// slot by slot with `narrow().copy_()`, plus which slots hold real tokens.
@@ -138,6 +138,60 @@ impl KvCache {
             rows.iter().map(|&r| self.origin[r]).collect()
         };
         self.shared = shared_rows(&self.origin, slots);
+    }
+
+    /// Bytes one token's keys and values take, over every layer.
+    pub fn bytes_per_token(&self) -> usize {
+        (self.keys.iter().chain(&self.values))
+            .map(|t| {
+                let size = t.size();
+                (size[1] * size[3]) as usize * t.kind().elt_size_in_bytes()
+            })
+            .sum()
+    }
+
+    /// Row `row`'s keys and values of the real tokens cached so far, copied out in order.
+    /// Reads which slots hold them from the device.
+    pub fn sequence(&self, row: usize) -> SequenceKv {
+        let row = row as i64;
+        let slots = (self.key_valid.get(row).narrow(0, 0, self.len))
+            .nonzero()
+            .squeeze_dim(1);
+        let take = |t: &Tensor| t.get(row).index_select(1, &slots);
+        SequenceKv::new(
+            self.keys.iter().map(take).collect(),
+            self.values.iter().map(take).collect(),
+        )
+    }
+
+    /// Fills an empty cache's first slots with `prefixes` (per row, the keys and values of the
+    /// tokens its sequence begins with, or `None`), each ending at the same slot with padding
+    /// before it, so that the tokens prefilled next continue them.
+    pub(crate) fn start_from(&mut self, prefixes: &[Option<SequenceKv>]) {
+        let len = prefixes.iter().flatten().map(SequenceKv::len).max();
+        let len = len.unwrap_or(0) as i64;
+        if self.len != 0 || len == 0 {
+            return;
+        }
+        let mut seen = vec![0i64; prefixes.len()];
+        for (row, prefix) in prefixes.iter().enumerate() {
+            let Some(prefix) = prefix else { continue };
+            let n = prefix.len() as i64;
+            seen[row] = n;
+            let slots = |t: &Tensor| t.get(row as i64).narrow(1, len - n, n);
+            for layer in 0..self.keys.len() {
+                let (keys, values) = prefix.layer(layer);
+                slots(&self.keys[layer]).copy_(keys);
+                slots(&self.values[layer]).copy_(values);
+            }
+            let _ = self
+                .key_valid
+                .get(row as i64)
+                .narrow(0, len - n, n)
+                .fill_(1);
+        }
+        self.seen = Tensor::from_slice(&seen).to_device(self.seen.device());
+        self.len = len;
     }
 
     /// Slots at the front that hold no real token in any of the rows `rows`: what

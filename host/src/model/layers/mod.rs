@@ -15,6 +15,7 @@ pub mod projection;
 pub mod prompt_prefix;
 pub mod rms_norm;
 pub mod rotary;
+pub mod sequence_kv;
 
 pub use adapter_rows::AdapterRows;
 pub use attention::{Attention, AttentionConfig};
@@ -28,3 +29,4 @@ pub use projection::{LoraLinear, Projection};
 pub use prompt_prefix::PromptPrefix;
 pub use rms_norm::{fused_rms_norm, RmsNorm};
 pub use rotary::{Rotary, RotaryAngles};
+pub use sequence_kv::SequenceKv;
