@@ -162,9 +162,11 @@ fn two_epochs_of_two_mini_batches_are_four_steps_against_the_first_model() {
         assert!(difference < 1e-5, "{name} differs by {difference}");
     }
     let mean = |value: fn(&UpdateReport) -> f64| steps.iter().map(value).sum::<f64>() / 4.0;
+    // f32 sums over batches of different shapes round differently, by about 1e-6 relative
+    // with some CPUs' kernels: within 1e-5 is the same step.
     let near = |found: f64, expected: f64, what: &str| {
         assert!(
-            (found - expected).abs() < 1e-6 * expected.abs().max(1.0),
+            (found - expected).abs() < 1e-5 * expected.abs().max(1.0),
             "{what}: {found} vs {expected}"
         );
     };
