@@ -129,6 +129,7 @@ fn measure(side: &str, steps: usize) {
             agent: 0,
             step: 0,
             prompt: tokens(PROMPT),
+            cached_prompt_tokens: 0,
             response: tokens(RESPONSE),
             text: String::new(),
             logprobs: vec![-11.0; RESPONSE],

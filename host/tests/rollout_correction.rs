@@ -62,6 +62,7 @@ fn sampled_calls(pretrained: &Pretrained) -> Vec<AgentCall> {
             agent: 0,
             step: 0,
             prompt: request.prompt.clone(),
+            cached_prompt_tokens: generation.cached_tokens,
             response: generation.tokens,
             text: String::new(),
             logprobs: generation.logprobs,

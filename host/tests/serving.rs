@@ -687,6 +687,14 @@ fn check_refuses_bad_servers_before_any_work() {
         &format!("{}model_name = \"m\"\n", on_servers(&["http://a:1"])),
         "model_name and weight_sync are for backend = \"openai\"",
     );
+    fails(
+        &format!("{}prefix_cache_mb = 64\n", on_servers(&["http://a:1"])),
+        "prefix_cache_mb is for backend = \"local\"; servers keep their own",
+    );
+    fails(
+        "prefix_cache_mb = 2000000",
+        "run.toml:34:19: [worker_groups.shared.rollout]: prefix_cache_mb = 2000000 is more than",
+    );
     let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     let url = format!("http://{}", silent.local_addr().expect("address"));
     fails(
@@ -1092,7 +1100,7 @@ fn serve_answers_a_request_that_joins_a_running_batch_before_the_batch_ends() {
 
 /// A conversation's next turn resends its history: the server reuses the keys and values of the
 /// finished sequence it begins with, reports them as `cached_tokens` and in its metrics, and
-/// answers what it answers without them; a weight update empties the cache.
+/// answers what it answers without them; `/flush_cache` and a weight update empty the cache.
 #[test]
 fn serve_reuses_a_finished_sequence_for_the_prompt_that_continues_it() {
     let server = Served::start_with("llama", &["--batch-wait-ms", "0"]);
@@ -1128,12 +1136,23 @@ fn serve_reuses_a_finished_sequence_for_the_prompt_that_continues_it() {
     assert_eq!(metric(&server, "cached_prompt_tokens_total"), cached as f64);
     assert!(metric(&server, "prefix_cache_bytes") > 0.0);
 
+    assert_eq!(
+        server.post("/flush_cache", ""),
+        (200, "Cache flushed.\n".into())
+    );
+    assert_eq!(metric(&server, "prefix_cache_bytes"), 0.0);
+    let (computed, computed_logprobs, cached) = generate(&second, 12);
+    assert_eq!(cached, 0, "the cache was flushed");
+    assert!(generate(&second, 12).2 > 0, "the sequence is held again");
     let model = tiny_model("llama").display().to_string();
     let update = format!("{{\"model_path\": \"{model}\"}}");
     assert_eq!(server.post("/update_weights_from_disk", &update).0, 200);
     assert_eq!(metric(&server, "prefix_cache_bytes"), 0.0);
-    let (computed, computed_logprobs, cached) = generate(&second, 12);
-    assert_eq!(cached, 0, "the weight update emptied the cache");
+    assert_eq!(
+        generate(&second, 12).2,
+        0,
+        "a weight update empties the cache"
+    );
     assert_eq!(reusing, computed);
     for (a, b) in reusing_logprobs.iter().zip(&computed_logprobs) {
         assert!((a - b).abs() < 1e-4, "{a} vs {b}");

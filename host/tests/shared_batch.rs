@@ -1,6 +1,7 @@
 //! Batches handed to one in-process generator from two threads share one decoding
 //! (`engine::shared_batch`): a short batch handed in while a long one runs joins it and comes
-//! back first, with the tokens each gets alone.
+//! back first, with the tokens each gets alone; and with a prefix cache, a next turn reuses the
+//! sequence it continues.
 
 mod common;
 
@@ -52,4 +53,40 @@ fn a_short_batch_handed_in_while_a_long_one_runs_comes_back_first() {
     });
     assert_eq!(short_together, short_alone);
     assert_eq!(long_together, long_alone);
+}
+
+/// With a prefix cache, an agent's next turn (its last prompt and answer, then new tokens)
+/// reuses the finished sequence's keys and values, and gets the tokens it gets without them.
+#[test]
+fn a_generator_with_a_prefix_cache_prefills_only_a_next_turns_new_tokens() {
+    let path = common::repo().join("host/tests/fixtures/hf/llama");
+    let mut pretrained = Pretrained::load(&path, Device::Cpu, Kind::Float).expect("the fixture");
+    let (plain, _) = LocalGenerator::split(&mut pretrained);
+    let caching = plain.with_prefix_cache(16 << 20);
+    let greedy = |prompt: Vec<i64>| GenerationRequest::new(prompt, SamplingParams::GREEDY, 12);
+    let first: Vec<i64> = (1..=30).collect();
+    let answer = caching
+        .generate(&[greedy(first.clone())], &mut SeededRng::new(0))
+        .expect("generates")
+        .remove(0);
+    assert_eq!(answer.cached_tokens, 0);
+    let next: Vec<i64> = (first.iter().chain(&answer.tokens).copied())
+        .chain([40, 41, 42])
+        .collect();
+    let reusing = caching
+        .generate(&[greedy(next.clone())], &mut SeededRng::new(0))
+        .expect("generates")
+        .remove(0);
+    assert_eq!(reusing.cached_tokens, first.len() + answer.tokens.len() - 1);
+    drop(caching);
+    let (computed, _) = LocalGenerator::split(&mut pretrained);
+    let computed = computed
+        .generate(&[greedy(next)], &mut SeededRng::new(0))
+        .expect("generates")
+        .remove(0);
+    assert_eq!(computed.cached_tokens, 0);
+    assert_eq!(reusing.tokens, computed.tokens);
+    for (a, b) in reusing.logprobs.iter().zip(&computed.logprobs) {
+        assert!((a - b).abs() < 1e-4, "{a} vs {b}");
+    }
 }

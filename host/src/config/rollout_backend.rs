@@ -12,6 +12,8 @@ use super::{AgentSection, ConfigError, RunConfig, RunFile, Step, WorkerGroupSect
 const MAX_TIMEOUT_S: f64 = 86_400.0;
 /// The longest `model_name` accepted, in characters.
 const MAX_MODEL_NAME_CHARS: usize = 256;
+/// The largest `prefix_cache_mb` accepted (1 TiB).
+const MAX_PREFIX_CACHE_MB: usize = 1 << 20;
 
 /// Which engine generates a worker group's rollouts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -77,12 +79,23 @@ pub struct GroupRolloutSection {
     /// With `openai`: how the servers get new weights (`vllm`, `sglang` or `none`, the
     /// default).
     pub weight_sync: Option<Spanned<WeightSync>>,
+    /// With `local`: MiB of the keys and values of sequences the rollout finished, kept while
+    /// it lasts so that a prompt beginning with one (an agent's next turn, which resends the
+    /// conversation) prefills only the rest; 0, the default, keeps none. Servers keep their own
+    /// (`drmas-host serve --prefix-cache-mb`, SGLang's radix cache).
+    pub prefix_cache_mb: Option<Spanned<usize>>,
 }
 
 impl GroupRolloutSection {
     /// Whether the group generates on inference servers rather than in process.
     pub fn is_remote(&self) -> bool {
         *self.backend.get_ref() != RolloutBackend::Local
+    }
+
+    /// Bytes of finished sequences' keys and values a local group's rollout keeps.
+    pub fn prefix_cache_bytes(&self) -> usize {
+        let mb = self.prefix_cache_mb.as_ref().map_or(0, |mb| *mb.get_ref());
+        mb.saturating_mul(1 << 20)
     }
 
     /// How the group's servers get new weights; `None` for a local group.
@@ -113,6 +126,7 @@ impl Default for GroupRolloutSection {
             weights_dir: None,
             model_name: None,
             weight_sync: None,
+            prefix_cache_mb: None,
         }
     }
 }
@@ -138,6 +152,18 @@ pub(super) fn check(
                 ));
             }
             check_openai_keys(section, &table, file)?;
+            if let Some(mb) = section.prefix_cache_mb.as_ref() {
+                if *mb.get_ref() > MAX_PREFIX_CACHE_MB {
+                    return Err(file.invalid(
+                        mb.span().start,
+                        format!(
+                            "{table}: prefix_cache_mb = {} is more than {MAX_PREFIX_CACHE_MB} \
+                             (1 TiB); the cache lives in the group's device memory",
+                            mb.get_ref()
+                        ),
+                    ));
+                }
+            }
             return Ok(());
         }
         RolloutBackend::Sglang => {
@@ -153,6 +179,15 @@ pub(super) fn check(
         return Err(file.invalid(
             at,
             format!("{table}: backend = \"{backend}\" needs urls = [\"http://host:port\", …]"),
+        ));
+    }
+    if let Some(mb) = &section.prefix_cache_mb {
+        return Err(file.invalid(
+            mb.span().start,
+            format!(
+                "{table}: prefix_cache_mb is for backend = \"local\"; servers keep their own \
+                 prefix cache (drmas-host serve --prefix-cache-mb, SGLang's radix cache): remove it"
+            ),
         ));
     }
     // SGLang's LoRA routes with its protocol, vLLM's with OpenAI's.

@@ -70,6 +70,16 @@ impl<'m> LocalGenerator<'m> {
         };
         (generator, ChatCodec::new(tokenizer, chat_template))
     }
+
+    /// The generator keeping up to `bytes` of the keys and values of the sequences it finished,
+    /// so that a prompt beginning with one (an agent's next turn) prefills only the rest. The
+    /// generator lives for one rollout, on one version of the weights.
+    pub fn with_prefix_cache(self, bytes: usize) -> Self {
+        Self {
+            batches: SharedBatch::with_prefix_cache(bytes),
+            ..self
+        }
+    }
 }
 
 impl Generator for LocalGenerator<'_> {

@@ -3,7 +3,7 @@
 //! finds none running drives the decoding: it takes in the batches waiting between decode
 //! steps, hands each its outputs as soon as they are done, stops taking new ones once its own
 //! are done, and returns when the decoding ends; a batch that arrives after that starts the
-//! next decoding on its own thread.
+//! next decoding on its own thread. The decodings may share a prefix cache.
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
@@ -14,6 +14,7 @@ use tokenizers::Tokenizer;
 
 use super::decoding::Decoding;
 use super::generate::{Generation, GenerationRequest};
+use super::prefix_cache::PrefixCache;
 use crate::model::llama::Llama;
 use crate::rng::SeededRng;
 
@@ -26,6 +27,9 @@ pub struct SharedBatch {
     state: Mutex<State>,
     /// Signalled when a batch is answered or the decoding ends.
     changed: Condvar,
+    /// The keys and values of the sequences finished so far, for prompts that begin with them
+    /// (held by the thread that drives a decoding).
+    prefixes: Mutex<Option<PrefixCache>>,
 }
 
 #[derive(Debug, Default)]
@@ -41,6 +45,15 @@ struct State {
 }
 
 impl SharedBatch {
+    /// Batches whose decodings keep up to `bytes` of their finished sequences' keys and values
+    /// for later prompts that begin with them (the model's weights must not change meanwhile).
+    pub fn with_prefix_cache(bytes: usize) -> Self {
+        Self {
+            prefixes: Mutex::new(Some(PrefixCache::new(bytes))),
+            ..Self::default()
+        }
+    }
+
     /// Continues `requests` on `model` in the decoding running now, or in one this thread
     /// drives (drawing from `rng`) when none runs; the outputs are in the order of `requests`.
     pub fn generate(
@@ -93,7 +106,9 @@ impl SharedBatch {
         if first.is_empty() {
             return;
         }
-        let mut decoding = match Decoding::start(model, tokenizer, requests, rng, None) {
+        let mut prefixes = self.prefixes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut decoding = match Decoding::start(model, tokenizer, requests, rng, prefixes.as_mut())
+        {
             Ok(decoding) => decoding,
             Err(error) => return self.fail(first.into_iter().map(|(id, _)| id), &error),
         };

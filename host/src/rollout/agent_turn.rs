@@ -151,6 +151,7 @@ pub(super) fn complete(
         agent: call.member,
         step,
         prompt: call.request.prompt,
+        cached_prompt_tokens: generation.cached_tokens,
         response: generation.tokens,
         text: raw,
         logprobs: generation.logprobs,

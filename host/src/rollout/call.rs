@@ -18,6 +18,9 @@ pub struct AgentCall {
     pub step: usize,
     /// The chat-templated prompt tokens (after any truncation).
     pub prompt: Vec<i64>,
+    /// How many of the prompt's first tokens the generator reused the keys and values of (a
+    /// prefix cache) instead of computing them.
+    pub cached_prompt_tokens: usize,
     /// The generated tokens (the final EOS included when the model wrote one).
     pub response: Vec<i64>,
     /// The response as text (what the agent parsed).
@@ -47,6 +50,7 @@ impl AgentCall {
             agent,
             step: 0,
             prompt,
+            cached_prompt_tokens: 0,
             logprobs: vec![0.0; response.len()],
             response,
             text: String::new(),

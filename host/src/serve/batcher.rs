@@ -3,8 +3,8 @@
 //! that arrive while it runs join it between decode steps, answers each as soon as its
 //! sequences finish, and runs weight updates and LoRA adapter loads between batches, so a batch
 //! never sees two versions of the weights. Finished sequences' keys and values stay in a prefix
-//! cache until a weight update, so a prompt that begins with one (a conversation's next turn)
-//! prefills only the rest.
+//! cache until a weight update (or a flush), so a prompt that begins with one (a conversation's
+//! next turn) prefills only the rest.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -78,6 +78,9 @@ enum Job {
     UnloadAdapter {
         name: String,
         reply: Sender<Result<(), Refusal>>,
+    },
+    FlushCache {
+        reply: Sender<()>,
     },
 }
 
@@ -209,6 +212,12 @@ impl Batcher {
         self.ask(job).unwrap_or_else(|| Err(stopped()))
     }
 
+    /// Empties the prefix cache once the running batch is done.
+    pub fn flush_cache(&self) -> Result<(), Refusal> {
+        self.ask(|reply| Job::FlushCache { reply })
+            .ok_or_else(stopped)
+    }
+
     /// Replaces the weights by those of the HF folder `path` once the running batch is done;
     /// returns the version served from then on.
     pub fn reload(&self, path: PathBuf, version: Option<String>) -> anyhow::Result<String> {
@@ -287,6 +296,11 @@ impl Engine {
                     let unloaded = self.adapters.unload(&name);
                     self.publish_adapters();
                     let _ = reply.send(unloaded);
+                }
+                Job::FlushCache { reply } => {
+                    self.prefixes.clear();
+                    self.metrics.set_prefix_cache_bytes(0);
+                    let _ = reply.send(());
                 }
                 Job::Generate(job) => {
                     let batch = self.gather(inbox, vec![job]);

@@ -50,6 +50,8 @@ use crate::engine::PrefixCache;
 const WEIGHT_VERSION_PATH: &str = "/get_weight_version";
 /// `GET /metrics`: [`ServerMetrics`] in Prometheus's text format.
 const METRICS_PATH: &str = "/metrics";
+/// `POST` (or `GET`) `/flush_cache`: empties the prefix cache, as SGLang's route does.
+const FLUSH_CACHE_PATH: &str = "/flush_cache";
 /// Requests answered at once beyond the generation slots, so health and model-info probes are
 /// answered while every slot waits for the engine.
 const SPARE_TURNS: usize = 4;
@@ -201,6 +203,7 @@ fn route_label(path: &str) -> &'static str {
         GENERATE_PATH,
         COMPLETIONS_PATH,
         UPDATE_WEIGHTS_PATH,
+        FLUSH_CACHE_PATH,
         LOAD_LORA_ADAPTER_PATH,
         UNLOAD_LORA_ADAPTER_PATH,
         SGLANG_LOAD_LORA_ADAPTER_PATH,
@@ -244,6 +247,10 @@ impl Endpoints {
                 self.admit(&request.body, Self::completions_answer)
             }
             (&Method::POST, UPDATE_WEIGHTS_PATH) => self.update_weights(&request.body),
+            (&Method::POST | &Method::GET, FLUSH_CACHE_PATH) => match self.batcher.flush_cache() {
+                Ok(()) => Reply::text(200, "text/plain; charset=utf-8", "Cache flushed.\n".into()),
+                Err(refusal) => refusal.reply(),
+            },
             (&Method::POST, LOAD_LORA_ADAPTER_PATH | SGLANG_LOAD_LORA_ADAPTER_PATH)
                 if self.options.max_loras > 0 =>
             {
@@ -255,7 +262,7 @@ impl Endpoints {
             {
                 lora_routes::unload(&self.batcher, &request.body, dialect(path))
             }
-            (_, GENERATE_PATH | COMPLETIONS_PATH | UPDATE_WEIGHTS_PATH) => {
+            (_, GENERATE_PATH | COMPLETIONS_PATH | UPDATE_WEIGHTS_PATH | FLUSH_CACHE_PATH) => {
                 Refusal::new(405, format!("{path} takes POST")).reply()
             }
             (
@@ -285,7 +292,8 @@ impl Endpoints {
                     404,
                     format!(
                         "no endpoint {path}; served: POST {GENERATE_PATH}, POST \
-                         {COMPLETIONS_PATH}, POST {UPDATE_WEIGHTS_PATH}{lora}, GET \
+                         {COMPLETIONS_PATH}, POST {UPDATE_WEIGHTS_PATH}, POST \
+                         {FLUSH_CACHE_PATH}{lora}, GET \
                          {MODEL_INFO_PATH}, GET {SERVER_INFO_PATH}, GET {MODELS_PATH}, GET \
                          {WEIGHT_VERSION_PATH}, GET {METRICS_PATH}, GET {HEALTH_PATH}"
                     ),

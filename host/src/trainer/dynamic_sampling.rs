@@ -116,6 +116,7 @@ mod tests {
                     agent,
                     step: 0,
                     prompt: vec![1],
+                    cached_prompt_tokens: 0,
                     response: vec![2],
                     text: format!("episode {episode}"),
                     logprobs: vec![0.0],

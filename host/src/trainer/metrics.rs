@@ -253,8 +253,8 @@ pub(super) fn record_rollout(
 }
 
 /// The per-agent keys of one agent's calls (`role`'s, at least one): how many, how many were
-/// invalid or broke the role's contract, their lengths, and how many were cut off at their
-/// `max_new_tokens`.
+/// invalid or broke the role's contract, their lengths (and the prompt tokens a prefix cache
+/// spared), and how many were cut off at their `max_new_tokens`.
 fn record_calls(metrics: &mut Metrics, role: &str, calls: &[&AgentCall]) {
     let n = calls.len() as f64;
     let rate =
@@ -275,6 +275,10 @@ fn record_calls(metrics: &mut Metrics, role: &str, calls: &[&AgentCall]) {
     let longest = calls.iter().map(|c| c.response.len()).max().unwrap_or(0);
     metrics.set(format!("response_len_max/{role}"), longest as f64);
     metrics.set(format!("prompt_len/{role}"), mean(|c| c.prompt.len()));
+    metrics.set(
+        format!("prompt_cached_len/{role}"),
+        mean(|c| c.cached_prompt_tokens),
+    );
 }
 
 /// `reward/penalised_mean`: the penalised reward (`rewards`, one per call) over the calls of
@@ -491,13 +495,14 @@ mod tests {
         let call = |prompt: usize, response: usize, finish, valid| AgentCall {
             finish,
             valid,
+            cached_prompt_tokens: prompt - 10,
             ..AgentCall::synthetic(0, 0, vec![1; prompt], vec![2; response])
         };
         let calls = [
             call(10, 5, FinishReason::Eos, true),
             call(10, 8, FinishReason::Length, false),
             call(12, 8, FinishReason::Length, true),
-            call(12, 2, FinishReason::Stop, true),
+            call(13, 2, FinishReason::Stop, true),
         ];
         let mut metrics = Metrics::new(1);
         record_calls(&mut metrics, "solver", &calls.iter().collect::<Vec<_>>());
@@ -508,7 +513,8 @@ mod tests {
         assert_eq!(get("truncated_rate/solver"), 0.5);
         assert_eq!(get("response_len/solver"), 5.75);
         assert_eq!(get("response_len_max/solver"), 8.0);
-        assert_eq!(get("prompt_len/solver"), 11.0);
+        assert_eq!(get("prompt_len/solver"), 11.25);
+        assert_eq!(get("prompt_cached_len/solver"), 1.25);
     }
 
     #[test]

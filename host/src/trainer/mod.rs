@@ -640,7 +640,7 @@ impl Trainer {
     /// Rolls out the iteration's prompt groups on the worker groups' current weights.
     fn sample(&mut self) -> anyhow::Result<Sampled> {
         self.prepare_generators()?;
-        let (local, codecs) = split_groups(&mut self.groups);
+        let (local, codecs) = split_groups(&mut self.groups, &self.config);
         let generators = generators(&local, &self.fleets);
         Sampler {
             crew: Crew {
@@ -1041,7 +1041,7 @@ impl Trainer {
     /// Rolls out one episode per task with the team's current sampling settings.
     fn rollout(&mut self, tasks: &[&Task], label: &str) -> anyhow::Result<Rollout> {
         self.prepare_generators()?;
-        let (local, codecs) = split_groups(&mut self.groups);
+        let (local, codecs) = split_groups(&mut self.groups, &self.config);
         let generators = generators(&local, &self.fleets);
         let crew = Crew {
             orchestra: &self.orchestra,
@@ -1162,11 +1162,23 @@ impl Trainer {
     }
 }
 
-/// Each worker group's in-process generator and chat codec.
-fn split_groups(groups: &mut [WorkerGroup]) -> (Vec<LocalGenerator<'_>>, Vec<ChatCodec<'_>>) {
+/// Each worker group's in-process generator (with the prefix cache its rollout section asks
+/// for) and chat codec.
+fn split_groups<'g>(
+    groups: &'g mut [WorkerGroup],
+    config: &RunConfig,
+) -> (Vec<LocalGenerator<'g>>, Vec<ChatCodec<'g>>) {
     groups
         .iter_mut()
-        .map(|group| LocalGenerator::split(&mut group.pretrained))
+        .map(|group| {
+            let section = config.worker_groups.get(&group.name);
+            let bytes = section.map_or(0, |section| section.rollout.prefix_cache_bytes());
+            let (generator, codec) = LocalGenerator::split(&mut group.pretrained);
+            match bytes {
+                0 => (generator, codec),
+                bytes => (generator.with_prefix_cache(bytes), codec),
+            }
+        })
         .unzip()
 }
 
