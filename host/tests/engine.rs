@@ -470,6 +470,35 @@ fn a_stop_token_ends_the_sequence_as_its_last_token() {
     });
 }
 
+/// With `ignore_eos` a sequence goes on past the model's EOS token, to its length; what it
+/// samples up to there is unchanged.
+#[test]
+fn ignoring_eos_runs_a_sequence_to_its_length() {
+    with_model(|tokenizer, llama| {
+        let prompt = chat(tokenizer, "Say hi.");
+        let run = |ignore_eos| {
+            let request = GenerationRequest {
+                ignore_eos,
+                ..request(&prompt, SamplingParams::GREEDY, 48)
+            };
+            generate(llama, tokenizer, &[request], &mut SeededRng::new(0))
+                .expect("generates")
+                .remove(0)
+        };
+        let (ended, going) = (run(false), run(true));
+        assert_eq!(ended.finish, FinishReason::Eos);
+        assert!(
+            ended.tokens.len() < 48,
+            "{}",
+            text(tokenizer, &ended.tokens)
+        );
+        assert_eq!(going.finish, FinishReason::Length);
+        assert_eq!(going.tokens.len(), 48);
+        assert_eq!(going.tokens[..ended.tokens.len()], ended.tokens);
+        assert_greedy(llama, &prompt, &going.tokens);
+    });
+}
+
 #[test]
 fn greedy_matches_recomputing_the_whole_sequence() {
     with_model(|tokenizer, llama| {

@@ -1159,6 +1159,40 @@ fn serve_reuses_a_finished_sequence_for_the_prompt_that_continues_it() {
     }
 }
 
+/// `ignore_eos` as each protocol means it: SGLang's leaves `stop_token_ids` out too, vLLM's
+/// keeps them.
+#[test]
+fn serve_ignores_eos_as_each_protocol_does() {
+    let server = Served::start("llama");
+    let generate = |extra: &str| {
+        let body = format!(
+            r#"{{"input_ids": [[1, 2, 3]], "sampling_params": {{"max_new_tokens": 6, "temperature": 0{extra}}}}}"#
+        );
+        let (status, text) = server.post("/generate", &body);
+        assert_eq!(status, 200, "{text}");
+        let answers: Value = serde_json::from_str(&text).expect("JSON");
+        serde_json::from_value::<Vec<i64>>(answers[0]["output_ids"].clone()).expect("ids")
+    };
+    let free = generate("");
+    let first = free[0];
+    assert_eq!(
+        generate(&format!(r#", "stop_token_ids": [{first}]"#)),
+        [first]
+    );
+    let ignoring = generate(&format!(
+        r#", "stop_token_ids": [{first}], "ignore_eos": true"#
+    ));
+    assert_eq!(ignoring.len(), 6, "{ignoring:?}");
+    assert_eq!(ignoring[..free.len()], free);
+    let body = format!(
+        r#"{{"model": "llama", "prompt": [1, 2, 3], "max_tokens": 6, "temperature": 0, "stop_token_ids": [{first}], "ignore_eos": true, "logprobs": 0, "return_tokens_as_token_ids": true}}"#
+    );
+    let (status, text) = server.post("/v1/completions", &body);
+    assert_eq!(status, 200, "{text}");
+    let answer: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(choice_tokens(&answer).0, [first]);
+}
+
 #[test]
 fn serve_refuses_bad_requests_naming_the_field_and_keeps_serving() {
     let server = Served::start("llama");

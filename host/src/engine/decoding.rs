@@ -181,7 +181,8 @@ impl<'a> Decoding<'a> {
             out.tokens.push(token);
             out.logprobs.push(self.logprobs_host[row]);
             let request = &self.requests[i];
-            let finish = if eos.contains(&token) || request.stop_tokens.contains(&token) {
+            let eos = !request.ignore_eos && eos.contains(&token);
+            let finish = if eos || request.stop_tokens.contains(&token) {
                 Some(FinishReason::Eos)
             } else if match &mut self.stops[i] {
                 Some(stop) => stop.push(token, self.tokenizer)?,

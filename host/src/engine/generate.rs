@@ -24,6 +24,10 @@ pub struct GenerationRequest {
     pub adapter: Option<usize>,
     /// Tokens that end the sequence like the model's EOS tokens do (kept as its last token).
     pub stop_tokens: Vec<i64>,
+    /// Whether the model's EOS tokens leave the sequence going, so that it ends only at
+    /// `stop_tokens`, a stop string or `max_new_tokens` (what serving benchmarks ask for, to
+    /// generate fixed lengths).
+    pub ignore_eos: bool,
     /// The request's own random stream: its tokens are drawn from `SeededRng::new(seed)`,
     /// whatever else shares the batch (what a server needs to answer a request the same way
     /// however it batches it). `None`: the batch's shared stream, in row order.
@@ -41,6 +45,7 @@ impl GenerationRequest {
             stop: Vec::new(),
             adapter: None,
             stop_tokens: Vec::new(),
+            ignore_eos: false,
             seed: None,
         }
     }

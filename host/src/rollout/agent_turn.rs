@@ -86,6 +86,7 @@ pub(super) fn prepare(
             stop: member.stop.clone(),
             adapter: member.adapter,
             stop_tokens: Vec::new(),
+            ignore_eos: false,
             seed: None,
         },
         truncated,

@@ -108,6 +108,7 @@ pub fn parse(
         stop_token_ids: body.stop_token_ids,
         sampling_seed: None,
         skip_special_tokens: body.skip_special_tokens,
+        ignore_eos: body.ignore_eos,
     };
     let prompt_tokens = prompts.iter().map(Vec::len).sum();
     let logprobs = body.logprobs.is_some();

@@ -108,6 +108,14 @@ pub fn parse(body: &[u8], served: &Served, limits: RequestLimits) -> Result<Pars
     for (i, ((prompt, params), logprobs)) in
         prompts.into_iter().zip(params).zip(logprobs).enumerate()
     {
+        // SGLang's `ignore_eos` ignores `stop_token_ids` too (vLLM's does not).
+        let params = match params.ignore_eos {
+            Some(true) => WireSamplingParams {
+                stop_token_ids: None,
+                ..params
+            },
+            _ => params,
+        };
         let (request, want) = request(
             i,
             prompt,
@@ -239,6 +247,7 @@ pub(super) fn request(
         stop,
         adapter: None,
         stop_tokens,
+        ignore_eos: wire.ignore_eos.unwrap_or(false),
         seed: wire.sampling_seed,
     };
     let wanted = Wanted {

@@ -27,6 +27,7 @@ pub fn body(request: &GenerationRequest, seed: i64, model: &str) -> CompletionBo
         n: Some(1),
         return_tokens_as_token_ids: Some(true),
         skip_special_tokens: None,
+        ignore_eos: request.ignore_eos.then_some(true),
         stream: None,
         echo: None,
     }

@@ -349,6 +349,7 @@ fn wire_params(request: &GenerationRequest, seed: u64) -> WireSamplingParams {
         stop_token_ids: (!request.stop_tokens.is_empty()).then(|| request.stop_tokens.clone()),
         sampling_seed: Some(seed),
         skip_special_tokens: None,
+        ignore_eos: request.ignore_eos.then_some(true),
     }
 }
 

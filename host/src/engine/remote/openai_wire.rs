@@ -77,6 +77,10 @@ pub struct CompletionBody {
     /// Whether `text` leaves special tokens out (default true); token ids are unaffected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_special_tokens: Option<bool>,
+    /// Whether EOS tokens leave the sequence going; `stop_token_ids` still end it (vLLM's
+    /// extension, default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_eos: Option<bool>,
     /// Streaming: not served by drmas; here to name the mistake.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,

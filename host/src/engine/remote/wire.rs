@@ -74,6 +74,10 @@ pub struct WireSamplingParams {
     /// Whether `text` leaves special tokens out (default true); token ids are unaffected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_special_tokens: Option<bool>,
+    /// Whether EOS tokens (and, in SGLang's protocol, `stop_token_ids`) leave the sequence
+    /// going (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_eos: Option<bool>,
 }
 
 /// SGLang's default `max_new_tokens`.
