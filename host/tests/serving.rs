@@ -1135,6 +1135,18 @@ fn serve_reuses_a_finished_sequence_for_the_prompt_that_continues_it() {
     assert_eq!(cached as usize, first.len() + answer.len() - 1);
     assert_eq!(metric(&server, "cached_prompt_tokens_total"), cached as f64);
     assert!(metric(&server, "prefix_cache_bytes") > 0.0);
+    // Over /v1/completions, each prompt counted once in `usage` (vLLM's field).
+    let body = serde_json::json!({
+        "model": "llama", "prompt": second, "max_tokens": 4, "temperature": 0, "n": 2,
+    });
+    let (status, text) = server.post("/v1/completions", &body.to_string());
+    assert_eq!(status, 200, "{text}");
+    let answer: Value = serde_json::from_str(&text).expect("JSON");
+    let details = &answer["usage"]["prompt_tokens_details"];
+    assert_eq!(
+        details["cached_tokens"].as_u64(),
+        Some(second.len() as u64 - 1)
+    );
 
     assert_eq!(
         server.post("/flush_cache", ""),

@@ -8,8 +8,8 @@ use super::batcher::Served;
 use super::generate_route::{self, RequestLimits, Wanted};
 use super::refusal::Refusal;
 use crate::engine::remote::openai_wire::{
-    ChoiceLogprobs, CompletionBody, CompletionChoice, ModelCard, ModelList, Prompt, Usage,
-    DEFAULT_MAX_TOKENS, TOKEN_ID_PREFIX,
+    ChoiceLogprobs, CompletionBody, CompletionChoice, ModelCard, ModelList, Prompt,
+    PromptTokensDetails, Usage, DEFAULT_MAX_TOKENS, TOKEN_ID_PREFIX,
 };
 use crate::engine::remote::wire::WireSamplingParams;
 use crate::engine::{FinishReason, Generation, GenerationRequest};
@@ -25,6 +25,8 @@ pub struct Parsed {
     pub tokens_as_ids: bool,
     /// Each prompt's length, counted once in `usage`.
     pub prompt_tokens: usize,
+    /// Samples per prompt (`n`).
+    pub samples: usize,
     /// Each choice's LoRA adapter: the one the request names as its `model` (`None`: the
     /// served model).
     pub adapters: Vec<Option<String>>,
@@ -136,6 +138,7 @@ pub fn parse(
         wanted,
         tokens_as_ids: body.return_tokens_as_token_ids == Some(true),
         prompt_tokens,
+        samples: n,
     })
 }
 
@@ -220,13 +223,18 @@ pub fn choice(
     }
 }
 
-/// `usage` of an answer: each prompt counted once, every choice's tokens.
-pub fn usage(prompt_tokens: usize, choices: &[Generation]) -> Usage {
+/// `usage` of an answer: each prompt counted once (with the tokens of it the prefix cache
+/// served; `choices` are prompt-major, `samples` per prompt), every choice's tokens.
+pub fn usage(prompt_tokens: usize, choices: &[Generation], samples: usize) -> Usage {
     let completion_tokens = choices.iter().map(|g| g.tokens.len()).sum();
+    let cached_tokens = (choices.chunks(samples.max(1)))
+        .map(|prompt| prompt[0].cached_tokens)
+        .sum();
     Usage {
         prompt_tokens,
         total_tokens: prompt_tokens + completion_tokens,
         completion_tokens,
+        prompt_tokens_details: Some(PromptTokensDetails { cached_tokens }),
     }
 }
 

@@ -399,7 +399,7 @@ impl Endpoints {
         let (generations, _version) = self
             .batcher
             .generate(parsed.requests.clone(), parsed.adapters.clone())?;
-        let usage = completions_route::usage(parsed.prompt_tokens, &generations);
+        let usage = completions_route::usage(parsed.prompt_tokens, &generations, parsed.samples);
         let mut choices = Vec::with_capacity(generations.len());
         for (index, ((request, generation), wanted)) in parsed
             .requests

@@ -131,6 +131,7 @@ mod tests {
                 prompt_tokens: 1,
                 total_tokens: 1 + tokens.len(),
                 completion_tokens: tokens.len(),
+                prompt_tokens_details: None,
             },
         }
     }

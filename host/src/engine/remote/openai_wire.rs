@@ -148,6 +148,17 @@ pub struct Usage {
     pub total_tokens: usize,
     /// Generated tokens, over every choice.
     pub completion_tokens: usize,
+    /// What the prompt tokens included (vLLM sends it when started with
+    /// `--enable-prompt-tokens-details`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// `usage.prompt_tokens_details`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens whose keys and values came from the prefix cache.
+    pub cached_tokens: usize,
 }
 
 /// The answer of `GET /v1/models`.
