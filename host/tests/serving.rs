@@ -709,8 +709,8 @@ fn check_refuses_bad_servers_before_any_work() {
     fails(
         &over_completions(&[&llama.url], "llama", "vllm"),
         "/weight_info answered 404: {\"error\":{\"message\":\"no endpoint /weight_info; \
-         served: POST /generate, POST /v1/completions, POST /update_weights_from_disk, GET \
-         /get_model_info, GET /get_server_info, GET /v1/models, GET /get_weight_version, GET \
+         served: POST /generate, POST /v1/completions, POST /update_weights_from_disk, POST \
+         /flush_cache, GET /get_model_info, GET /get_server_info, GET /v1/models, GET /get_weight_version, GET \
          /metrics, GET /health\"}}; weight_sync = \"vllm\" needs vLLM started with VLLM_SERVER_DEV_MODE=1",
     );
     // A LoRA group's adapters load through vLLM's or SGLang's LoRA routes, which a server
@@ -725,7 +725,7 @@ fn check_refuses_bad_servers_before_any_work() {
         &(on_servers(&[&llama.url]) + lora),
         "/unload_lora_adapter answered 404: {\"error\":{\"message\":\"no endpoint \
          /unload_lora_adapter; served: POST /generate, POST /v1/completions, POST \
-         /update_weights_from_disk, GET /get_model_info, GET /get_server_info, GET /v1/models, GET \
+         /update_weights_from_disk, POST /flush_cache, GET /get_model_info, GET /get_server_info, GET /v1/models, GET \
          /get_weight_version, GET /metrics, GET /health\"}}; a LoRA group on backend = \"sglang\" needs \
          SGLang started with --enable-lora",
     );
@@ -733,7 +733,7 @@ fn check_refuses_bad_servers_before_any_work() {
         &(over_completions(&[&llama.url], "llama", "vllm") + lora),
         "/v1/unload_lora_adapter answered 404: {\"error\":{\"message\":\"no endpoint \
          /v1/unload_lora_adapter; served: POST /generate, POST /v1/completions, POST \
-         /update_weights_from_disk, GET /get_model_info, GET /get_server_info, GET /v1/models, GET \
+         /update_weights_from_disk, POST /flush_cache, GET /get_model_info, GET /get_server_info, GET /v1/models, GET \
          /get_weight_version, GET /metrics, GET /health\"}}; weight_sync = \"vllm\" on a LoRA group needs vLLM \
          started with --enable-lora",
     );
