@@ -12,9 +12,11 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use tokenizers::Tokenizer;
 
+use super::continuous_batching::{drive, requests_of, JobQueue};
 use super::decoding::Decoding;
 use super::generate::{Generation, GenerationRequest};
 use super::prefix_cache::PrefixCache;
+use crate::model::error::ModelError;
 use crate::model::llama::Llama;
 use crate::rng::SeededRng;
 
@@ -38,7 +40,7 @@ struct State {
     driving: bool,
     next_id: u64,
     /// Batches not yet taken into a decoding, in the order they came.
-    waiting: VecDeque<(u64, Vec<GenerationRequest>)>,
+    waiting: VecDeque<Waiting>,
     /// Batches in the running decoding, as their places in its requests.
     running: Vec<(u64, Range<usize>)>,
     answers: HashMap<u64, Answer>,
@@ -102,61 +104,23 @@ impl SharedBatch {
     /// Runs one decoding of the waiting batches and those that arrive while it runs, until
     /// the batch `own` is answered (no batch joins after that) and the decoding ends.
     fn drive(&self, model: &Llama, tokenizer: &Tokenizer, own: u64, rng: &mut SeededRng) {
-        let (first, requests) = self.take_waiting();
+        let first: Vec<Waiting> = self.lock().waiting.drain(..).collect();
         if first.is_empty() {
             return;
         }
-        let mut prefixes = self.prefixes.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut decoding = match Decoding::start(model, tokenizer, requests, rng, prefixes.as_mut())
-        {
-            Ok(decoding) => decoding,
-            Err(error) => return self.fail(first.into_iter().map(|(id, _)| id), &error),
+        let mut queue = Threads {
+            batch: self,
+            own,
+            admitting: true,
         };
-        self.lock().running = first;
-        let mut joining = true;
-        loop {
-            joining &= self.answer_finished(&mut decoding, own);
-            if decoding.is_done() {
-                return;
+        let requests = requests_of::<Threads>(&first);
+        let mut prefixes = self.prefixes.lock().unwrap_or_else(PoisonError::into_inner);
+        match Decoding::start(model, tokenizer, requests, rng, prefixes.as_mut()) {
+            Ok(decoding) => {
+                drive(decoding, first, &mut queue);
             }
-            if let Err(error) = decoding.step() {
-                let running = std::mem::take(&mut self.lock().running);
-                return self.fail(running.into_iter().map(|(id, _)| id), &error);
-            }
-            if !joining {
-                continue;
-            }
-            let (arrived, requests) = self.take_waiting();
-            if arrived.is_empty() {
-                continue;
-            }
-            match decoding.admit(&requests) {
-                Ok(Some(indices)) => self.lock().running.extend(
-                    (arrived.into_iter()).map(|(id, range)| (id, shift(range, indices.start))),
-                ),
-                // The cache cannot take them now: they start the next decoding, in order.
-                Ok(None) => {
-                    joining = false;
-                    let mut state = self.lock();
-                    for (id, range) in arrived.into_iter().rev() {
-                        state.waiting.push_front((id, requests[range].to_vec()));
-                    }
-                }
-                Err(error) => self.fail(arrived.into_iter().map(|(id, _)| id), &error),
-            }
+            Err(error) => queue.fail(first, &error),
         }
-    }
-
-    /// Every waiting batch, as each one's place in the requests returned.
-    fn take_waiting(&self) -> (Vec<(u64, Range<usize>)>, Vec<GenerationRequest>) {
-        let waiting: Vec<(u64, Vec<GenerationRequest>)> = self.lock().waiting.drain(..).collect();
-        let mut places = Vec::with_capacity(waiting.len());
-        let mut requests = Vec::new();
-        for (id, batch) in waiting {
-            places.push((id, requests.len()..requests.len() + batch.len()));
-            requests.extend(batch);
-        }
-        (places, requests)
     }
 
     /// Answers the running batches whose requests have all finished; whether the batch `own`
@@ -194,7 +158,52 @@ impl SharedBatch {
     }
 }
 
-/// `range` moved to start `by` further.
-fn shift(range: Range<usize>, by: usize) -> Range<usize> {
-    range.start + by..range.end + by
+/// A batch handed in, and its id.
+type Waiting = (u64, Vec<GenerationRequest>);
+
+/// The batches of a [`SharedBatch`] as the thread driving its decoding sees them: those
+/// waiting join it until the driver's own batch `own` is answered.
+struct Threads<'s> {
+    batch: &'s SharedBatch,
+    own: u64,
+    admitting: bool,
+}
+
+impl JobQueue for Threads<'_> {
+    type Job = Waiting;
+
+    fn requests((_, requests): &Waiting) -> &[GenerationRequest] {
+        requests
+    }
+
+    fn run(&mut self, (id, _): Waiting, places: Range<usize>, _joined: bool) {
+        self.batch.lock().running.push((id, places));
+    }
+
+    fn answer_finished(&mut self, decoding: &mut Decoding) -> bool {
+        self.admitting &= self.batch.answer_finished(decoding, self.own);
+        self.admitting
+    }
+
+    fn arrivals(&mut self, _live_rows: usize) -> Vec<Waiting> {
+        self.batch.lock().waiting.drain(..).collect()
+    }
+
+    fn hold(&mut self, jobs: Vec<Waiting>) {
+        self.admitting = false;
+        let mut state = self.batch.lock();
+        for job in jobs.into_iter().rev() {
+            state.waiting.push_front(job);
+        }
+    }
+
+    fn fail(&mut self, jobs: Vec<Waiting>, error: &ModelError) {
+        self.batch.fail(jobs.into_iter().map(|(id, _)| id), error);
+    }
+
+    fn fail_running(&mut self, error: &ModelError) {
+        let running = std::mem::take(&mut self.batch.lock().running);
+        self.batch
+            .fail(running.into_iter().map(|(id, _)| id), error);
+    }
 }

@@ -20,6 +20,7 @@ use tokenizers::Tokenizer;
 use super::adapter_slots::{AdapterSlots, HeldAdapter};
 use super::refusal::Refusal;
 use super::server_metrics::{BatchCounts, ServerMetrics};
+use crate::engine::continuous_batching::{drive, requests_of, JobQueue};
 use crate::engine::cpu::backend_for;
 use crate::engine::{Decoding, Generation, GenerationRequest, PrefixCache};
 use crate::model::error::ModelError;
@@ -353,7 +354,6 @@ impl Engine {
         }
         let version = self.version();
         let started = Instant::now();
-        let mut counts = BatchCounts::default();
         let Self {
             pretrained,
             rng,
@@ -364,40 +364,27 @@ impl Engine {
             held,
             ..
         } = self;
-        let mut running: Vec<RunningJob> = Vec::with_capacity(batch.len());
-        let mut requests = Vec::new();
-        for job in batch {
-            let first = requests.len();
-            count_requests(&mut counts, &job.requests);
-            requests.extend(job.requests);
-            running.push(RunningJob {
-                requests: first..requests.len(),
-                reply: job.reply,
-            });
-        }
-        let (model, tokenizer) = (&pretrained.model, &pretrained.tokenizer);
-        let mut decoding = match Decoding::start(model, tokenizer, requests, rng, Some(prefixes)) {
-            Ok(decoding) => decoding,
-            Err(error) => return fail(running, &error),
+        let mut queue = Arrivals {
+            inbox,
+            held,
+            adapters,
+            max_batch: limits.max_batch,
+            metrics,
+            version: &version,
+            counts: BatchCounts::default(),
+            running: Vec::with_capacity(batch.len()),
         };
-        loop {
-            answer_finished(&mut decoding, &mut running, &version, &mut counts);
-            metrics.set_running_sequences(decoding.live_rows());
-            if decoding.is_done() {
-                break;
-            }
-            if let Err(error) = decoding.step() {
-                metrics.set_running_sequences(0);
-                return fail(running, &error);
-            }
-            let room = limits.max_batch.saturating_sub(decoding.live_rows());
-            let joining = take_arrivals(inbox, held, adapters, room);
-            if !joining.is_empty() {
-                admit(&mut decoding, joining, &mut running, held, &mut counts);
-            }
+        let (model, tokenizer) = (&pretrained.model, &pretrained.tokenizer);
+        let requests = requests_of::<Arrivals>(&batch);
+        let ended = match Decoding::start(model, tokenizer, requests, rng, Some(prefixes)) {
+            Ok(decoding) => drive(decoding, batch, &mut queue),
+            Err(error) => return queue.fail(batch, &error),
+        };
+        if !ended {
+            return;
         }
+        let mut counts = queue.counts;
         counts.took = started.elapsed();
-        drop(decoding);
         metrics.record_batch(&counts);
         metrics.set_prefix_cache_bytes(prefixes.bytes());
         tracing::debug!(
@@ -510,109 +497,102 @@ fn with_slots(adapters: &AdapterSlots, mut job: GenerateJob) -> Option<GenerateJ
     }
 }
 
-/// Answers the jobs of `running` whose requests have all finished with their outputs made by
-/// `version`, counting the tokens generated.
-fn answer_finished(
-    decoding: &mut Decoding,
-    running: &mut Vec<RunningJob>,
-    version: &str,
-    counts: &mut BatchCounts,
-) {
-    running.retain(|job| {
-        if !job.requests.clone().all(|i| decoding.is_finished(i)) {
-            return true;
-        }
-        let outputs: Vec<Generation> = job.requests.clone().map(|i| decoding.take(i)).collect();
-        counts.generation_tokens += outputs.iter().map(|g| g.tokens.len()).sum::<usize>();
-        counts.cached_tokens += outputs.iter().map(|g| g.cached_tokens).sum::<usize>();
-        let _ = job.reply.send(Ok((outputs, version.to_owned())));
-        false
-    });
+/// The generation jobs of the engine's inbox as its running decoding sees them.
+struct Arrivals<'e> {
+    inbox: &'e Receiver<Job>,
+    /// Jobs taken from the inbox that did not fit.
+    held: &'e mut VecDeque<Job>,
+    adapters: &'e AdapterSlots,
+    max_batch: usize,
+    metrics: &'e ServerMetrics,
+    /// The weight version the decoding runs on.
+    version: &'e str,
+    counts: BatchCounts,
+    running: Vec<RunningJob>,
 }
 
-/// The generation jobs waiting in `inbox`, in order, while their sequences fit in `room` and
-/// nothing is held; the first that does not fit, or any other job, is held.
-fn take_arrivals(
-    inbox: &Receiver<Job>,
-    held: &mut VecDeque<Job>,
-    adapters: &AdapterSlots,
-    mut room: usize,
-) -> Vec<GenerateJob> {
-    let mut arrived = Vec::new();
-    while held.is_empty() {
-        let job = match inbox.try_recv() {
-            Ok(Job::Generate(job)) => job,
-            Ok(other) => {
-                held.push_back(other);
+impl JobQueue for Arrivals<'_> {
+    type Job = GenerateJob;
+
+    fn requests(job: &GenerateJob) -> &[GenerationRequest] {
+        &job.requests
+    }
+
+    fn run(&mut self, job: GenerateJob, places: Range<usize>, joined: bool) {
+        self.counts.sequences += job.requests.len();
+        self.counts.prompt_tokens += job.requests.iter().map(|r| r.prompt.len()).sum::<usize>();
+        self.counts.joined_requests += usize::from(joined);
+        self.running.push(RunningJob {
+            requests: places,
+            reply: job.reply,
+        });
+    }
+
+    /// Answers the jobs whose requests have all finished with their outputs, counting the
+    /// tokens generated; jobs may always join (while nothing is held: see `arrivals`).
+    fn answer_finished(&mut self, decoding: &mut Decoding) -> bool {
+        let (counts, version) = (&mut self.counts, self.version);
+        self.running.retain(|job| {
+            if !job.requests.clone().all(|i| decoding.is_finished(i)) {
+                return true;
+            }
+            let outputs: Vec<Generation> = job.requests.clone().map(|i| decoding.take(i)).collect();
+            counts.generation_tokens += outputs.iter().map(|g| g.tokens.len()).sum::<usize>();
+            counts.cached_tokens += outputs.iter().map(|g| g.cached_tokens).sum::<usize>();
+            let _ = job.reply.send(Ok((outputs, version.to_owned())));
+            false
+        });
+        self.metrics.set_running_sequences(decoding.live_rows());
+        true
+    }
+
+    /// The generation jobs waiting in the inbox, in order, while their sequences fit beside
+    /// `live_rows` within `--max-batch` and nothing is held; the first that does not fit, or
+    /// any other job, is held.
+    fn arrivals(&mut self, live_rows: usize) -> Vec<GenerateJob> {
+        let mut room = self.max_batch.saturating_sub(live_rows);
+        let mut arrived = Vec::new();
+        while self.held.is_empty() {
+            let job = match self.inbox.try_recv() {
+                Ok(Job::Generate(job)) => job,
+                Ok(other) => {
+                    self.held.push_back(other);
+                    break;
+                }
+                Err(_) => break,
+            };
+            let Some(job) = with_slots(self.adapters, job) else {
+                continue;
+            };
+            if job.requests.len() > room {
+                self.held.push_back(Job::Generate(job));
                 break;
             }
-            Err(_) => break,
-        };
-        let Some(job) = with_slots(adapters, job) else {
-            continue;
-        };
-        if job.requests.len() > room {
-            held.push_back(Job::Generate(job));
-            break;
+            room -= job.requests.len();
+            arrived.push(job);
         }
-        room -= job.requests.len();
-        arrived.push(job);
+        arrived
     }
-    arrived
-}
 
-/// Admits the requests of `joining` into `decoding` in one admission and adds the jobs to
-/// `running`; when the cache cannot take them now they are held, in order, to start the next
-/// batch.
-fn admit(
-    decoding: &mut Decoding,
-    joining: Vec<GenerateJob>,
-    running: &mut Vec<RunningJob>,
-    held: &mut VecDeque<Job>,
-    counts: &mut BatchCounts,
-) {
-    let requests: Vec<GenerationRequest> = (joining.iter())
-        .flat_map(|job| job.requests.iter().cloned())
-        .collect();
-    match decoding.admit(&requests) {
-        Ok(Some(indices)) => {
-            let mut next = indices.start;
-            counts.joined_requests += joining.len();
-            for job in joining {
-                count_requests(counts, &job.requests);
-                let requests = next..next + job.requests.len();
-                next = requests.end;
-                running.push(RunningJob {
-                    requests,
-                    reply: job.reply,
-                });
-            }
-        }
-        Ok(None) => {
-            for job in joining.into_iter().rev() {
-                held.push_front(Job::Generate(job));
-            }
-        }
-        Err(error) => {
-            for job in joining {
-                let failed = Refusal::new(500, format!("generation failed: {error}"));
-                let _ = job.reply.send(Err(failed));
-            }
+    fn hold(&mut self, jobs: Vec<GenerateJob>) {
+        for job in jobs.into_iter().rev() {
+            self.held.push_front(Job::Generate(job));
         }
     }
-}
 
-/// Adds `requests` to the sequences and prompt tokens of `counts`.
-fn count_requests(counts: &mut BatchCounts, requests: &[GenerationRequest]) {
-    counts.sequences += requests.len();
-    counts.prompt_tokens += requests.iter().map(|r| r.prompt.len()).sum::<usize>();
-}
+    fn fail(&mut self, jobs: Vec<GenerateJob>, error: &ModelError) {
+        for job in jobs {
+            let failed = Refusal::new(500, format!("generation failed: {error}"));
+            let _ = job.reply.send(Err(failed));
+        }
+    }
 
-/// Answers every job of `running` that generation failed with `error`.
-fn fail(running: Vec<RunningJob>, error: &ModelError) {
-    for job in running {
-        let failed = Refusal::new(500, format!("generation failed: {error}"));
-        let _ = job.reply.send(Err(failed));
+    fn fail_running(&mut self, error: &ModelError) {
+        self.metrics.set_running_sequences(0);
+        for job in self.running.drain(..) {
+            let failed = Refusal::new(500, format!("generation failed: {error}"));
+            let _ = job.reply.send(Err(failed));
+        }
     }
 }
 
