@@ -1133,6 +1133,15 @@ fn serve_reuses_a_finished_sequence_for_the_prompt_that_continues_it() {
     second.extend([7, 8, 9]);
     let (reusing, reusing_logprobs, cached) = generate(&second, 12);
     assert_eq!(cached as usize, first.len() + answer.len() - 1);
+    // The batch is counted once it has ended, just after its last answer went out.
+    let deadline = Instant::now() + PATIENCE;
+    while metric(&server, "batches_total") < 2.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the second batch was never counted"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
     assert_eq!(metric(&server, "cached_prompt_tokens_total"), cached as f64);
     assert!(metric(&server, "prefix_cache_bytes") > 0.0);
     // Over /v1/completions, each prompt counted once in `usage` (vLLM's field).
