@@ -3,7 +3,7 @@
 //! sampled token (what the PPO ratio starts from); [`Generator`] is the seam the rollout
 //! generates through.
 
-pub mod continuous_batching;
+pub(crate) mod continuous_batching;
 pub mod cpu;
 pub mod cuda_graph;
 pub mod decode_steps;
